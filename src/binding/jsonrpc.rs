@@ -1,0 +1,237 @@
+//! The JSON-RPC 2.0 binding (SPEC §1, DESIGN §3): HTTP request in, HTTP response out.
+//!
+//! Checks run in the order of DESIGN §3; every JSON-RPC reply, success or error, is HTTP 200,
+//! because generic A2A clients lose the error code on any other status.
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use http::{Response, StatusCode};
+use http_body_util::Full;
+use serde_json::{Map, Value, json};
+
+use super::{send_message, wire_error::WireError};
+use crate::app::{App, Dealer};
+use crate::error::AapError;
+use crate::pipeline;
+
+/// The JSON-RPC `id`: a string or a number; `null` when it could not be read.
+type Id = Value;
+
+/// Serves one JSON-RPC request whose body has already been read (size limit enforced).
+pub async fn serve(
+    app: &App,
+    dealer: &Dealer,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response<Full<Bytes>> {
+    let mut activated = false;
+    let (id, outcome) = match envelope(dealer, headers, body, &mut activated) {
+        Ok(Request::SendMessage { id, params }) => {
+            let outcome = send(app, dealer, params).await;
+            (id, outcome)
+        }
+        Ok(Request::Answered { id, result }) => (id, Ok(result)),
+        Err((id, error)) => (id, Err(error)),
+    };
+    let body = match outcome {
+        Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+        Err(error) => {
+            let wire = super::report(&error, dealer);
+            error_body(id, &wire)
+        }
+    };
+    respond(&body, activated.then_some(dealer.extension_uri()))
+}
+
+enum Request {
+    SendMessage {
+        id: Id,
+        params: Value,
+    },
+    /// Methods answered without running a skill (`ListTasks`).
+    Answered {
+        id: Id,
+        result: Value,
+    },
+}
+
+async fn send(app: &App, dealer: &Dealer, params: Value) -> Result<Value, AapError> {
+    let call = send_message::decode(params)?;
+    let context_id = call.context_id.clone();
+    let deadline = app.settings.limits.request_timeout;
+    let reply = match tokio::time::timeout(deadline, pipeline::handle(app, dealer, call)).await {
+        Ok(reply) => reply?,
+        Err(_) => {
+            return Err(AapError::Internal(format!(
+                "request deadline of {deadline:?} exceeded"
+            )));
+        }
+    };
+    Ok(send_message::encode_reply(reply, context_id))
+}
+
+/// DESIGN §3 steps 2–6, up to and including the extension check.
+fn envelope(
+    dealer: &Dealer,
+    headers: &HeaderMap,
+    body: &[u8],
+    activated: &mut bool,
+) -> Result<Request, (Id, AapError)> {
+    // 2. Media type.
+    let content_type = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = content_type.split(';').next().unwrap_or_default().trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
+        let shown = if content_type.is_empty() {
+            "<absent>"
+        } else {
+            content_type
+        };
+        return Err((
+            Value::Null,
+            AapError::ContentTypeNotSupported {
+                detail: format!("request Content-Type `{shown}`; send application/json"),
+            },
+        ));
+    }
+    // 3. JSON, then a single JSON-RPC request object.
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        (
+            Value::Null,
+            AapError::Parse {
+                detail: e.to_string(),
+            },
+        )
+    })?;
+    let mut object = match value {
+        Value::Object(o) => o,
+        Value::Array(_) => return Err(invalid(Value::Null, "batch requests are not supported")),
+        _ => return Err(invalid(Value::Null, "the request must be a JSON object")),
+    };
+    let id = match object.remove("id") {
+        Some(id @ (Value::String(_) | Value::Number(_))) => id,
+        None => {
+            return Err(invalid(
+                Value::Null,
+                "`id` is required; notifications are not executed",
+            ));
+        }
+        Some(_) => return Err(invalid(Value::Null, "`id` must be a string or a number")),
+    };
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(invalid(id, "`jsonrpc` must be \"2.0\""));
+    }
+    let method = match object.remove("method") {
+        Some(Value::String(m)) => m,
+        _ => return Err(invalid(id, "`method` must be a string")),
+    };
+    // 4. A2A-Version, for every method.
+    if let Err(requested) = check_version(headers) {
+        return Err((id, AapError::VersionNotSupported { requested }));
+    }
+    // 5. Method dispatch: only SendMessage runs a skill.
+    match method.as_str() {
+        "SendMessage" => {}
+        "SendStreamingMessage" | "SubscribeToTask" | "GetExtendedAgentCard" => {
+            return Err((id, AapError::UnsupportedOperation { operation: method }));
+        }
+        "CreateTaskPushNotificationConfig"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "DeleteTaskPushNotificationConfig" => {
+            return Err((id, AapError::PushNotificationNotSupported));
+        }
+        "GetTask" | "CancelTask" => return Err((id, AapError::TaskNotFound)),
+        "ListTasks" => {
+            let page_size = object
+                .get("params")
+                .and_then(|p| p.get("pageSize"))
+                .and_then(Value::as_f64)
+                .filter(|n| *n >= 0.0 && n.fract() == 0.0)
+                .unwrap_or(50.0);
+            let result = json!({ "tasks": [], "nextPageToken": "", "pageSize": page_size as u64, "totalSize": 0 });
+            return Ok(Request::Answered { id, result });
+        }
+        _ => return Err((id, AapError::MethodNotFound { method })),
+    }
+    // 6. The AAP profile must be activated with this dealer's exact extension URI.
+    let uri = dealer.extension_uri();
+    *activated = headers
+        .get_all("a2a-extensions")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|member| member.trim() == uri);
+    if !*activated {
+        return Err((
+            id,
+            AapError::ExtensionSupportRequired {
+                uri: uri.to_owned(),
+            },
+        ));
+    }
+    match object.remove("params") {
+        Some(params @ Value::Object(_)) => Ok(Request::SendMessage { id, params }),
+        _ => Err((
+            id,
+            AapError::InvalidParams {
+                violations: vec![crate::error::FieldViolation {
+                    field: "params".to_owned(),
+                    description: "must be a SendMessageRequest object".to_owned(),
+                }],
+            },
+        )),
+    }
+}
+
+fn invalid(id: Id, detail: &str) -> (Id, AapError) {
+    (
+        id,
+        AapError::InvalidRequest {
+            detail: detail.to_owned(),
+        },
+    )
+}
+
+/// `A2A-Version` must be present with Major.Minor 1.0; a patch number is ignored (SPEC §1.2).
+fn check_version(headers: &HeaderMap) -> Result<(), Option<String>> {
+    let Some(raw) = headers.get("a2a-version") else {
+        return Err(None);
+    };
+    let text = raw
+        .to_str()
+        .map_err(|_| Some("<not text>".to_owned()))?
+        .trim();
+    let mut parts = text.split('.');
+    let ok = parts.next() == Some("1")
+        && parts.next() == Some("0")
+        && parts.clone().count() <= 1
+        && parts.all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    if ok {
+        Ok(())
+    } else {
+        Err(Some(text.to_owned()))
+    }
+}
+
+fn error_body(id: Id, wire: &WireError) -> Value {
+    let mut error = Map::with_capacity(3);
+    error.insert("code".into(), json!(wire.jsonrpc_code));
+    error.insert("message".into(), json!(wire.message));
+    error.insert("data".into(), Value::Array(wire.details.clone()));
+    json!({ "jsonrpc": "2.0", "id": id, "error": Value::Object(error) })
+}
+
+fn respond(body: &Value, extension: Option<&str>) -> Response<Full<Bytes>> {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut response = Response::new(Full::new(Bytes::from(bytes)));
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Some(uri) = extension.and_then(|u| HeaderValue::from_str(u).ok()) {
+        headers.insert("a2a-extensions", uri);
+    }
+    response
+}

@@ -1,0 +1,261 @@
+//! A2A `SendMessageRequest` ⇄ `Call` / `Reply`, shared by both bindings (the JSON-RPC `params`
+//! and the HTTP+JSON body carry the same object).
+//!
+//! Applies the message rules of DESIGN §3 steps 7–9 and §9 "Envelope edges", in order: envelope
+//! fields (all problems at once), `taskId`, the AAP DataPart and its `mediaType`,
+//! `acceptedOutputModes`, then the skill named by `data.type`.
+
+use serde_json::{Map, Value, json};
+
+use crate::error::{AapCode, AapError, FieldViolation, Violation};
+use crate::protocol::{Call, Reply, Skill, SkillRef};
+
+/// Longest `contextId` accepted from a caller (SPEC §9 item 9).
+pub const MAX_CONTEXT_ID: usize = 256;
+
+/// Decodes a `SendMessageRequest` object.
+pub fn decode(params: Value) -> Result<Call, AapError> {
+    let Value::Object(mut params) = params else {
+        return Err(invalid_params(
+            "params",
+            "must be a SendMessageRequest object",
+        ));
+    };
+    let Some(Value::Object(mut message)) = params.remove("message") else {
+        return Err(invalid_params(
+            "message",
+            "is required and must be a Message object",
+        ));
+    };
+
+    let mut problems = Vec::new();
+    match message.get("messageId") {
+        Some(Value::String(s)) if !s.is_empty() => {}
+        _ => problems.push(field(
+            "message.messageId",
+            "is required and must be a non-empty string",
+        )),
+    }
+    match message.get("role") {
+        Some(Value::String(r)) if r == "ROLE_USER" => {}
+        _ => problems.push(field("message.role", "must be ROLE_USER")),
+    }
+    let context_id = match message.remove("contextId") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if !s.is_empty() && s.chars().count() <= MAX_CONTEXT_ID => Some(s),
+        Some(_) => {
+            problems.push(field(
+                "message.contextId",
+                "must be a non-empty string of at most 256 characters",
+            ));
+            None
+        }
+    };
+    let mut parts = match message.remove("parts") {
+        Some(Value::Array(parts)) if !parts.is_empty() => parts,
+        _ => {
+            problems.push(field("message.parts", "must be a non-empty array of Parts"));
+            Vec::new()
+        }
+    };
+    let data_parts: Vec<usize> = parts
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.get("data").is_some())
+        .map(|(i, _)| i)
+        .collect();
+    if data_parts.len() > 1 {
+        problems.push(field(
+            "message.parts",
+            "must carry exactly one AAP DataPart",
+        ));
+    }
+    for &i in &data_parts {
+        if !parts[i].get("data").is_some_and(Value::is_object) {
+            problems.push(field(
+                &format!("message.parts[{i}].data"),
+                "must be an object",
+            ));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(AapError::InvalidParams {
+            violations: problems,
+        });
+    }
+    if message.get("taskId").is_some_and(|t| !t.is_null()) {
+        return Err(AapError::TaskNotFound);
+    }
+    let Some(&index) = data_parts.first() else {
+        return Err(AapError::ContentTypeNotSupported {
+            detail: "the message has no AAP DataPart; send the request as a `data` part".to_owned(),
+        });
+    };
+    let Value::Object(mut part) = parts.swap_remove(index) else {
+        return Err(invalid_params("message.parts", "parts must be objects"));
+    };
+    let declared = match part.get("mediaType") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(mt)) if is_json(mt) => None,
+        Some(Value::String(mt)) => match Skill::from_request_media_type(mt) {
+            Some(skill) => Some(skill),
+            None => {
+                return Err(AapError::ContentTypeNotSupported {
+                    detail: format!("part mediaType `{mt}` is not an AAP request media type"),
+                });
+            }
+        },
+        Some(_) => {
+            return Err(invalid_params(
+                "message.parts.mediaType",
+                "must be a string",
+            ));
+        }
+    };
+    let mut data = part.remove("data").unwrap_or(Value::Null);
+    normalize_numbers(&mut data);
+
+    let skill = match data.get("type") {
+        Some(Value::String(t)) => match Skill::from_request_type(t) {
+            Some(s) => SkillRef::Known(s),
+            None => SkillRef::Unknown(t.clone()),
+        },
+        other => match declared {
+            // The mediaType names the skill; its schema reports the bad or missing `type`.
+            Some(s) => SkillRef::Known(s),
+            None => return Err(untyped(other.is_none())),
+        },
+    };
+    check_output_modes(params.get("configuration"), &skill)?;
+    Ok(Call {
+        skill,
+        declared,
+        data,
+        context_id,
+    })
+}
+
+/// `data.type` missing or not a string, with no mediaType to name the skill.
+fn untyped(absent: bool) -> AapError {
+    let (code, keyword, error) = if absent {
+        (AapCode::MissingRequiredField, "required", "is required")
+    } else {
+        (AapCode::SchemaValidationFailed, "type", "must be string")
+    };
+    AapError::Validation {
+        code,
+        violations: vec![Violation {
+            instance_location: "/type".to_owned(),
+            keyword: keyword.to_owned(),
+            error: error.to_owned(),
+        }],
+    }
+}
+
+/// DESIGN §3 step 8: absent, empty, or naming `*/*`, `application/json` or the skill's response
+/// type is fine; a list that excludes all of them cannot be served.
+fn check_output_modes(configuration: Option<&Value>, skill: &SkillRef) -> Result<(), AapError> {
+    let modes = match configuration.and_then(|c| c.get("acceptedOutputModes")) {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Array(modes)) => modes,
+        Some(_) => {
+            return Err(invalid_params(
+                "configuration.acceptedOutputModes",
+                "must be an array of media types",
+            ));
+        }
+    };
+    if modes.is_empty() {
+        return Ok(());
+    }
+    let wanted = match skill {
+        SkillRef::Known(s) => Some(s.response_media_type()),
+        SkillRef::Unknown(_) => None,
+    };
+    let acceptable = modes.iter().filter_map(Value::as_str).any(|m| {
+        let m = m.split(';').next().unwrap_or_default().trim();
+        m == "*/*" || m.eq_ignore_ascii_case("application/json") || Some(m) == wanted
+    });
+    if acceptable {
+        Ok(())
+    } else {
+        Err(AapError::ContentTypeNotSupported {
+            detail: format!(
+                "none of acceptedOutputModes can be produced; this skill answers {}",
+                wanted.unwrap_or("an AAP response media type")
+            ),
+        })
+    }
+}
+
+fn is_json(media_type: &str) -> bool {
+    media_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .eq_ignore_ascii_case("application/json")
+}
+
+fn field(name: &str, description: &str) -> FieldViolation {
+    FieldViolation {
+        field: name.to_owned(),
+        description: description.to_owned(),
+    }
+}
+
+fn invalid_params(name: &str, description: &str) -> AapError {
+    AapError::InvalidParams {
+        violations: vec![field(name, description)],
+    }
+}
+
+/// JSON clients (the Python A2A SDK sends protobuf `Value`s) send whole numbers as `20.0`: a
+/// whole-valued float is an integer everywhere (DESIGN §3); `20.5` stays a float.
+pub fn normalize_numbers(value: &mut Value) {
+    match value {
+        Value::Number(n) if !n.is_i64() && !n.is_u64() => {
+            if let Some(f) = n.as_f64() {
+                // 2^63 is exactly representable; every whole f64 below it fits an i64.
+                if f.fract() == 0.0 && f.abs() < 9.223_372_036_854_776e18 {
+                    // Truncation is exact here: `f` has no fractional part and is in range.
+                    #[allow(clippy::cast_possible_truncation)]
+                    let i = f as i64;
+                    *value = Value::Number(i.into());
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalize_numbers),
+        Value::Object(map) => map.values_mut().for_each(normalize_numbers),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
+    }
+}
+
+/// The agent's reply `Message`: fresh `messageId`, the caller's or a new `contextId`, one DataPart.
+pub fn encode_reply(reply: Reply, context_id: Option<String>) -> Value {
+    let context_id = context_id.unwrap_or_else(|| format!("ctx_{}", uuid::Uuid::now_v7().simple()));
+    let mut message = Map::with_capacity(4);
+    message.insert("messageId".into(), json!(uuid::Uuid::new_v4().to_string()));
+    message.insert("contextId".into(), json!(context_id));
+    message.insert("role".into(), json!("ROLE_AGENT"));
+    message.insert(
+        "parts".into(),
+        json!([{ "data": reply.payload, "mediaType": reply.skill.response_media_type() }]),
+    );
+    json!({ "message": Value::Object(message) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_floats_become_integers() {
+        let mut v = json!({"a": 20.0, "b": [1.0, 2.5], "c": 1.2345678901234568e16, "d": -0.0});
+        normalize_numbers(&mut v);
+        assert_eq!(
+            v,
+            json!({"a": 20, "b": [1, 2.5], "c": 12345678901234568_i64, "d": 0})
+        );
+    }
+}

@@ -1,0 +1,384 @@
+//! The one place that maps an `AapError` to wire codes, HTTP statuses and error details.
+//!
+//! Mirrors the A2A error table (A2A §5.4: error → JSON-RPC code → HTTP status) and the AAP code
+//! table (SPEC §3.3), and fills the `error.data` array of SPEC §2.2 / §3.2: ErrorInfo first, then
+//! BadRequest for validation failures, then the typed `aap.error` payload. Both bindings encode
+//! from a `WireError`, so they cannot disagree. Each match is exhaustive (no `_` arm): a new error
+//! variant does not compile until it is mapped here.
+#![warn(clippy::wildcard_enum_match_arm)]
+
+use std::time::Duration;
+
+use http::StatusCode;
+use serde_json::{Map, Value, json};
+
+use crate::error::{AapCode, AapError, Violation};
+
+pub const ERROR_INFO_TYPE: &str = "type.googleapis.com/google.rpc.ErrorInfo";
+pub const BAD_REQUEST_TYPE: &str = "type.googleapis.com/google.rpc.BadRequest";
+pub const AAP_ERROR_TYPE: &str = "https://autoagentprotocol.org/extensions/aap/error";
+pub const A2A_DOMAIN: &str = "a2a-protocol.org";
+pub const AAP_DOMAIN: &str = "autoagentprotocol.org";
+
+/// An error ready for either binding.
+#[derive(Debug, Clone)]
+pub struct WireError {
+    pub jsonrpc_code: i64,
+    /// Status on the HTTP+JSON binding (JSON-RPC replies are always 200).
+    pub http_status: StatusCode,
+    /// `error.message`: a sanitized summary, never an internal cause.
+    pub message: String,
+    /// `error.data` / `details[]`, in order.
+    pub details: Vec<Value>,
+    /// The ErrorInfo `reason` (A2A reason or AAP code); the `outcome` of logs and metrics.
+    pub reason: &'static str,
+    /// `error_id` of AAP errors, for log correlation.
+    pub error_id: Option<String>,
+    /// Sent as `Retry-After` (whole seconds, rounded up).
+    pub retry_after: Option<Duration>,
+}
+
+/// Per-error values the caller supplies so that this mapping stays a pure function.
+#[derive(Debug, Clone)]
+pub struct ErrorStamp {
+    pub error_id: String,
+    /// RFC 3339 UTC timestamp.
+    pub created_at: String,
+}
+
+impl ErrorStamp {
+    pub fn now() -> ErrorStamp {
+        ErrorStamp {
+            error_id: new_error_id(),
+            created_at: rfc3339_now(),
+        }
+    }
+}
+
+pub fn new_error_id() -> String {
+    format!("err_{}", uuid::Uuid::now_v7().simple())
+}
+
+pub fn rfc3339_now() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let format =
+        time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
+    now.format(&format)
+        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".to_owned())
+}
+
+/// A2A protocol error without an AAP payload.
+fn a2a(code: i64, status: StatusCode, reason: &'static str, message: String) -> WireError {
+    a2a_with(code, status, reason, message, None, Vec::new())
+}
+
+fn a2a_with(
+    code: i64,
+    status: StatusCode,
+    reason: &'static str,
+    message: String,
+    metadata: Option<Value>,
+    extra: Vec<Value>,
+) -> WireError {
+    let mut info = Map::new();
+    info.insert("@type".into(), json!(ERROR_INFO_TYPE));
+    info.insert("reason".into(), json!(reason));
+    info.insert("domain".into(), json!(A2A_DOMAIN));
+    if let Some(m) = metadata {
+        info.insert("metadata".into(), m);
+    }
+    let mut details = vec![Value::Object(info)];
+    details.extend(extra);
+    WireError {
+        jsonrpc_code: code,
+        http_status: status,
+        message,
+        details,
+        reason,
+        error_id: None,
+        retry_after: None,
+    }
+}
+
+/// JSON-RPC code and HTTP status of each AAP code (SPEC §3.3).
+pub fn aap_code_wire(code: AapCode) -> (i64, StatusCode) {
+    match code {
+        AapCode::UnsupportedSkill => (-32004, StatusCode::NOT_FOUND),
+        AapCode::SchemaValidationFailed
+        | AapCode::MissingRequiredField
+        | AapCode::InvalidCondition => (-32602, StatusCode::UNPROCESSABLE_ENTITY),
+        AapCode::VehicleNotFound => (-32000, StatusCode::NOT_FOUND),
+        AapCode::VehicleUnavailable
+        | AapCode::AppointmentTimeUnavailable
+        | AapCode::IdempotencyConflict => (-32000, StatusCode::CONFLICT),
+        AapCode::ContactConsentRequired | AapCode::InvalidConsent => {
+            (-32000, StatusCode::FORBIDDEN)
+        }
+        AapCode::RateLimited => (-32000, StatusCode::TOO_MANY_REQUESTS),
+        AapCode::InternalError => (-32603, StatusCode::INTERNAL_SERVER_ERROR),
+    }
+}
+
+struct AapParts {
+    code: AapCode,
+    summary: String,
+    message: String,
+    retryable: bool,
+    details: Option<Value>,
+    violations: Option<Vec<Violation>>,
+    retry_after: Option<Duration>,
+}
+
+fn aap(parts: AapParts, stamp: &ErrorStamp) -> WireError {
+    let AapParts {
+        code,
+        summary,
+        message,
+        retryable,
+        details,
+        violations,
+        retry_after,
+    } = parts;
+    let (jsonrpc_code, http_status) = aap_code_wire(code);
+    let mut data = vec![json!({
+        "@type": ERROR_INFO_TYPE,
+        "reason": code.as_str(),
+        "domain": AAP_DOMAIN,
+        "metadata": {
+            "code": code.as_str(),
+            "error_id": stamp.error_id,
+            "retryable": if retryable { "true" } else { "false" },
+            "created_at": stamp.created_at,
+        }
+    })];
+    if let Some(v) = &violations {
+        let field_violations: Vec<Value> = v
+            .iter()
+            .map(|v| {
+                json!({ "field": v.instance_location, "description": format!("{}: {}", v.keyword, v.error) })
+            })
+            .collect();
+        data.push(json!({ "@type": BAD_REQUEST_TYPE, "fieldViolations": field_violations }));
+    }
+    let mut payload = Map::new();
+    payload.insert("@type".into(), json!(AAP_ERROR_TYPE));
+    payload.insert("type".into(), json!("aap.error"));
+    payload.insert("error_id".into(), json!(stamp.error_id));
+    payload.insert("code".into(), json!(code.as_str()));
+    payload.insert("message".into(), json!(message));
+    payload.insert("retryable".into(), json!(retryable));
+    if let Some(d) = details {
+        payload.insert("details".into(), d);
+    }
+    payload.insert("created_at".into(), json!(stamp.created_at));
+    data.push(Value::Object(payload));
+    WireError {
+        jsonrpc_code,
+        http_status,
+        message: summary,
+        details: data,
+        reason: code.as_str(),
+        error_id: Some(stamp.error_id.clone()),
+        retry_after,
+    }
+}
+
+fn internal(stamp: &ErrorStamp) -> WireError {
+    let message = "The dealer's systems could not answer right now; retry later.".to_owned();
+    aap(
+        AapParts {
+            code: AapCode::InternalError,
+            summary: message.clone(),
+            message,
+            retryable: true,
+            details: None,
+            violations: None,
+            retry_after: None,
+        },
+        stamp,
+    )
+}
+
+/// Maps an error to its wire form. `stamp` supplies the AAP `error_id` and `created_at`.
+pub fn to_wire(error: &AapError, stamp: &ErrorStamp) -> WireError {
+    match error {
+        AapError::Parse { .. } => a2a(
+            -32700,
+            StatusCode::BAD_REQUEST,
+            "JSON_PARSE_ERROR",
+            "Invalid JSON payload".to_owned(),
+        ),
+        AapError::InvalidRequest { detail } => a2a(
+            -32600,
+            StatusCode::BAD_REQUEST,
+            "INVALID_REQUEST",
+            format!("Request payload validation error: {detail}"),
+        ),
+        AapError::MethodNotFound { method } => a2a(
+            -32601,
+            StatusCode::NOT_FOUND,
+            "METHOD_NOT_FOUND",
+            format!("Method not found: {method}"),
+        ),
+        AapError::InvalidParams { violations } => {
+            let field_violations: Vec<Value> = violations
+                .iter()
+                .map(|v| json!({ "field": v.field, "description": v.description }))
+                .collect();
+            a2a_with(
+                -32602,
+                StatusCode::BAD_REQUEST,
+                "INVALID_PARAMS",
+                format!(
+                    "Invalid parameters: {}",
+                    summarize(violations.iter().map(|v| &v.field))
+                ),
+                None,
+                vec![json!({ "@type": BAD_REQUEST_TYPE, "fieldViolations": field_violations })],
+            )
+        }
+        AapError::TaskNotFound => a2a(
+            -32001,
+            StatusCode::NOT_FOUND,
+            "TASK_NOT_FOUND",
+            "Task not found: this agent answers with messages and never creates tasks".to_owned(),
+        ),
+        AapError::PushNotificationNotSupported => a2a(
+            -32003,
+            StatusCode::BAD_REQUEST,
+            "PUSH_NOTIFICATION_NOT_SUPPORTED",
+            "Push notifications are not supported by this agent".to_owned(),
+        ),
+        AapError::UnsupportedOperation { operation } => a2a(
+            -32004,
+            StatusCode::BAD_REQUEST,
+            "UNSUPPORTED_OPERATION",
+            format!("Unsupported operation: {operation} is not offered by this agent"),
+        ),
+        AapError::ContentTypeNotSupported { detail } => a2a(
+            -32005,
+            StatusCode::BAD_REQUEST,
+            "CONTENT_TYPE_NOT_SUPPORTED",
+            format!("Content type not supported: {detail}"),
+        ),
+        AapError::ExtensionSupportRequired { uri } => a2a_with(
+            -32008,
+            StatusCode::BAD_REQUEST,
+            "EXTENSION_SUPPORT_REQUIRED",
+            format!("Activate the supported AAP profile with A2A-Extensions: {uri}"),
+            Some(json!({ "extensionUri": uri, "requiredHeader": "A2A-Extensions" })),
+            Vec::new(),
+        ),
+        AapError::VersionNotSupported { requested } => {
+            let shown = requested.as_deref().unwrap_or("<absent>");
+            a2a_with(
+                -32009,
+                StatusCode::BAD_REQUEST,
+                "VERSION_NOT_SUPPORTED",
+                format!("A2A version `{shown}` is not supported; send the header A2A-Version: 1.0"),
+                Some(json!({ "requestedVersion": shown, "supportedVersions": "1.0" })),
+                Vec::new(),
+            )
+        }
+        AapError::Domain {
+            code,
+            message,
+            details,
+        } => aap(
+            AapParts {
+                code: *code,
+                summary: message.clone(),
+                message: message.clone(),
+                retryable: code.retryable_by_default(),
+                details: details.clone(),
+                violations: None,
+                retry_after: None,
+            },
+            stamp,
+        ),
+        AapError::Validation { code, violations } => {
+            let errors: Vec<Value> = violations
+                .iter()
+                .map(|v| {
+                    json!({ "instanceLocation": v.instance_location, "keyword": v.keyword, "error": v.error })
+                })
+                .collect();
+            let n = violations.len();
+            let noun = if n == 1 { "error" } else { "errors" };
+            let message = match code {
+                AapCode::ContactConsentRequired => {
+                    "Consent is required to submit a lead: send `consent` with scope lead_submission."
+                        .to_owned()
+                }
+                AapCode::InvalidConsent => {
+                    format!("The consent grant is not usable ({n} {noun}); see details.errors[].")
+                }
+                _ => format!("Request failed validation with {n} {noun}; see details.errors[]."),
+            };
+            let (summary, details, violations) = match code {
+                AapCode::ContactConsentRequired => (
+                    message.clone(),
+                    json!({ "missing": "consent", "expected_scope": "lead_submission", "errors": errors }),
+                    None,
+                ),
+                _ => (
+                    format!("Invalid params: {n} validation {noun}"),
+                    json!({ "errors": errors }),
+                    Some(violations.clone()),
+                ),
+            };
+            aap(
+                AapParts {
+                    code: *code,
+                    summary,
+                    message,
+                    retryable: false,
+                    details: Some(details),
+                    violations,
+                    retry_after: None,
+                },
+                stamp,
+            )
+        }
+        AapError::RateLimited { retry_after } => {
+            let ms = u64::try_from(retry_after.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1);
+            let message = format!("Rate limit exceeded; retry after {ms} ms.");
+            aap(
+                AapParts {
+                    code: AapCode::RateLimited,
+                    summary: message.clone(),
+                    message,
+                    retryable: true,
+                    details: Some(json!({ "retry_after_ms": ms })),
+                    violations: None,
+                    retry_after: Some(*retry_after),
+                },
+                stamp,
+            )
+        }
+        AapError::UpstreamTimeout { .. }
+        | AapError::UpstreamUnavailable { .. }
+        | AapError::InvalidUpstreamResponse { .. }
+        | AapError::InvalidReply { .. }
+        | AapError::Internal(_) => internal(stamp),
+    }
+}
+
+fn summarize<'a>(fields: impl Iterator<Item = &'a String>) -> String {
+    let names: Vec<&str> = fields.map(String::as_str).collect();
+    names.join(", ")
+}
+
+/// Whether the error hides an internal cause that must be logged (and never sent).
+pub fn is_internal(error: &AapError) -> bool {
+    matches!(
+        error,
+        AapError::UpstreamTimeout { .. }
+            | AapError::UpstreamUnavailable { .. }
+            | AapError::InvalidUpstreamResponse { .. }
+            | AapError::InvalidReply { .. }
+            | AapError::Internal(_)
+    )
+}

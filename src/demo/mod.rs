@@ -1,0 +1,86 @@
+//! `aap-gateway demo`: the gateway on the built-in demo configuration, ready to try.
+//!
+//! Binds the listeners first (port 0 allowed), builds the app against the real addresses so the
+//! cards advertise URLs that work, then writes the endpoints file and prints ready-to-paste calls.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::app::App;
+
+/// Where `demo` finds its configuration when `--config` is not given: `config/demo.yaml` under
+/// the working directory, else under the crate's source directory (for `cargo run` elsewhere).
+pub fn default_config() -> PathBuf {
+    let local = PathBuf::from("config/demo.yaml");
+    if local.exists() {
+        local
+    } else {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("config/demo.yaml")
+    }
+}
+
+/// The JSON object written to `--endpoints-file` once everything is ready.
+pub fn endpoints(app: &App, gateway: SocketAddr, admin: SocketAddr) -> Value {
+    let dealers: Vec<Value> = app
+        .settings
+        .dealers
+        .iter()
+        .filter_map(|s| app.dealer(&s.id))
+        .map(|d| {
+            json!({
+                "id": d.id(),
+                "card_url": d.card_url,
+                "jsonrpc_url": d.jsonrpc_url,
+                "host": d.settings.hosts.first(),
+            })
+        })
+        .collect();
+    json!({
+        "gateway": format!("http://{gateway}"),
+        "admin": format!("http://{admin}"),
+        "simulators": {},
+        "dealers": dealers,
+    })
+}
+
+/// The banner printed on stdout: card URLs and a curl call per dealer.
+pub fn banner(app: &App, admin: SocketAddr) -> String {
+    let uri = &app.settings.aap.extension_uri;
+    let mut out = String::from("aap-gateway demo is running.\n\n");
+    for setting in &app.settings.dealers {
+        let Some(d) = app.dealer(&setting.id) else {
+            continue;
+        };
+        let host = d
+            .settings
+            .hosts
+            .first()
+            .map(|h| format!(" -H 'Host: {h}'"))
+            .unwrap_or_default();
+        let skills: Vec<&str> = d.skills().map(|s| s.id()).collect();
+        out.push_str(&format!(
+            "Dealer {} ({})\n  card:     curl -s{host} {}\n  skills:   {}\n  call:     curl -s{host} {} \\\n              -H 'Content-Type: application/json' -H 'A2A-Version: 1.0' \\\n              -H 'A2A-Extensions: {uri}' \\\n              -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"SendMessage\",\"params\":{{\"message\":{{\"messageId\":\"m-1\",\"role\":\"ROLE_USER\",\"parts\":[{{\"data\":{{\"type\":\"dealer.information.request\"}}}}]}}}}}}'\n\n",
+            d.settings.card.name,
+            d.id(),
+            d.card_url,
+            skills.join(", "),
+            d.jsonrpc_url,
+        ));
+    }
+    out.push_str(&format!(
+        "Health: curl -s http://{admin}/readyz\nStop with Ctrl-C.\n"
+    ));
+    out
+}
+
+/// Writes the endpoints file atomically (temp file + rename) so a watcher never reads half.
+pub fn write_endpoints(path: &Path, endpoints: &Value) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(endpoints).unwrap_or_default(),
+    )?;
+    std::fs::rename(tmp, path)
+}

@@ -1,0 +1,173 @@
+//! `AapError`: every way a call can fail, in AAP and A2A vocabulary and nothing of the wire.
+//!
+//! Stages return `Result<_, AapError>` and use `?`; only `binding::wire_error` turns an error into
+//! codes, statuses and bodies, and only `binding::serve_call` logs the internal cause (once).
+
+use std::fmt;
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// The twelve AAP error codes (SPEC §3.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AapCode {
+    UnsupportedSkill,
+    SchemaValidationFailed,
+    MissingRequiredField,
+    InvalidCondition,
+    VehicleNotFound,
+    VehicleUnavailable,
+    ContactConsentRequired,
+    InvalidConsent,
+    AppointmentTimeUnavailable,
+    IdempotencyConflict,
+    RateLimited,
+    InternalError,
+}
+
+impl AapCode {
+    pub const ALL: [AapCode; 12] = [
+        AapCode::UnsupportedSkill,
+        AapCode::SchemaValidationFailed,
+        AapCode::MissingRequiredField,
+        AapCode::InvalidCondition,
+        AapCode::VehicleNotFound,
+        AapCode::VehicleUnavailable,
+        AapCode::ContactConsentRequired,
+        AapCode::InvalidConsent,
+        AapCode::AppointmentTimeUnavailable,
+        AapCode::IdempotencyConflict,
+        AapCode::RateLimited,
+        AapCode::InternalError,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AapCode::UnsupportedSkill => "UNSUPPORTED_SKILL",
+            AapCode::SchemaValidationFailed => "SCHEMA_VALIDATION_FAILED",
+            AapCode::MissingRequiredField => "MISSING_REQUIRED_FIELD",
+            AapCode::InvalidCondition => "INVALID_CONDITION",
+            AapCode::VehicleNotFound => "VEHICLE_NOT_FOUND",
+            AapCode::VehicleUnavailable => "VEHICLE_UNAVAILABLE",
+            AapCode::ContactConsentRequired => "CONTACT_CONSENT_REQUIRED",
+            AapCode::InvalidConsent => "INVALID_CONSENT",
+            AapCode::AppointmentTimeUnavailable => "APPOINTMENT_TIME_UNAVAILABLE",
+            AapCode::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
+            AapCode::RateLimited => "RATE_LIMITED",
+            AapCode::InternalError => "INTERNAL_ERROR",
+        }
+    }
+
+    pub fn parse(code: &str) -> Option<AapCode> {
+        AapCode::ALL.into_iter().find(|c| c.as_str() == code)
+    }
+
+    /// The default `retryable` of SPEC §3.3.
+    pub fn retryable_by_default(self) -> bool {
+        matches!(self, AapCode::RateLimited | AapCode::InternalError)
+    }
+}
+
+impl fmt::Display for AapCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One failed rule in a request or reply payload, in the JSON Schema output-unit style of SPEC §3.4.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// JSON Pointer relative to the AAP payload (the DataPart `data`).
+    pub instance_location: String,
+    /// The JSON Schema keyword that failed (`type`, `required`, `enum`, ...).
+    pub keyword: String,
+    /// A short, safe-to-display message.
+    pub error: String,
+}
+
+/// A field problem in the A2A envelope (not the AAP payload), reported as `google.rpc.BadRequest`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldViolation {
+    /// Location inside the `SendMessageRequest`, e.g. `message.parts`.
+    pub field: String,
+    pub description: String,
+}
+
+/// Everything that can end a call early.
+#[derive(Debug, thiserror::Error)]
+pub enum AapError {
+    // --- JSON-RPC / A2A protocol errors (A2A error shape, no `aap.error`) ---
+    #[error("invalid JSON payload: {detail}")]
+    Parse { detail: String },
+    #[error("invalid JSON-RPC request: {detail}")]
+    InvalidRequest { detail: String },
+    #[error("method not found: {method}")]
+    MethodNotFound { method: String },
+    #[error("invalid SendMessage parameters")]
+    InvalidParams { violations: Vec<FieldViolation> },
+    #[error("task not found")]
+    TaskNotFound,
+    #[error("push notifications are not supported")]
+    PushNotificationNotSupported,
+    #[error("unsupported operation: {operation}")]
+    UnsupportedOperation { operation: String },
+    #[error("content type not supported: {detail}")]
+    ContentTypeNotSupported { detail: String },
+    #[error("AAP extension not activated; required {uri}")]
+    ExtensionSupportRequired { uri: String },
+    #[error("A2A version not supported: {requested:?}")]
+    VersionNotSupported { requested: Option<String> },
+
+    // --- AAP skill-level errors (typed `aap.error` payload) ---
+    /// A business outcome named by the protocol or by a mapping's error rule.
+    #[error("{code}: {message}")]
+    Domain {
+        code: AapCode,
+        message: String,
+        details: Option<Value>,
+    },
+    /// Request payload failed its schema; `code` is one of the three validation codes or a
+    /// consent code chosen by `schema::classify`.
+    #[error("{code}: {} validation errors", violations.len())]
+    Validation {
+        code: AapCode,
+        violations: Vec<Violation>,
+    },
+    #[error("rate limited; retry after {retry_after:?}")]
+    RateLimited { retry_after: Duration },
+
+    // --- gateway / upstream failures: INTERNAL_ERROR, cause logged, never sent ---
+    #[error("upstream `{upstream}` timed out after {after:?}")]
+    UpstreamTimeout { upstream: String, after: Duration },
+    #[error("upstream `{upstream}` unavailable: {cause}")]
+    UpstreamUnavailable { upstream: String, cause: String },
+    #[error("upstream `{upstream}` sent an invalid response: {cause}")]
+    InvalidUpstreamResponse { upstream: String, cause: String },
+    /// A reply built by a mapping failed the AAP response schema.
+    #[error("reply for {skill} failed the response schema: {violations:?}")]
+    InvalidReply {
+        skill: String,
+        violations: Vec<Violation>,
+    },
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl AapError {
+    /// An AAP domain error with the code's default message.
+    pub fn domain(code: AapCode, message: impl Into<String>) -> AapError {
+        AapError::Domain {
+            code,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    pub fn unsupported_skill(skill: &str, served: &[&str]) -> AapError {
+        AapError::Domain {
+            code: AapCode::UnsupportedSkill,
+            message: format!("This dealer agent does not implement the skill `{skill}`."),
+            details: Some(serde_json::json!({ "skill": skill, "supported_skills": served })),
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! # aap-gateway
+//!
+//! An edge gateway that answers AI buyer agents over the Auto Agent Protocol (AAP, a strict
+//! profile of A2A v1.0) on behalf of car dealers whose real systems are legacy REST and SOAP.
+//!
+//! ## The request's path
+//!
+//! ```text
+//!  TCP ─▶ server (tower stack: panic guard, concurrency cap, body limit)
+//!           │
+//!           ├─ router ─ which dealer? (Host and/or path prefix) ── none ─▶ 404
+//!           │
+//!           ├─ GET /.well-known/agent-card.json ─▶ protocol::agent_card (pre-rendered, ETag)
+//!           │
+//!           └─ POST {prefix}/a2a ─▶ binding::jsonrpc   envelope, A2A-Version, method, A2A-Extensions
+//!                                     binding::send_message   Message → Call
+//!                                     pipeline::handle        skill → schema → mapping → reply schema
+//!                                     binding::wire_error     AapError → JSON-RPC error (one place)
+//! ```
+//!
+//! ## Invariants
+//!
+//! - Only `binding/` knows JSON-RPC; only `binding::wire_error` maps errors to codes.
+//! - Everything compilable (schemas, cards, dealer routes) is built once into an `App`.
+//! - `AapError` speaks AAP and A2A, never the wire; an internal cause is logged once and never
+//!   sent to a caller.
+
+pub mod app;
+pub mod binding;
+pub mod demo;
+pub mod error;
+pub mod mapping;
+pub mod pipeline;
+pub mod protocol;
+pub mod router;
+pub mod schema;
+pub mod server;
+pub mod settings;
+pub mod telemetry;

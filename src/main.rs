@@ -1,0 +1,254 @@
+//! The `aap-gateway` command line. Everything else lives in the library.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use aap_gateway::app::App;
+use aap_gateway::settings::{self, LogFormat, Problem, Settings};
+use aap_gateway::{demo, server, telemetry};
+
+/// An Auto Agent Protocol (A2A v1.0) gateway in front of dealers' legacy DMS and CRM systems.
+#[derive(Debug, Parser)]
+#[command(name = "aap-gateway", version, about, long_about = None)]
+struct Cli {
+    /// Log format on stderr; `auto` is human on a terminal and JSON otherwise.
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<LogFormatArg>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormatArg {
+    Auto,
+    Json,
+    Text,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway on the built-in demo configuration (config/demo.yaml) on loopback.
+    Demo {
+        /// Configuration to use instead of config/demo.yaml.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Address of the public (buyer-facing) listener; port 0 picks a free port.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// Address of the admin listener (/healthz, /readyz); port 0 picks a free port.
+        #[arg(long, default_value = "127.0.0.1:9090")]
+        admin_listen: SocketAddr,
+        /// Once everything is ready, write the addresses of what was started to this JSON file.
+        #[arg(long)]
+        endpoints_file: Option<PathBuf>,
+    },
+    /// Run the gateway in production mode.
+    Serve {
+        /// The configuration file (YAML); environment overrides: AAP_GATEWAY__SECTION__KEY.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Load the configuration exactly as `serve` would and print every problem as
+    /// file:line:col: message; exits 1 on any problem. Makes no network calls.
+    Check {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Print the agent card JSON a dealer would serve.
+    Card {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Dealer id; defaults to the first dealer in the file.
+        #[arg(long)]
+        dealer: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check { config } => check(&config),
+        Command::Card { config, dealer } => card(&config, dealer.as_deref()),
+        Command::Serve { config } => {
+            let Some(settings) = load(&config) else {
+                return ExitCode::FAILURE;
+            };
+            let listen = settings.listen;
+            let admin = settings.admin_listen;
+            run(settings, cli.log_format, listen, admin, None)
+        }
+        Command::Demo {
+            config,
+            listen,
+            admin_listen,
+            endpoints_file,
+        } => {
+            let config = config.unwrap_or_else(demo::default_config);
+            let Some(settings) = load(&config) else {
+                return ExitCode::FAILURE;
+            };
+            run(
+                settings,
+                cli.log_format,
+                listen,
+                admin_listen,
+                Some(endpoints_file),
+            )
+        }
+    }
+}
+
+fn load(config: &Path) -> Option<Settings> {
+    match settings::load(config) {
+        Ok(s) => Some(s),
+        Err(problems) => {
+            print_problems(&problems);
+            None
+        }
+    }
+}
+
+fn print_problems(problems: &[Problem]) {
+    for p in problems {
+        eprintln!("{p}");
+    }
+    eprintln!("{} problem(s) found", problems.len());
+}
+
+fn check(config: &Path) -> ExitCode {
+    let settings = match settings::load(config) {
+        Ok(s) => s,
+        Err(problems) => {
+            print_problems(&problems);
+            return ExitCode::FAILURE;
+        }
+    };
+    let warnings = settings.warnings.clone();
+    let listen = settings.listen;
+    match App::build(settings, listen) {
+        Ok(app) => {
+            for w in &warnings {
+                eprintln!("{w} (warning)");
+            }
+            println!(
+                "{}: ok ({} dealer(s), {} warning(s))",
+                config.display(),
+                app.dealers.len(),
+                warnings.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(problems) => {
+            print_problems(&problems);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn card(config: &Path, dealer: Option<&str>) -> ExitCode {
+    let Some(settings) = load(config) else {
+        return ExitCode::FAILURE;
+    };
+    let listen = settings.listen;
+    let wanted = dealer
+        .map(str::to_owned)
+        .or_else(|| settings.dealers.first().map(|d| d.id.clone()));
+    let app = match App::build(settings, listen) {
+        Ok(app) => app,
+        Err(problems) => {
+            print_problems(&problems);
+            return ExitCode::FAILURE;
+        }
+    };
+    match wanted.as_deref().and_then(|id| app.dealer(id)) {
+        Some(d) => {
+            println!("{}", String::from_utf8_lossy(&d.card.body));
+            ExitCode::SUCCESS
+        }
+        None => {
+            let ids: Vec<&str> = app.dealers.iter().map(|d| d.id()).collect();
+            eprintln!(
+                "no dealer `{}`; known: {}",
+                wanted.unwrap_or_default(),
+                ids.join(", ")
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Binds, builds and serves until SIGTERM/SIGINT. `demo` is `Some(endpoints file)` in demo mode.
+fn run(
+    mut settings: Settings,
+    log_format: Option<LogFormatArg>,
+    listen: SocketAddr,
+    admin_listen: SocketAddr,
+    demo: Option<Option<PathBuf>>,
+) -> ExitCode {
+    let format = match log_format {
+        Some(LogFormatArg::Auto) => LogFormat::Auto,
+        Some(LogFormatArg::Json) => LogFormat::Json,
+        Some(LogFormatArg::Text) => LogFormat::Text,
+        None => settings.telemetry.log_format,
+    };
+    telemetry::init(format);
+    for w in &settings.warnings {
+        tracing::warn!(location = %w.origin, "{}", w.message);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let gateway = match tokio::net::TcpListener::bind(listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("cannot listen on {listen}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let admin = match tokio::net::TcpListener::bind(admin_listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("cannot listen on {admin_listen} (admin): {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let (Ok(gateway_addr), Ok(admin_addr)) = (gateway.local_addr(), admin.local_addr()) else {
+            eprintln!("cannot read the bound addresses");
+            return ExitCode::FAILURE;
+        };
+        settings.listen = gateway_addr;
+        settings.admin_listen = admin_addr;
+        let app = match App::build(settings, gateway_addr) {
+            Ok(app) => Arc::new(app),
+            Err(problems) => {
+                print_problems(&problems);
+                return ExitCode::FAILURE;
+            }
+        };
+        tracing::info!(listen = %gateway_addr, admin = %admin_addr, dealers = app.dealers.len(), "aap-gateway ready");
+        if let Some(endpoints_file) = demo {
+            print!("{}", demo::banner(&app, admin_addr));
+            if let Some(path) = endpoints_file {
+                let endpoints = demo::endpoints(&app, gateway_addr, admin_addr);
+                if let Err(e) = demo::write_endpoints(&path, &endpoints) {
+                    eprintln!("cannot write {}: {e}", path.display());
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        server::run(app, gateway, admin, server::shutdown_signal()).await;
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,145 @@
+//! The dealer's A2A v1.0 agent card (SPEC §4), rendered once per `App` with its cache validators.
+//!
+//! The card is bytes, not a struct re-serialized per request: buyers poll it, and a strong ETag
+//! must be stable for a given configuration. `params.id` is derived from the card's content, so it
+//! changes exactly when the card does (SPEC §4.3: "regenerate whenever the card changes").
+
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use super::Skill;
+use crate::settings::{AapSettings, CardSettings};
+
+/// A rendered card and its HTTP cache validators.
+#[derive(Debug, Clone)]
+pub struct AgentCard {
+    pub body: Bytes,
+    /// Strong validator, quoted: `"<hex sha-256 prefix>"`.
+    pub etag: String,
+    /// IMF-fixdate of the load that produced this card.
+    pub last_modified: String,
+}
+
+/// What a card says about one dealer.
+pub struct CardInput<'a> {
+    pub card: &'a CardSettings,
+    pub aap: &'a AapSettings,
+    /// The JSON-RPC interface URL actually served.
+    pub jsonrpc_url: &'a str,
+    /// Skills this dealer serves, in card order.
+    pub skills: &'a [Skill],
+    pub loaded_at: std::time::SystemTime,
+}
+
+impl AgentCard {
+    pub fn render(input: &CardInput<'_>) -> AgentCard {
+        let mut value = card_value(input, "");
+        let digest = Sha256::digest(value.to_string().as_bytes());
+        let mut id_bytes = [0u8; 16];
+        id_bytes.copy_from_slice(&digest[..16]);
+        let revision = uuid::Uuid::new_v8(id_bytes).to_string();
+        value["capabilities"]["extensions"][0]["params"]["id"] = Value::String(revision);
+        let body = serde_json::to_vec_pretty(&value).unwrap_or_default();
+        let etag = format!("\"{}\"", hex(&Sha256::digest(&body)[..16]));
+        AgentCard {
+            body: Bytes::from(body),
+            etag,
+            last_modified: httpdate::fmt_http_date(input.loaded_at),
+        }
+    }
+
+    /// The card as JSON (for `aap-gateway card` and tests).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+fn card_value(input: &CardInput<'_>, revision: &str) -> Value {
+    let CardInput {
+        card,
+        aap,
+        jsonrpc_url,
+        skills,
+        ..
+    } = input;
+    let input_modes: Vec<&str> = skills.iter().map(|s| s.request_media_type()).collect();
+    let output_modes: Vec<&str> = skills.iter().map(|s| s.response_media_type()).collect();
+    let mut schema_urls = Map::new();
+    for skill in *skills {
+        schema_urls.insert(
+            skill.id().to_owned(),
+            json!({
+                "request_schema": format!("{}{}", aap.schema_base_url, skill.request_schema_file()),
+                "response_schema": format!("{}{}", aap.schema_base_url, skill.response_schema_file()),
+            }),
+        );
+    }
+    let skill_entries: Vec<Value> = skills
+        .iter()
+        .map(|s| {
+            json!({
+                "id": s.id(),
+                "name": s.name(),
+                "description": s.description(),
+                "tags": s.tags(),
+                "inputModes": [s.request_media_type()],
+                "outputModes": [s.response_media_type()],
+            })
+        })
+        .collect();
+    let mut out = Map::new();
+    out.insert("name".into(), json!(card.name));
+    out.insert("description".into(), json!(card.description));
+    out.insert(
+        "supportedInterfaces".into(),
+        json!([{ "url": jsonrpc_url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0" }]),
+    );
+    if let Some(p) = &card.provider {
+        out.insert(
+            "provider".into(),
+            json!({ "organization": p.organization, "url": p.url }),
+        );
+    }
+    out.insert("version".into(), json!(card.version));
+    if let Some(url) = &card.documentation_url {
+        out.insert("documentationUrl".into(), json!(url));
+    }
+    if let Some(url) = &card.icon_url {
+        out.insert("iconUrl".into(), json!(url));
+    }
+    // Only what the gateway really serves: no streaming, push or extended card (SPEC §1.7).
+    out.insert(
+        "capabilities".into(),
+        json!({
+            "extensions": [{
+                "uri": aap.extension_uri,
+                "description": aap.description,
+                "required": true,
+                "params": {
+                    "id": revision,
+                    "version": aap.version,
+                    "schema_base_url": aap.schema_base_url,
+                    "skills": schema_urls,
+                }
+            }],
+            "streaming": false,
+            "pushNotifications": false,
+            "extendedAgentCard": false,
+        }),
+    );
+    out.insert("defaultInputModes".into(), json!(input_modes));
+    out.insert("defaultOutputModes".into(), json!(output_modes));
+    out.insert("skills".into(), Value::Array(skill_entries));
+    Value::Object(out)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}

@@ -1,0 +1,168 @@
+//! Listeners and the one tower stack. `run` accepts connections on the gateway and admin
+//! listeners until shutdown, then drains in-flight requests (bounded by `limits.shutdown_grace`).
+
+pub mod admin;
+pub mod routes;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tower::ServiceBuilder;
+use tower::limit::GlobalConcurrencyLimitLayer;
+use tower_http::catch_panic::CatchPanicLayer;
+
+use crate::app::App;
+
+/// The caller's socket address, set on every request (rate limiting and logs use it).
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// Slow clients may take this long to send request headers before the connection is closed.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Shared state of a running server.
+#[derive(Debug)]
+pub struct Running {
+    /// Cleared when shutdown starts, so `/readyz` turns away new traffic while draining.
+    pub ready: AtomicBool,
+}
+
+/// Serves `app` on the two listeners until `shutdown` completes, then drains.
+pub async fn run(
+    app: Arc<App>,
+    gateway: TcpListener,
+    admin: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) {
+    let state = Arc::new(Running {
+        ready: AtomicBool::new(true),
+    });
+    let limit = Arc::new(Semaphore::new(app.settings.limits.max_concurrency));
+    let grace = app.settings.limits.shutdown_grace;
+    let graceful = GracefulShutdown::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    tokio::pin!(shutdown);
+
+    loop {
+        tokio::select! {
+            accepted = gateway.accept() => {
+                let Some((stream, peer)) = accepted_or_log(accepted).await else { continue };
+                let app = Arc::clone(&app);
+                let service = ServiceBuilder::new()
+                    // A panic in any handler becomes a bare 500: no stack trace, no dropped
+                    // connection, and the rest of the server keeps going.
+                    .layer(CatchPanicLayer::custom(panic_response))
+                    // The process and the dealers' legacy systems have finite capacity: at most
+                    // `limits.max_concurrency` requests run at once across all connections.
+                    .layer(GlobalConcurrencyLimitLayer::with_semaphore(Arc::clone(&limit)))
+                    .service_fn(move |mut req: Request<Incoming>| {
+                        let app = Arc::clone(&app);
+                        req.extensions_mut().insert(PeerAddr(peer));
+                        async move { Ok::<_, Infallible>(routes::route(&app, req).await) }
+                    });
+                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service)).into_owned();
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            accepted = admin.accept() => {
+                let Some((stream, _)) = accepted_or_log(accepted).await else { continue };
+                let state = Arc::clone(&state);
+                let service = hyper::service::service_fn(move |req| {
+                    let state = Arc::clone(&state);
+                    async move { Ok::<_, Infallible>(admin::route(&state, &req)) }
+                });
+                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move { let _ = conn.await; });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    state.ready.store(false, Ordering::SeqCst);
+    drop(gateway);
+    drop(admin);
+    tracing::info!(grace = ?grace, "shutting down: draining in-flight requests");
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("all connections drained"),
+        () = tokio::time::sleep(grace) => tracing::warn!("shutdown grace elapsed; closing remaining connections"),
+    }
+}
+
+async fn accepted_or_log(
+    accepted: std::io::Result<(tokio::net::TcpStream, SocketAddr)>,
+) -> Option<(tokio::net::TcpStream, SocketAddr)> {
+    match accepted {
+        Ok((stream, peer)) => {
+            let _ = stream.set_nodelay(true);
+            Some((stream, peer))
+        }
+        Err(e) => {
+            // Usually EMFILE: back off briefly instead of spinning.
+            tracing::warn!(error = %e, "accept failed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            None
+        }
+    }
+}
+
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response<Full<Bytes>> {
+    tracing::error!("a request handler panicked");
+    plain(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+}
+
+/// A small JSON body for HTTP-level answers that carry no JSON-RPC envelope.
+pub fn plain(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+    let body = serde_json::json!({ "error": { "code": status.as_u16(), "message": message } });
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown signal received");
+}

@@ -1,0 +1,157 @@
+//! `File*`: the configuration file exactly as an operator writes it.
+//!
+//! These types mirror the YAML one to one, reject unknown keys, and hold every default in one
+//! place (the `Default` impls below). They are never used at run time: `settings::load` turns them
+//! into the validated types of `settings/mod.rs`.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The draft extension URI of the planned AAP 2.0.0 contract. Development only: `check` warns.
+pub const DRAFT_EXTENSION_URI: &str =
+    "https://draft.autoagentprotocol.invalid/extensions/aap/latest";
+pub const DRAFT_SCHEMA_BASE_URL: &str = "https://draft.autoagentprotocol.invalid/latest/schemas/";
+
+/// `listen`, `admin_listen` and the scalar top-level keys are read one by one in `load`; the
+/// sections are these structs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileAap {
+    /// The AAP extension URI every dealer card declares and every call must activate.
+    pub extension_uri: String,
+    /// AAP contract version announced in the card's extension `params.version`.
+    pub version: String,
+    /// Base URL of the version-pinned AAP schemas, announced on the card.
+    pub schema_base_url: String,
+    /// Human-readable description of the extension entry on the card.
+    pub description: String,
+}
+
+impl Default for FileAap {
+    fn default() -> Self {
+        FileAap {
+            extension_uri: DRAFT_EXTENSION_URI.to_owned(),
+            version: "0.0.0-dev".to_owned(),
+            schema_base_url: DRAFT_SCHEMA_BASE_URL.to_owned(),
+            description: "Auto Agent Protocol — A2A Automotive Retail Profile.".to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileBindings {
+    /// The JSON-RPC 2.0 binding (always on; AAP's only required binding).
+    pub jsonrpc: FileJsonRpc,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileJsonRpc {
+    /// Path of the JSON-RPC endpoint below the dealer's path prefix; `{path}/` is served too.
+    pub path: String,
+}
+
+impl Default for FileJsonRpc {
+    fn default() -> Self {
+        FileJsonRpc {
+            path: "/a2a".to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileLimits {
+    /// Largest request body accepted; larger bodies get HTTP 413.
+    pub max_body_bytes: u64,
+    /// Deadline for a whole request, upstream calls included (e.g. `15s`).
+    pub request_timeout: String,
+    /// Requests handled at once; beyond this callers wait for a slot.
+    pub max_concurrency: u64,
+    /// How long a graceful shutdown waits for in-flight requests (e.g. `20s`).
+    pub shutdown_grace: String,
+}
+
+impl Default for FileLimits {
+    fn default() -> Self {
+        FileLimits {
+            max_body_bytes: 64 * 1024,
+            request_timeout: "15s".to_owned(),
+            max_concurrency: 1024,
+            shutdown_grace: "20s".to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileTelemetry {
+    /// `auto` (human on a TTY, JSON otherwise), `json` or `text`.
+    pub log_format: String,
+    /// Service name reported in logs.
+    pub service_name: String,
+}
+
+impl Default for FileTelemetry {
+    fn default() -> Self {
+        FileTelemetry {
+            log_format: "auto".to_owned(),
+            service_name: "aap-gateway".to_owned(),
+        }
+    }
+}
+
+/// Who operates the agent (card `provider`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileProvider {
+    pub organization: String,
+    pub url: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileDealer {
+    /// Stable dealer id (letters, digits, `_`, `-`); used in logs, metrics and the endpoints file.
+    pub id: String,
+    /// Host names this dealer answers on (port ignored, case-insensitive). Empty = any host.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Path prefix this dealer answers under, e.g. `/dealers/demo-honda`. Absent = `/`.
+    #[serde(default)]
+    pub path_prefix: Option<String>,
+    /// The dealer's agent card.
+    pub card: FileCard,
+    /// The dealer's public profile (AAP `DealerInformation`); when present the gateway answers
+    /// `dealer.information` from it.
+    #[serde(default)]
+    pub profile: Option<Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileCard {
+    /// Agent name shown to buyers, e.g. "Demo Toyota".
+    pub name: String,
+    /// Short description of the agent.
+    pub description: String,
+    /// Public JSON-RPC URL of this dealer (HTTPS in production). When absent it is derived from
+    /// the address the gateway listens on (right for `demo` and local tests only).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Version of the card document (semver recommended).
+    #[serde(default = "default_card_version")]
+    pub version: String,
+    #[serde(default)]
+    pub documentation_url: Option<String>,
+    #[serde(default)]
+    pub icon_url: Option<String>,
+    /// Overrides the deployment-wide `provider` for this card.
+    #[serde(default)]
+    pub provider: Option<FileProvider>,
+}
+
+fn default_card_version() -> String {
+    "1.0.0".to_owned()
+}

@@ -1,0 +1,674 @@
+//! Settings: the configuration file plus `AAP_GATEWAY__SECTION__KEY` environment overrides,
+//! validated into run-time types.
+//!
+//! Loading never stops at the first problem: each section and each dealer is read on its own and
+//! every problem is collected with its location (`file:line:col`, or the environment variable it
+//! came from), so `aap-gateway check` can show an operator the whole list at once.
+
+pub mod file;
+pub mod yaml;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use file::{DRAFT_EXTENSION_URI, DRAFT_SCHEMA_BASE_URL};
+use file::{FileAap, FileBindings, FileCard, FileDealer, FileLimits, FileProvider, FileTelemetry};
+pub use yaml::{Origin, Problem, SourceMap};
+
+/// Prefix of environment overrides: `AAP_GATEWAY__LIMITS__MAX_BODY_BYTES=131072`.
+pub const ENV_PREFIX: &str = "AAP_GATEWAY";
+const ENV_SEPARATOR: &str = "__";
+
+/// Validated settings. If a value exists here it is usable.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Positions in the main configuration file, for problems found after loading.
+    pub source: SourceMap,
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub aap: AapSettings,
+    /// Path of the JSON-RPC endpoint below each dealer's prefix, e.g. `/a2a`.
+    pub jsonrpc_path: String,
+    pub limits: Limits,
+    pub telemetry: TelemetrySettings,
+    pub dealers: Vec<DealerSettings>,
+    /// Problems that do not stop the gateway but that `check` reports.
+    pub warnings: Vec<Problem>,
+}
+
+#[derive(Debug, Clone)]
+pub struct AapSettings {
+    pub extension_uri: String,
+    pub version: String,
+    pub schema_base_url: String,
+    pub description: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub request_timeout: Duration,
+    pub max_concurrency: usize,
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Auto,
+    Json,
+    Text,
+}
+
+#[derive(Debug, Clone)]
+pub struct TelemetrySettings {
+    pub log_format: LogFormat,
+    pub service_name: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Provider {
+    pub organization: String,
+    pub url: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct DealerSettings {
+    pub id: String,
+    /// Lower-case host names; empty = any host.
+    pub hosts: Vec<String>,
+    /// `""` or a prefix such as `/dealers/demo-honda` (no trailing slash).
+    pub path_prefix: String,
+    pub card: CardSettings,
+    pub profile: Option<Value>,
+    /// JSON Pointer of this dealer in the configuration file, for located problems.
+    pub pointer: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct CardSettings {
+    pub name: String,
+    pub description: String,
+    pub url: Option<String>,
+    pub version: String,
+    pub documentation_url: Option<String>,
+    pub icon_url: Option<String>,
+    pub provider: Option<Provider>,
+}
+
+/// Loads `path` with overrides from the process environment.
+pub fn load(path: &Path) -> Result<Settings, Vec<Problem>> {
+    let env: HashMap<String, String> = std::env::vars()
+        .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+        .collect();
+    load_with_env(path, env)
+}
+
+/// Loads `path` with overrides from `env` (tests pass their own map).
+pub fn load_with_env(path: &Path, env: HashMap<String, String>) -> Result<Settings, Vec<Problem>> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        vec![Problem {
+            origin: Origin::WholeFile {
+                path: path.to_path_buf(),
+            },
+            message: format!("cannot read configuration: {e}"),
+        }]
+    })?;
+    // Parsed once for positions and syntax errors; `config` then does the merging.
+    let (_, source) = yaml::parse(path, &text).map_err(|p| vec![p])?;
+    let env_vars: Vec<String> = env.keys().cloned().collect();
+    let merged = config::Config::builder()
+        .add_source(config::File::from_str(&text, config::FileFormat::Yaml))
+        .add_source(
+            config::Environment::with_prefix(ENV_PREFIX)
+                .prefix_separator(ENV_SEPARATOR)
+                .separator(ENV_SEPARATOR)
+                .try_parsing(true)
+                .source(Some(env.into_iter().collect())),
+        )
+        .build()
+        .and_then(|c| c.try_deserialize::<config::Map<String, config::Value>>())
+        .map_err(|e| vec![source.problem("", format!("cannot load configuration: {e}"))])?;
+
+    let mut loader = Loader {
+        source,
+        env_vars,
+        problems: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let settings = loader.read(merged);
+    match settings {
+        Some(s) if loader.problems.is_empty() => Ok(s),
+        _ => Err(loader.problems),
+    }
+}
+
+struct Loader {
+    source: SourceMap,
+    env_vars: Vec<String>,
+    problems: Vec<Problem>,
+    warnings: Vec<Problem>,
+}
+
+impl Loader {
+    /// Where the value at `pointer` came from: an environment variable that set it, or the file.
+    fn origin(&self, pointer: &str) -> Origin {
+        let var = format!(
+            "{ENV_PREFIX}{ENV_SEPARATOR}{}",
+            pointer
+                .trim_start_matches('/')
+                .replace('/', ENV_SEPARATOR)
+                .to_uppercase()
+        );
+        if self.env_vars.iter().any(|v| v.eq_ignore_ascii_case(&var)) {
+            return Origin::Env { var };
+        }
+        self.source.origin(pointer)
+    }
+
+    fn problem(&mut self, pointer: &str, message: impl Into<String>) {
+        let origin = self.origin(pointer);
+        self.problems.push(Problem {
+            origin,
+            message: message.into(),
+        });
+    }
+
+    fn warn(&mut self, pointer: &str, message: impl Into<String>) {
+        let origin = self.origin(pointer);
+        self.warnings.push(Problem {
+            origin,
+            message: message.into(),
+        });
+    }
+
+    /// Deserializes one section, recording a located problem on failure.
+    fn section<T: DeserializeOwned>(&mut self, pointer: &str, value: config::Value) -> Option<T> {
+        match serde_path_to_error::deserialize::<_, T>(value) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                let mut at = pointer.to_owned();
+                for segment in e.path().iter() {
+                    match segment {
+                        serde_path_to_error::Segment::Seq { index } => {
+                            at = yaml::push_pointer(&at, &index.to_string());
+                        }
+                        serde_path_to_error::Segment::Map { key } => {
+                            at = yaml::push_pointer(&at, key);
+                        }
+                        serde_path_to_error::Segment::Enum { .. }
+                        | serde_path_to_error::Segment::Unknown => {}
+                    }
+                }
+                let message = clean_serde_message(&e.inner().to_string());
+                self.problem(&at, message);
+                None
+            }
+        }
+    }
+
+    fn read(&mut self, mut root: config::Map<String, config::Value>) -> Option<Settings> {
+        const KNOWN: &[&str] = &[
+            "listen",
+            "admin_listen",
+            "aap",
+            "bindings",
+            "limits",
+            "telemetry",
+            "provider",
+            "dealers",
+        ];
+        let unknown: Vec<String> = root
+            .keys()
+            .filter(|k| !KNOWN.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        for key in unknown {
+            self.problem(
+                &format!("/{key}"),
+                format!("unknown key `{key}`; expected one of {}", KNOWN.join(", ")),
+            );
+        }
+        let mut take = |key: &str| root.shift_remove(key);
+
+        let listen = self.address("/listen", take("listen"), "0.0.0.0:8080");
+        let admin_listen = self.address("/admin_listen", take("admin_listen"), "127.0.0.1:9090");
+        let aap: Option<FileAap> = self.optional_section("/aap", take("aap"));
+        let bindings: Option<FileBindings> = self.optional_section("/bindings", take("bindings"));
+        let limits: Option<FileLimits> = self.optional_section("/limits", take("limits"));
+        let telemetry: Option<FileTelemetry> =
+            self.optional_section("/telemetry", take("telemetry"));
+        let provider = match take("provider") {
+            Some(v) if !is_nil(&v) => self.section::<FileProvider>("/provider", v).map(Some),
+            _ => Some(None),
+        };
+        let dealers = self.dealers(take("dealers"));
+
+        let aap = self.aap(aap?);
+        let jsonrpc_path = self.jsonrpc_path(&bindings?.jsonrpc.path);
+        let limits = self.limits(limits?);
+        let telemetry = self.telemetry(telemetry?);
+        let provider = provider?.map(|p| self.provider("/provider", p));
+        let dealers = dealers?;
+        Some(Settings {
+            source: self.source.clone(),
+            listen: listen?,
+            admin_listen: admin_listen?,
+            aap: aap?,
+            jsonrpc_path: jsonrpc_path?,
+            limits: limits?,
+            telemetry: telemetry?,
+            dealers: dealers
+                .into_iter()
+                .map(|mut d| {
+                    if d.card.provider.is_none() {
+                        d.card.provider = provider.clone().flatten();
+                    }
+                    d
+                })
+                .collect(),
+            warnings: std::mem::take(&mut self.warnings),
+        })
+    }
+
+    fn optional_section<T: DeserializeOwned + Default>(
+        &mut self,
+        pointer: &str,
+        value: Option<config::Value>,
+    ) -> Option<T> {
+        match value {
+            Some(v) if !is_nil(&v) => self.section(pointer, v),
+            _ => Some(T::default()),
+        }
+    }
+
+    fn address(
+        &mut self,
+        pointer: &str,
+        value: Option<config::Value>,
+        default: &str,
+    ) -> Option<SocketAddr> {
+        let text = match value {
+            Some(v) => self.section::<String>(pointer, v)?,
+            None => default.to_owned(),
+        };
+        match text.parse() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                self.problem(
+                    pointer,
+                    format!("`{text}` is not a socket address like 0.0.0.0:8080"),
+                );
+                None
+            }
+        }
+    }
+
+    fn duration(&mut self, pointer: &str, text: &str) -> Option<Duration> {
+        match humantime::parse_duration(text) {
+            Ok(d) if !d.is_zero() => Some(d),
+            Ok(_) => {
+                self.problem(pointer, "must be greater than zero");
+                None
+            }
+            Err(e) => {
+                self.problem(
+                    pointer,
+                    format!("`{text}` is not a duration like 15s or 500ms: {e}"),
+                );
+                None
+            }
+        }
+    }
+
+    fn aap(&mut self, file: FileAap) -> Option<AapSettings> {
+        let uri = file.extension_uri.trim().to_owned();
+        if uri == DRAFT_EXTENSION_URI {
+            self.warn(
+                "/aap/extension_uri",
+                "the draft AAP extension URI is for development only; never publish it",
+            );
+        } else if let Some(version) =
+            uri.strip_prefix("https://autoagentprotocol.org/extensions/aap/")
+        {
+            if version.starts_with("v1.") {
+                self.problem(
+                    "/aap/extension_uri",
+                    format!(
+                        "`{uri}` names the frozen AAP v1 contract; this gateway speaks AAP 2.0"
+                    ),
+                );
+                return None;
+            }
+        } else {
+            self.problem(
+                "/aap/extension_uri",
+                format!(
+                    "`{uri}` is not an AAP extension URI (expected {DRAFT_EXTENSION_URI} or \
+                     https://autoagentprotocol.org/extensions/aap/v{{MAJOR}}.{{MINOR}})"
+                ),
+            );
+            return None;
+        }
+        if !file.schema_base_url.ends_with('/') || !is_absolute_url(&file.schema_base_url) {
+            self.problem(
+                "/aap/schema_base_url",
+                "must be an absolute URL ending in `/`, e.g. https://autoagentprotocol.org/v2.0/schemas/",
+            );
+            return None;
+        }
+        if file.version.trim().is_empty() {
+            self.problem("/aap/version", "must not be empty");
+            return None;
+        }
+        Some(AapSettings {
+            extension_uri: uri,
+            version: file.version,
+            schema_base_url: file.schema_base_url,
+            description: file.description,
+        })
+    }
+
+    fn jsonrpc_path(&mut self, path: &str) -> Option<String> {
+        if !is_clean_path(path) || path == "/" {
+            self.problem(
+                "/bindings/jsonrpc/path",
+                format!(
+                    "`{path}` must be a path like /a2a (leading `/`, no trailing `/`, no query)"
+                ),
+            );
+            return None;
+        }
+        Some(path.to_owned())
+    }
+
+    fn limits(&mut self, file: FileLimits) -> Option<Limits> {
+        let request_timeout = self.duration("/limits/request_timeout", &file.request_timeout);
+        let shutdown_grace = self.duration("/limits/shutdown_grace", &file.shutdown_grace);
+        const MAX_BODY: u64 = 16 * 1024 * 1024;
+        let max_body_bytes = if (1024..=MAX_BODY).contains(&file.max_body_bytes) {
+            usize::try_from(file.max_body_bytes).ok()
+        } else {
+            self.problem(
+                "/limits/max_body_bytes",
+                format!("must be between 1024 and {MAX_BODY}"),
+            );
+            None
+        };
+        let max_concurrency = if file.max_concurrency == 0 {
+            self.problem("/limits/max_concurrency", "must be at least 1");
+            None
+        } else {
+            usize::try_from(file.max_concurrency).ok()
+        };
+        Some(Limits {
+            max_body_bytes: max_body_bytes?,
+            request_timeout: request_timeout?,
+            max_concurrency: max_concurrency?,
+            shutdown_grace: shutdown_grace?,
+        })
+    }
+
+    fn telemetry(&mut self, file: FileTelemetry) -> Option<TelemetrySettings> {
+        let log_format = match file.log_format.as_str() {
+            "auto" => LogFormat::Auto,
+            "json" => LogFormat::Json,
+            "text" => LogFormat::Text,
+            other => {
+                self.problem(
+                    "/telemetry/log_format",
+                    format!("`{other}` is not one of auto, json, text"),
+                );
+                return None;
+            }
+        };
+        Some(TelemetrySettings {
+            log_format,
+            service_name: file.service_name,
+        })
+    }
+
+    fn provider(&mut self, pointer: &str, file: FileProvider) -> Option<Provider> {
+        if !is_absolute_url(&file.url) {
+            self.problem(
+                &format!("{pointer}/url"),
+                format!("`{}` is not an absolute URL", file.url),
+            );
+            return None;
+        }
+        Some(Provider {
+            organization: file.organization,
+            url: file.url,
+        })
+    }
+
+    fn dealers(&mut self, value: Option<config::Value>) -> Option<Vec<DealerSettings>> {
+        let Some(value) = value.filter(|v| !is_nil(v)) else {
+            self.problem("", "no `dealers` configured; list at least one dealer");
+            return None;
+        };
+        let items = self.section::<Vec<config::Value>>("/dealers", value)?;
+        if items.is_empty() {
+            self.problem("/dealers", "list at least one dealer");
+            return None;
+        }
+        let mut dealers = Vec::with_capacity(items.len());
+        let mut complete = true;
+        for (i, item) in items.into_iter().enumerate() {
+            let pointer = format!("/dealers/{i}");
+            match self
+                .section::<FileDealer>(&pointer, item)
+                .and_then(|d| self.dealer(&pointer, d))
+            {
+                Some(d) => dealers.push(d),
+                None => complete = false,
+            }
+        }
+        self.check_dealer_overlaps(&dealers);
+        complete.then_some(dealers)
+    }
+
+    fn dealer(&mut self, pointer: &str, file: FileDealer) -> Option<DealerSettings> {
+        let mut ok = true;
+        if file.id.is_empty()
+            || !file
+                .id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            self.problem(
+                &format!("{pointer}/id"),
+                format!("`{}` must be letters, digits, `_` or `-`", file.id),
+            );
+            ok = false;
+        }
+        let mut hosts = Vec::with_capacity(file.hosts.len());
+        for (i, host) in file.hosts.iter().enumerate() {
+            let h = host.trim().to_ascii_lowercase();
+            if h.is_empty() || h.contains(['/', ':', ' ']) && !h.starts_with('[') {
+                self.problem(
+                    &format!("{pointer}/hosts/{i}"),
+                    format!("`{host}` must be a bare host name such as dealer.example.com"),
+                );
+                ok = false;
+            }
+            hosts.push(h);
+        }
+        let path_prefix = match file.path_prefix.as_deref() {
+            None => String::new(),
+            Some(p) if is_clean_path(p) && p != "/" => p.to_owned(),
+            Some(p) => {
+                self.problem(
+                    &format!("{pointer}/path_prefix"),
+                    format!(
+                        "`{p}` must look like /dealers/my-dealer (leading `/`, no trailing `/`)"
+                    ),
+                );
+                ok = false;
+                String::new()
+            }
+        };
+        let card = self.card(&format!("{pointer}/card"), file.card);
+        if let Some(profile) = &file.profile {
+            if !profile.is_object() {
+                self.problem(
+                    &format!("{pointer}/profile"),
+                    "must be a mapping (AAP DealerInformation)",
+                );
+                ok = false;
+            }
+        }
+        let card = card?;
+        ok.then(|| DealerSettings {
+            id: file.id,
+            hosts,
+            path_prefix,
+            card,
+            profile: file.profile,
+            pointer: pointer.to_owned(),
+        })
+    }
+
+    fn card(&mut self, pointer: &str, file: FileCard) -> Option<CardSettings> {
+        let mut ok = true;
+        for (key, value) in [("name", &file.name), ("description", &file.description)] {
+            if value.trim().is_empty() {
+                self.problem(&format!("{pointer}/{key}"), "must not be empty");
+                ok = false;
+            }
+        }
+        match &file.url {
+            Some(url) => {
+                if let Err(message) = check_interface_url(url) {
+                    self.problem(&format!("{pointer}/url"), message);
+                    ok = false;
+                }
+            }
+            None => self.warn(
+                pointer,
+                "card.url is not set; the card advertises the listen address, which is right only \
+                 for local development",
+            ),
+        }
+        for (key, value) in [
+            ("documentation_url", &file.documentation_url),
+            ("icon_url", &file.icon_url),
+        ] {
+            if let Some(v) = value {
+                if !is_absolute_url(v) {
+                    self.problem(
+                        &format!("{pointer}/{key}"),
+                        format!("`{v}` is not an absolute URL"),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        let provider = match file.provider {
+            Some(p) => match self.provider(&format!("{pointer}/provider"), p) {
+                Some(p) => Some(p),
+                None => return None,
+            },
+            None => None,
+        };
+        ok.then_some(CardSettings {
+            name: file.name,
+            description: file.description,
+            url: file.url,
+            version: file.version,
+            documentation_url: file.documentation_url,
+            icon_url: file.icon_url,
+            provider,
+        })
+    }
+
+    /// Two dealers that would both claim the same request make routing ambiguous.
+    fn check_dealer_overlaps(&mut self, dealers: &[DealerSettings]) {
+        for (i, a) in dealers.iter().enumerate() {
+            for b in &dealers[..i] {
+                if a.id == b.id {
+                    self.problem(
+                        &format!("{}/id", a.pointer),
+                        format!("duplicate dealer id `{}`", a.id),
+                    );
+                    continue;
+                }
+                let same_prefix = a.path_prefix == b.path_prefix;
+                let hosts_overlap = (a.hosts.is_empty() && b.hosts.is_empty())
+                    || a.hosts.iter().any(|h| b.hosts.contains(h));
+                if same_prefix && hosts_overlap {
+                    self.problem(
+                        &a.pointer,
+                        format!(
+                            "dealer `{}` claims the same hosts and path prefix as `{}`; give one a \
+                             distinct `hosts` entry or `path_prefix`",
+                            a.id, b.id
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn is_nil(v: &config::Value) -> bool {
+    matches!(v.kind, config::ValueKind::Nil)
+}
+
+fn is_clean_path(p: &str) -> bool {
+    p.starts_with('/')
+        && !p.ends_with('/') | (p == "/")
+        && !p.contains(['?', '#', ' ', '%'])
+        && !p.contains("//")
+}
+
+fn is_absolute_url(s: &str) -> bool {
+    match s.parse::<http::Uri>() {
+        Ok(uri) => matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some(),
+        Err(_) => false,
+    }
+}
+
+/// SPEC §1.1: interface URLs are HTTPS; plain HTTP only on loopback for development.
+pub fn check_interface_url(url: &str) -> Result<(), String> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|_| format!("`{url}` is not an absolute URL"))?;
+    let host = uri.host().ok_or_else(|| format!("`{url}` has no host"))?;
+    match uri.scheme_str() {
+        Some("https") => Ok(()),
+        Some("http") if is_loopback_host(host) => Ok(()),
+        Some("http") => Err(format!(
+            "`{url}` must use https; plain http is only allowed on loopback for development"
+        )),
+        _ => Err(format!("`{url}` must be an https URL")),
+    }
+}
+
+pub fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// serde's messages name Rust-ish types; keep them but drop the noise `config` adds.
+fn clean_serde_message(message: &str) -> String {
+    message
+        .replace("invalid type: ", "wrong type: ")
+        .trim()
+        .to_owned()
+}
+
+/// The directory relative paths in a configuration file are resolved against.
+pub fn base_dir(config_path: &Path) -> PathBuf {
+    config_path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
