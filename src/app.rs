@@ -58,6 +58,7 @@ impl App {
             }
         }
         if !problems.is_empty() {
+            crate::settings::sort_problems(&mut problems);
             return Err(problems);
         }
         crate::router::sort_by_specificity(&mut dealers);
@@ -93,7 +94,20 @@ fn build_dealer(
             ));
         }
         if violations.is_empty() {
-            handlers.insert(Skill::DealerInformation, Handler::Static(profile.clone()));
+            let handler = Handler::fixed(Skill::DealerInformation, profile.clone());
+            // The whole reply, as sent, must pass the response schema too.
+            if let Some(payload) = handler.fixed_payload() {
+                for v in schemas.check_response(Skill::DealerInformation, payload) {
+                    problems.push(settings.source.problem(
+                        &pointer,
+                        format!(
+                            "profile reply{}: {}: {}",
+                            v.instance_location, v.keyword, v.error
+                        ),
+                    ));
+                }
+            }
+            handlers.insert(Skill::DealerInformation, handler);
         }
     }
     if handlers.is_empty() && problems.is_empty() {

@@ -3,7 +3,6 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -170,7 +169,7 @@ fn card(config: &Path, dealer: Option<&str>) -> ExitCode {
             ExitCode::SUCCESS
         }
         None => {
-            let ids: Vec<&str> = app.dealers.iter().map(|d| d.id()).collect();
+            let ids: Vec<&str> = app.settings.dealers.iter().map(|d| d.id.as_str()).collect();
             eprintln!(
                 "no dealer `{}`; known: {}",
                 wanted.unwrap_or_default(),
@@ -183,7 +182,7 @@ fn card(config: &Path, dealer: Option<&str>) -> ExitCode {
 
 /// Binds, builds and serves until SIGTERM/SIGINT. `demo` is `Some(endpoints file)` in demo mode.
 fn run(
-    mut settings: Settings,
+    settings: Settings,
     log_format: Option<LogFormatArg>,
     listen: SocketAddr,
     admin_listen: SocketAddr,
@@ -210,33 +209,18 @@ fn run(
         }
     };
     runtime.block_on(async move {
-        let gateway = match tokio::net::TcpListener::bind(listen).await {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("cannot listen on {listen}: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        let admin = match tokio::net::TcpListener::bind(admin_listen).await {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("cannot listen on {admin_listen} (admin): {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        let (Ok(gateway_addr), Ok(admin_addr)) = (gateway.local_addr(), admin.local_addr()) else {
-            eprintln!("cannot read the bound addresses");
-            return ExitCode::FAILURE;
-        };
-        settings.listen = gateway_addr;
-        settings.admin_listen = admin_addr;
-        let app = match App::build(settings, gateway_addr) {
-            Ok(app) => Arc::new(app),
-            Err(problems) => {
+        let bound = match server::bind(settings, listen, admin_listen).await {
+            Ok(b) => b,
+            Err(server::StartError::Config(problems)) => {
                 print_problems(&problems);
                 return ExitCode::FAILURE;
             }
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
         };
+        let server::Bound { app, gateway, admin, gateway_addr, admin_addr } = bound;
         tracing::info!(listen = %gateway_addr, admin = %admin_addr, dealers = app.dealers.len(), "aap-gateway ready");
         if let Some(endpoints_file) = demo {
             print!("{}", demo::banner(&app, admin_addr));

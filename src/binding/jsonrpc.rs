@@ -7,9 +7,9 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use http::{Response, StatusCode};
 use http_body_util::Full;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use super::{send_message, wire_error::WireError};
+use super::send_message;
 use crate::app::{App, Dealer};
 use crate::error::AapError;
 use crate::pipeline;
@@ -30,17 +30,66 @@ pub async fn serve(
             let outcome = send(app, dealer, params).await;
             (id, outcome)
         }
-        Ok(Request::Answered { id, result }) => (id, Ok(result)),
+        Ok(Request::Answered { id, result }) => (id, Ok(Success::Value(result))),
         Err((id, error)) => (id, Err(error)),
     };
     let body = match outcome {
-        Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+        Ok(Success::Message(result)) => encode(&RpcSuccess {
+            jsonrpc: "2.0",
+            id: &id,
+            result,
+        }),
+        Ok(Success::Value(result)) => encode(&RpcSuccess {
+            jsonrpc: "2.0",
+            id: &id,
+            result,
+        }),
         Err(error) => {
             let wire = super::report(&error, dealer);
-            error_body(id, &wire)
+            let error = RpcErrorObject {
+                code: wire.jsonrpc_code,
+                message: &wire.message,
+                data: &wire.details,
+            };
+            encode(&RpcError {
+                jsonrpc: "2.0",
+                id: &id,
+                error,
+            })
         }
     };
-    respond(&body, activated.then_some(dealer.extension_uri()))
+    respond(body, activated.then_some(dealer.extension_uri()))
+}
+
+enum Success {
+    Message(send_message::SendMessageResponse),
+    Value(Value),
+}
+
+#[derive(serde::Serialize)]
+struct RpcSuccess<'a, T> {
+    jsonrpc: &'static str,
+    id: &'a Id,
+    result: T,
+}
+
+#[derive(serde::Serialize)]
+struct RpcError<'a> {
+    jsonrpc: &'static str,
+    id: &'a Id,
+    error: RpcErrorObject<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct RpcErrorObject<'a> {
+    code: i64,
+    message: &'a str,
+    data: &'a [Value],
+}
+
+fn encode<T: serde::Serialize>(body: &T) -> Vec<u8> {
+    // Serializing plain structs and `Value`s to memory cannot fail.
+    serde_json::to_vec(body).unwrap_or_default()
 }
 
 enum Request {
@@ -55,7 +104,7 @@ enum Request {
     },
 }
 
-async fn send(app: &App, dealer: &Dealer, params: Value) -> Result<Value, AapError> {
+async fn send(app: &App, dealer: &Dealer, params: Value) -> Result<Success, AapError> {
     let call = send_message::decode(params)?;
     let context_id = call.context_id.clone();
     let deadline = app.settings.limits.request_timeout;
@@ -67,10 +116,14 @@ async fn send(app: &App, dealer: &Dealer, params: Value) -> Result<Value, AapErr
             )));
         }
     };
-    Ok(send_message::encode_reply(reply, context_id))
+    Ok(Success::Message(send_message::encode_reply(
+        reply, context_id,
+    )))
 }
 
 /// DESIGN §3 steps 2–6, up to and including the extension check.
+// One value per request, on the way to an error reply: boxing it would buy nothing.
+#[allow(clippy::result_large_err)]
 fn envelope(
     dealer: &Dealer,
     headers: &HeaderMap,
@@ -216,17 +269,8 @@ fn check_version(headers: &HeaderMap) -> Result<(), Option<String>> {
     }
 }
 
-fn error_body(id: Id, wire: &WireError) -> Value {
-    let mut error = Map::with_capacity(3);
-    error.insert("code".into(), json!(wire.jsonrpc_code));
-    error.insert("message".into(), json!(wire.message));
-    error.insert("data".into(), Value::Array(wire.details.clone()));
-    json!({ "jsonrpc": "2.0", "id": id, "error": Value::Object(error) })
-}
-
-fn respond(body: &Value, extension: Option<&str>) -> Response<Full<Bytes>> {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
-    let mut response = Response::new(Full::new(Bytes::from(bytes)));
+fn respond(body: Vec<u8>, extension: Option<&str>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -5,7 +5,7 @@
 //! fields (all problems at once), `taskId`, the AAP DataPart and its `mediaType`,
 //! `acceptedOutputModes`, then the skill named by `data.type`.
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use crate::error::{AapCode, AapError, FieldViolation, Violation};
 use crate::protocol::{Call, Reply, Skill, SkillRef};
@@ -96,8 +96,8 @@ pub fn decode(params: Value) -> Result<Call, AapError> {
     };
     let declared = match part.get("mediaType") {
         None | Some(Value::Null) => None,
-        Some(Value::String(mt)) if is_json(mt) => None,
-        Some(Value::String(mt)) => match Skill::from_request_media_type(mt) {
+        Some(Value::String(mt)) if essence(mt) == "application/json" => None,
+        Some(Value::String(mt)) => match Skill::from_request_media_type(&essence(mt)) {
             Some(skill) => Some(skill),
             None => {
                 return Err(AapError::ContentTypeNotSupported {
@@ -168,33 +168,35 @@ fn check_output_modes(configuration: Option<&Value>, skill: &SkillRef) -> Result
     if modes.is_empty() {
         return Ok(());
     }
-    let wanted = match skill {
-        SkillRef::Known(s) => Some(s.response_media_type()),
-        SkillRef::Unknown(_) => None,
+    // A skill this gateway does not know has no response type to judge the list against; the
+    // informative answer is its UNSUPPORTED_SKILL, which comes next.
+    let SkillRef::Known(skill) = skill else {
+        return Ok(());
     };
+    let wanted = skill.response_media_type();
     let acceptable = modes.iter().filter_map(Value::as_str).any(|m| {
-        let m = m.split(';').next().unwrap_or_default().trim();
-        m == "*/*" || m.eq_ignore_ascii_case("application/json") || Some(m) == wanted
+        let m = essence(m);
+        m == "*/*" || m == "application/json" || m == wanted
     });
     if acceptable {
         Ok(())
     } else {
         Err(AapError::ContentTypeNotSupported {
             detail: format!(
-                "none of acceptedOutputModes can be produced; this skill answers {}",
-                wanted.unwrap_or("an AAP response media type")
+                "none of acceptedOutputModes can be produced; this skill answers {wanted}"
             ),
         })
     }
 }
 
-fn is_json(media_type: &str) -> bool {
+/// A media type without its parameters, lower-cased (type and subtype are case-insensitive).
+fn essence(media_type: &str) -> String {
     media_type
         .split(';')
         .next()
         .unwrap_or_default()
         .trim()
-        .eq_ignore_ascii_case("application/json")
+        .to_ascii_lowercase()
 }
 
 fn field(name: &str, description: &str) -> FieldViolation {
@@ -231,23 +233,49 @@ pub fn normalize_numbers(value: &mut Value) {
     }
 }
 
+/// A2A `SendMessageResponse` (`{"message": Message}`) for a reply, serialized straight from the
+/// reply's payload (no intermediate JSON tree).
+#[derive(Debug, serde::Serialize)]
+pub struct SendMessageResponse {
+    message: AgentMessage,
+}
+
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AgentMessage {
+    message_id: String,
+    context_id: String,
+    role: &'static str,
+    parts: [DataPart; 1],
+}
+
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DataPart {
+    data: std::sync::Arc<Value>,
+    media_type: &'static str,
+}
+
 /// The agent's reply `Message`: fresh `messageId`, the caller's or a new `contextId`, one DataPart.
-pub fn encode_reply(reply: Reply, context_id: Option<String>) -> Value {
+pub fn encode_reply(reply: Reply, context_id: Option<String>) -> SendMessageResponse {
     let context_id = context_id.unwrap_or_else(|| format!("ctx_{}", uuid::Uuid::now_v7().simple()));
-    let mut message = Map::with_capacity(4);
-    message.insert("messageId".into(), json!(uuid::Uuid::new_v4().to_string()));
-    message.insert("contextId".into(), json!(context_id));
-    message.insert("role".into(), json!("ROLE_AGENT"));
-    message.insert(
-        "parts".into(),
-        json!([{ "data": reply.payload, "mediaType": reply.skill.response_media_type() }]),
-    );
-    json!({ "message": Value::Object(message) })
+    SendMessageResponse {
+        message: AgentMessage {
+            message_id: uuid::Uuid::new_v4().to_string(),
+            context_id,
+            role: "ROLE_AGENT",
+            parts: [DataPart {
+                data: reply.payload,
+                media_type: reply.skill.response_media_type(),
+            }],
+        },
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn whole_floats_become_integers() {

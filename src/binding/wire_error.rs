@@ -305,24 +305,33 @@ pub fn to_wire(error: &AapError, stamp: &ErrorStamp) -> WireError {
                 .collect();
             let n = violations.len();
             let noun = if n == 1 { "error" } else { "errors" };
-            let message = match code {
+            let (summary, message, details, violations) = match code {
+                // Absent consent alone (DESIGN §9): a business refusal, not a malformed request.
                 AapCode::ContactConsentRequired => {
-                    "Consent is required to submit a lead: send `consent` with scope lead_submission."
-                        .to_owned()
+                    let message = "Consent is required to submit a lead: send `consent` with \
+                                   scope lead_submission."
+                        .to_owned();
+                    let details = json!({ "missing": "consent", "expected_scope": "lead_submission", "errors": errors });
+                    (message.clone(), message, details, None)
                 }
-                AapCode::InvalidConsent => {
-                    format!("The consent grant is not usable ({n} {noun}); see details.errors[].")
-                }
-                _ => format!("Request failed validation with {n} {noun}; see details.errors[]."),
-            };
-            let (summary, details, violations) = match code {
-                AapCode::ContactConsentRequired => (
-                    message.clone(),
-                    json!({ "missing": "consent", "expected_scope": "lead_submission", "errors": errors }),
-                    None,
+                AapCode::InvalidConsent => (
+                    format!("The consent grant is not usable ({n} {noun})"),
+                    format!("The consent grant is not usable ({n} {noun}); see details.errors[]."),
+                    json!({ "errors": errors }),
+                    Some(violations.clone()),
                 ),
-                _ => (
+                AapCode::SchemaValidationFailed
+                | AapCode::MissingRequiredField
+                | AapCode::InvalidCondition
+                | AapCode::UnsupportedSkill
+                | AapCode::VehicleNotFound
+                | AapCode::VehicleUnavailable
+                | AapCode::AppointmentTimeUnavailable
+                | AapCode::IdempotencyConflict
+                | AapCode::RateLimited
+                | AapCode::InternalError => (
                     format!("Invalid params: {n} validation {noun}"),
+                    format!("Request failed validation with {n} {noun}; see details.errors[]."),
                     json!({ "errors": errors }),
                     Some(violations.clone()),
                 ),

@@ -3,6 +3,11 @@
 //! Binds the listeners first (port 0 allowed), builds the app against the real addresses so the
 //! cards advertise URLs that work, then writes the endpoints file and prints ready-to-paste calls.
 
+pub mod dms;
+pub mod feed;
+pub mod inventory;
+pub mod sim;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 

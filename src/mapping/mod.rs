@@ -4,24 +4,47 @@
 //! call into the AAP response `data`. Skills without a handler are not served and answer
 //! `UNSUPPORTED_SKILL`.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::error::AapError;
-use crate::protocol::Call;
+use crate::protocol::{Call, Reply, Skill};
 
 /// A compiled way of answering one skill.
 #[derive(Debug, Clone)]
 pub enum Handler {
-    /// Answers with fixed data from configuration (the dealer profile for `dealer.information`),
-    /// checked against the response schema at load.
-    Static(Value),
+    /// Answers with a fixed reply from configuration (the dealer profile for
+    /// `dealer.information`), built and checked against the response schema at load.
+    Static(Reply),
+}
+
+/// What a handler produced.
+#[derive(Debug)]
+pub enum Answer {
+    /// A reply built and checked at load; sent as is.
+    Prebuilt(Reply),
+    /// Response `data` built for this call; the pipeline checks it against the response schema.
+    Data(Value),
 }
 
 impl Handler {
-    /// Produces the AAP response `data` for a validated call.
-    pub async fn execute(&self, _call: &Call) -> Result<Value, AapError> {
+    /// A handler answering `skill` with fixed `data`.
+    pub fn fixed(skill: Skill, data: Value) -> Handler {
+        Handler::Static(Reply::new(skill, data, None))
+    }
+
+    /// The fixed payload, for load-time checks.
+    pub fn fixed_payload(&self) -> Option<&Arc<Value>> {
         match self {
-            Handler::Static(data) => Ok(data.clone()),
+            Handler::Static(reply) => Some(&reply.payload),
+        }
+    }
+
+    /// Answers a validated call.
+    pub async fn execute(&self, _call: &Call) -> Result<Answer, AapError> {
+        match self {
+            Handler::Static(reply) => Ok(Answer::Prebuilt(reply.clone())),
         }
     }
 }

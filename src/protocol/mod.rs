@@ -4,6 +4,8 @@
 pub mod agent_card;
 mod skill;
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 pub use skill::Skill;
@@ -29,10 +31,12 @@ pub struct Call {
 }
 
 /// A successful skill reply, holding the AAP response object `{type, data, message?}`.
+///
+/// Shared (`Arc`) so fixed replies built at load (a dealer profile) are sent without a copy.
 #[derive(Debug, Clone)]
 pub struct Reply {
     pub skill: Skill,
-    pub payload: Value,
+    pub payload: Arc<Value>,
 }
 
 impl Reply {
@@ -48,7 +52,7 @@ impl Reply {
         }
         Reply {
             skill,
-            payload: Value::Object(out),
+            payload: Arc::new(Value::Object(out)),
         }
     }
 }

@@ -55,6 +55,8 @@ impl Skill {
                     "locations",
                     "fees",
                     "automotive",
+                    "motorcycles",
+                    "powersports",
                 ],
             },
             Skill::InventoryFacets => &Facts {
@@ -70,6 +72,8 @@ impl Skill {
                     "aggregation",
                     "filters",
                     "automotive",
+                    "motorcycles",
+                    "powersports",
                 ],
             },
             Skill::InventorySearch => &Facts {
@@ -79,7 +83,15 @@ impl Skill {
                 request_type: "inventory.search.request",
                 response_type: "inventory.search.response",
                 slug: "inventory-search",
-                tags: &["inventory", "vehicles", "search", "cars", "automotive"],
+                tags: &[
+                    "inventory",
+                    "vehicles",
+                    "search",
+                    "cars",
+                    "automotive",
+                    "motorcycles",
+                    "powersports",
+                ],
             },
             Skill::InventoryVehicle => &Facts {
                 id: "inventory.vehicle",
@@ -95,6 +107,8 @@ impl Skill {
                     "stock",
                     "detail",
                     "automotive",
+                    "motorcycles",
+                    "powersports",
                 ],
             },
             Skill::LeadSubmit => &Facts {
@@ -111,6 +125,8 @@ impl Skill {
                     "sales",
                     "appointment",
                     "automotive",
+                    "motorcycles",
+                    "powersports",
                 ],
             },
         }

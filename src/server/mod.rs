@@ -88,26 +88,53 @@ pub async fn run(
             }
             accepted = admin.accept() => {
                 let Some((stream, _)) = accepted_or_log(accepted).await else { continue };
-                let state = Arc::clone(&state);
-                let service = hyper::service::service_fn(move |req| {
-                    let state = Arc::clone(&state);
-                    async move { Ok::<_, Infallible>(admin::route(&state, &req)) }
-                });
-                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                let conn = graceful.watch(conn);
+                // Probes are short; they are not part of the drain.
+                let conn = admin_connection(&builder, stream, &state);
                 tokio::spawn(async move { let _ = conn.await; });
             }
             () = &mut shutdown => break,
         }
     }
+    // Stop taking buyer traffic; keep answering probes (`/readyz` now 503) while draining.
     state.ready.store(false, Ordering::SeqCst);
     drop(gateway);
-    drop(admin);
     tracing::info!(grace = ?grace, "shutting down: draining in-flight requests");
-    tokio::select! {
-        () = graceful.shutdown() => tracing::info!("all connections drained"),
-        () = tokio::time::sleep(grace) => tracing::warn!("shutdown grace elapsed; closing remaining connections"),
+    let drained = graceful.shutdown();
+    let deadline = tokio::time::sleep(grace);
+    tokio::pin!(drained, deadline);
+    loop {
+        tokio::select! {
+            () = &mut drained => {
+                tracing::info!("all connections drained");
+                break;
+            }
+            () = &mut deadline => {
+                tracing::warn!("shutdown grace elapsed; closing remaining connections");
+                break;
+            }
+            accepted = admin.accept() => {
+                let Some((stream, _)) = accepted_or_log(accepted).await else { continue };
+                let conn = admin_connection(&builder, stream, &state);
+                tokio::spawn(async move { let _ = conn.await; });
+            }
+        }
     }
+}
+
+/// One admin connection: health and readiness only.
+fn admin_connection(
+    builder: &auto::Builder<TokioExecutor>,
+    stream: tokio::net::TcpStream,
+    state: &Arc<Running>,
+) -> impl Future<Output = Result<(), Box<dyn std::error::Error + Send + Sync>>> + Send + 'static {
+    let state = Arc::clone(state);
+    let service = hyper::service::service_fn(move |req| {
+        let state = Arc::clone(&state);
+        async move { Ok::<_, Infallible>(admin::route(&state, &req)) }
+    });
+    builder
+        .serve_connection(TokioIo::new(stream), service)
+        .into_owned()
 }
 
 async fn accepted_or_log(
@@ -165,4 +192,66 @@ pub async fn shutdown_signal() {
         () = term => {},
     }
     tracing::info!("shutdown signal received");
+}
+
+/// A gateway whose listeners are bound and whose app is built, not yet serving.
+#[derive(Debug)]
+pub struct Bound {
+    pub app: Arc<App>,
+    pub gateway: TcpListener,
+    pub admin: TcpListener,
+    pub gateway_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+}
+
+/// Why a gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} configuration problem(s)", .0.len())]
+    Config(Vec<crate::settings::Problem>),
+}
+
+/// Binds both listeners (port 0 allowed), then builds the app against the bound addresses so
+/// derived card URLs are real. Shared by `main` and the tests.
+pub async fn bind(
+    mut settings: crate::settings::Settings,
+    listen: SocketAddr,
+    admin_listen: SocketAddr,
+) -> Result<Bound, StartError> {
+    let gateway = TcpListener::bind(listen)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: listen,
+            source,
+        })?;
+    let admin = TcpListener::bind(admin_listen)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: admin_listen,
+            source,
+        })?;
+    let gateway_addr = gateway.local_addr().map_err(|source| StartError::Bind {
+        addr: listen,
+        source,
+    })?;
+    let admin_addr = admin.local_addr().map_err(|source| StartError::Bind {
+        addr: admin_listen,
+        source,
+    })?;
+    settings.listen = gateway_addr;
+    settings.admin_listen = admin_addr;
+    let app = App::build(settings, gateway_addr).map_err(StartError::Config)?;
+    Ok(Bound {
+        app: Arc::new(app),
+        gateway,
+        admin,
+        gateway_addr,
+        admin_addr,
+    })
 }

@@ -143,7 +143,10 @@ pub fn load_with_env(path: &Path, env: HashMap<String, String>) -> Result<Settin
     let settings = loader.read(merged);
     match settings {
         Some(s) if loader.problems.is_empty() => Ok(s),
-        _ => Err(loader.problems),
+        _ => {
+            sort_problems(&mut loader.problems);
+            Err(loader.problems)
+        }
     }
 }
 
@@ -513,14 +516,14 @@ impl Loader {
             }
         };
         let card = self.card(&format!("{pointer}/card"), file.card);
-        if let Some(profile) = &file.profile {
-            if !profile.is_object() {
-                self.problem(
-                    &format!("{pointer}/profile"),
-                    "must be a mapping (AAP DealerInformation)",
-                );
-                ok = false;
-            }
+        if let Some(profile) = &file.profile
+            && !profile.is_object()
+        {
+            self.problem(
+                &format!("{pointer}/profile"),
+                "must be a mapping (AAP DealerInformation)",
+            );
+            ok = false;
         }
         let card = card?;
         ok.then(|| DealerSettings {
@@ -537,7 +540,10 @@ impl Loader {
         let mut ok = true;
         for (key, value) in [("name", &file.name), ("description", &file.description)] {
             if value.trim().is_empty() {
-                self.problem(&format!("{pointer}/{key}"), "must not be empty");
+                self.problem(
+                    &format!("{pointer}/{key}"),
+                    format!("`{key}` must not be empty"),
+                );
                 ok = false;
             }
         }
@@ -558,14 +564,14 @@ impl Loader {
             ("documentation_url", &file.documentation_url),
             ("icon_url", &file.icon_url),
         ] {
-            if let Some(v) = value {
-                if !is_absolute_url(v) {
-                    self.problem(
-                        &format!("{pointer}/{key}"),
-                        format!("`{v}` is not an absolute URL"),
-                    );
-                    ok = false;
-                }
+            if let Some(v) = value
+                && !is_absolute_url(v)
+            {
+                self.problem(
+                    &format!("{pointer}/{key}"),
+                    format!("`{v}` is not an absolute URL"),
+                );
+                ok = false;
             }
         }
         let provider = match file.provider {
@@ -657,8 +663,21 @@ pub fn is_loopback_host(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// Orders problems by where they are, so an operator can walk the file top to bottom.
+pub fn sort_problems(problems: &mut [Problem]) {
+    problems.sort_by_key(|p| match &p.origin {
+        Origin::File { path, line, col } => (0, path.clone(), *line, *col, String::new()),
+        Origin::WholeFile { path } => (0, path.clone(), 0, 0, String::new()),
+        Origin::Env { var } => (1, PathBuf::new(), 0, 0, var.clone()),
+    });
+}
+
 /// serde's messages name Rust-ish types; keep them but drop the noise `config` adds.
 fn clean_serde_message(message: &str) -> String {
+    let message = match message.find(" for key `") {
+        Some(i) => &message[..i],
+        None => message,
+    };
     message
         .replace("invalid type: ", "wrong type: ")
         .trim()

@@ -325,17 +325,15 @@ fn scalar(text: &str, style: TScalarStyle, tag: Option<&str>) -> Value {
     if let Ok(i) = text.parse::<i64>() {
         return Value::Number(i.into());
     }
-    if let Some(hex) = text.strip_prefix("0x") {
-        if let Ok(i) = i64::from_str_radix(hex, 16) {
-            return Value::Number(i.into());
-        }
+    if let Some(hex) = text.strip_prefix("0x")
+        && let Ok(i) = i64::from_str_radix(hex, 16)
+    {
+        return Value::Number(i.into());
     }
     let looks_numeric =
         text.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+' || c == '.');
-    if looks_numeric {
-        if let Some(n) = text.parse::<f64>().ok().and_then(Number::from_f64) {
-            return Value::Number(n);
-        }
+    if looks_numeric && let Some(n) = text.parse::<f64>().ok().and_then(Number::from_f64) {
+        return Value::Number(n);
     }
     Value::String(text.to_owned())
 }
@@ -353,7 +351,7 @@ mod tests {
             value,
             json!({"a": 1, "b": ["x", {"c": "2", "d": 2.5}], "e": null})
         );
-        assert_eq!(map.origin("/b/1/d").to_string(), "f.yaml:4:16");
+        assert_eq!(map.origin("/b/1/d").to_string(), "f.yaml:4:15");
         assert_eq!(map.origin("/b/0").to_string(), "f.yaml:3:5");
         // A pointer that is not in the file falls back to its nearest ancestor.
         assert_eq!(map.origin("/b/1/zz").to_string(), "f.yaml:4:5");

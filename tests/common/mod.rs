@@ -1,0 +1,209 @@
+//! Test harness: the real gateway, in-process, on 127.0.0.1 ephemeral ports.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use aap_gateway::server;
+use aap_gateway::settings;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+pub const EXT: &str = "https://draft.autoagentprotocol.invalid/extensions/aap/latest";
+
+/// A running gateway; stops (and drains) when dropped.
+pub struct Gateway {
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub app: std::sync::Arc<aap_gateway::app::App>,
+    stop: Option<oneshot::Sender<()>>,
+    pub task: Option<tokio::task::JoinHandle<()>>,
+    _dir: Option<tempfile::TempDir>,
+    client: reqwest::Client,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+pub fn repo_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+/// Starts the gateway on the shipped demo configuration.
+pub async fn demo() -> Gateway {
+    start_file(&repo_path("config/demo.yaml"), None).await
+}
+
+/// Starts the gateway on a configuration given as YAML text.
+pub async fn start_yaml(yaml: &str) -> Gateway {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(&path, yaml).expect("write config");
+    start_file(&path, Some(dir)).await
+}
+
+async fn start_file(path: &Path, dir: Option<tempfile::TempDir>) -> Gateway {
+    let settings = settings::load_with_env(path, HashMap::new())
+        .unwrap_or_else(|p| panic!("config problems: {p:?}"));
+    let local: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let bound = server::bind(settings, local, local)
+        .await
+        .expect("gateway starts");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let app = bound.app.clone();
+    let (addr, admin) = (bound.gateway_addr, bound.admin_addr);
+    let task = tokio::spawn(server::run(bound.app, bound.gateway, bound.admin, async {
+        let _ = stopped.await;
+    }));
+    Gateway {
+        addr,
+        admin,
+        app,
+        stop: Some(stop),
+        task: Some(task),
+        _dir: dir,
+        client: reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("client"),
+    }
+}
+
+/// A JSON-RPC reply as the test sees it.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+    pub text: String,
+}
+
+impl Reply {
+    pub fn error_code(&self) -> i64 {
+        self.body["error"]["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no error in {}", self.text))
+    }
+
+    /// The `aap.error` payload, found by `@type`.
+    pub fn aap_error(&self) -> &Value {
+        self.detail("https://autoagentprotocol.org/extensions/aap/error")
+            .unwrap_or_else(|| panic!("no aap.error in {}", self.text))
+    }
+
+    pub fn aap_code(&self) -> &str {
+        self.aap_error()["code"].as_str().unwrap_or_default()
+    }
+
+    pub fn detail(&self, type_url: &str) -> Option<&Value> {
+        self.body["error"]["data"]
+            .as_array()?
+            .iter()
+            .find(|d| d["@type"] == type_url)
+    }
+
+    pub fn error_info(&self) -> &Value {
+        let first = &self.body["error"]["data"][0];
+        assert_eq!(
+            first["@type"], "type.googleapis.com/google.rpc.ErrorInfo",
+            "{}",
+            self.text
+        );
+        first
+    }
+
+    /// `(instanceLocation, keyword)` of every reported validation failure, sorted.
+    pub fn failures(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self.aap_error()["details"]["errors"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|e| {
+                        (
+                            e["instanceLocation"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_owned(),
+                            e["keyword"].as_str().unwrap_or_default().to_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.sort();
+        out
+    }
+
+    /// The reply's AAP response object (the DataPart `data`).
+    pub fn payload(&self) -> &Value {
+        &self.body["result"]["message"]["parts"][0]["data"]
+    }
+}
+
+impl Gateway {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.admin)
+    }
+
+    pub fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
+    /// POSTs raw bytes to `path` with the given headers.
+    pub async fn post_raw(&self, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Reply {
+        let mut req = self.client.post(self.url(path)).body(body);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.expect("body");
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Reply {
+            status,
+            headers,
+            body,
+            text,
+        }
+    }
+
+    /// POSTs a JSON-RPC body with the standard AAP headers.
+    pub async fn rpc(&self, path: &str, body: &Value) -> Reply {
+        self.post_raw(path, &standard_headers(), body.to_string().into_bytes())
+            .await
+    }
+
+    /// Calls a skill on `path` with `data` as the DataPart.
+    pub async fn send(&self, path: &str, data: Value) -> Reply {
+        self.rpc(path, &send_message(data)).await
+    }
+}
+
+pub fn standard_headers() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("content-type", "application/json"),
+        ("a2a-version", "1.0"),
+        ("a2a-extensions", EXT),
+    ]
+}
+
+/// A `SendMessage` request carrying `data` as its one DataPart.
+pub fn send_message(data: Value) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": "req-1",
+        "method": "SendMessage",
+        "params": { "message": { "messageId": "msg-1", "role": "ROLE_USER", "parts": [ { "data": data } ] } }
+    })
+}

@@ -1,0 +1,164 @@
+//! `aap-gateway check`: every problem at once, each located as `file:line:col: message`.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+use aap_gateway::settings;
+
+fn check(config: &str) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["check", "--config", config])
+        .output()
+        .expect("run aap-gateway check");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn shipped_configs_pass_check() {
+    for config in ["config/demo.yaml", "config/gateway.example.yaml"] {
+        let (ok, stdout, stderr) = check(config);
+        assert!(ok, "{config}: {stderr}");
+        assert!(stdout.contains(": ok ("), "{stdout}");
+        // The draft URI is allowed but always flagged.
+        assert!(stderr.contains("draft AAP extension URI"), "{stderr}");
+    }
+}
+
+#[test]
+fn broken_config_reports_every_problem_with_its_location() {
+    let (ok, _, stderr) = check("tests/fixtures/config/broken.yaml");
+    assert!(!ok);
+    let f = "tests/fixtures/config/broken.yaml";
+    let expected = [
+        format!("{f}:1:1: `not-an-address` is not a socket address like 0.0.0.0:8080"),
+        format!(
+            "{f}:4:3: `https://autoagentprotocol.org/extensions/aap/v1.3` names the frozen AAP v1 contract; this gateway speaks AAP 2.0"
+        ),
+        format!("{f}:7:3: must be between 1024 and 16777216"),
+        format!("{f}:8:3: `soon` is not a duration like 15s or 500ms: expected number at 0"),
+        format!("{f}:9:3: must be at least 1"),
+        format!("{f}:11:3: `xml` is not one of auto, json, text"),
+        format!(
+            "{f}:14:5: `a2a/` must be a path like /a2a (leading `/`, no trailing `/`, no query)"
+        ),
+        format!(
+            "{f}:15:1: unknown key `colour`; expected one of listen, admin_listen, aap, bindings, limits, telemetry, provider, dealers"
+        ),
+        format!("{f}:17:5: `bad id!` must be letters, digits, `_` or `-`"),
+        format!("{f}:18:13: `name` must not be empty"),
+        format!(
+            "{f}:25:7: unknown field `tagline`, expected one of `name`, `description`, `url`, `version`, `documentation_url`, `icon_url`, `provider`"
+        ),
+        format!(
+            "{f}:30:5: `/dealers/x/` must look like /dealers/my-dealer (leading `/`, no trailing `/`)"
+        ),
+        "12 problem(s) found".to_owned(),
+    ];
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines, expected, "\n{stderr}");
+}
+
+#[test]
+fn profile_is_checked_against_the_aap_schema_at_load() {
+    let (ok, _, stderr) = check("tests/fixtures/config/bad-profile.yaml");
+    assert!(!ok);
+    let f = "tests/fixtures/config/bad-profile.yaml";
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            format!("{f}:8:18: profile/rooftops/0/geo/latitude: maximum: must be <= 90"),
+            format!(
+                "{f}:9:45: profile/rooftops/0/phones/0/extension: additionalProperties: is not allowed"
+            ),
+            format!("{f}:10:7: dealer `two` serves no skill; give it a `profile`"),
+            "3 problem(s) found".to_owned(),
+        ]
+    );
+}
+
+#[test]
+fn yaml_syntax_errors_are_located() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.yaml");
+    std::fs::write(&path, "dealers:\n  - id: x\n    card: { name: [unclosed\n").unwrap();
+    let problems = settings::load_with_env(&path, HashMap::new()).unwrap_err();
+    assert_eq!(problems.len(), 1);
+    let text = problems[0].to_string();
+    assert!(text.starts_with(&format!("{}:", path.display())), "{text}");
+    assert!(text.contains("invalid YAML"), "{text}");
+}
+
+#[test]
+fn environment_overrides_win_and_their_problems_name_the_variable() {
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/demo.yaml");
+    let env = HashMap::from([
+        (
+            "AAP_GATEWAY__LIMITS__MAX_BODY_BYTES".to_owned(),
+            "131072".to_owned(),
+        ),
+        (
+            "AAP_GATEWAY__LISTEN".to_owned(),
+            "127.0.0.1:18080".to_owned(),
+        ),
+    ]);
+    let s = settings::load_with_env(&demo, env).unwrap();
+    assert_eq!(s.limits.max_body_bytes, 131_072);
+    assert_eq!(s.listen.to_string(), "127.0.0.1:18080");
+
+    let env = HashMap::from([
+        (
+            "AAP_GATEWAY__LIMITS__REQUEST_TIMEOUT".to_owned(),
+            "forever".to_owned(),
+        ),
+        (
+            "AAP_GATEWAY__TELEMETRY__LOG_FORMAT".to_owned(),
+            "yaml".to_owned(),
+        ),
+    ]);
+    let problems = settings::load_with_env(&demo, env).unwrap_err();
+    let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        [
+            "env AAP_GATEWAY__LIMITS__REQUEST_TIMEOUT: `forever` is not a duration like 15s or 500ms: expected number at 0",
+            "env AAP_GATEWAY__TELEMETRY__LOG_FORMAT: `yaml` is not one of auto, json, text",
+        ]
+    );
+}
+
+#[test]
+fn card_command_prints_the_served_card() {
+    let out = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "card",
+            "--config",
+            "config/demo.yaml",
+            "--dealer",
+            "demo_honda",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let card: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(card["name"], "Demo Honda");
+    assert_eq!(
+        card["supportedInterfaces"][0]["url"],
+        "http://127.0.0.1:8080/dealers/demo-honda/a2a"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["card", "--config", "config/demo.yaml", "--dealer", "nobody"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("known: demo_toyota, demo_honda"));
+}
