@@ -7,7 +7,11 @@ use std::net::SocketAddr;
 use std::time::SystemTime;
 
 use crate::error::AapError;
-use crate::mapping::Handler;
+use std::sync::Arc;
+
+use crate::mapping::feed::Feed;
+use crate::mapping::load::{LoadContext, load_folder};
+use crate::mapping::{Example, Handler};
 use crate::protocol::agent_card::{AgentCard, CardInput};
 use crate::protocol::{Skill, SkillRef};
 use crate::schema::Schemas;
@@ -31,6 +35,8 @@ pub struct Dealer {
     /// The URL of this dealer's agent card.
     pub card_url: String,
     handlers: BTreeMap<Skill, Handler>,
+    feeds: Vec<Arc<Feed>>,
+    examples: Vec<Example>,
     /// Skill ids served, for `UNSUPPORTED_SKILL` details.
     served: Vec<&'static str>,
     extension_uri: String,
@@ -40,6 +46,15 @@ impl App {
     /// Builds the app for `settings`. `listen` is the address the gateway really listens on; it
     /// forms the card URLs of dealers whose `card.url` is not configured.
     pub fn build(settings: Settings, listen: SocketAddr) -> Result<App, Vec<Problem>> {
+        App::build_with_vars(settings, listen, &|name: &str| std::env::var(name).ok())
+    }
+
+    /// Like `build`, resolving `${NAME}` in mapping files through `vars`.
+    pub fn build_with_vars(
+        settings: Settings,
+        listen: SocketAddr,
+        vars: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<App, Vec<Problem>> {
         let schemas = Schemas::load().map_err(|e| {
             vec![Problem {
                 origin: crate::settings::Origin::WholeFile {
@@ -52,7 +67,7 @@ impl App {
         let mut problems = Vec::new();
         let mut dealers = Vec::with_capacity(settings.dealers.len());
         for dealer in &settings.dealers {
-            match build_dealer(&settings, &schemas, dealer, listen, loaded_at) {
+            match build_dealer(&settings, &schemas, dealer, listen, loaded_at, vars) {
                 Ok(d) => dealers.push(d),
                 Err(mut p) => problems.append(&mut p),
             }
@@ -70,6 +85,16 @@ impl App {
         })
     }
 
+    /// Starts the background work of this configuration (feed refreshers). The tasks stop when
+    /// the returned handles are aborted (on shutdown or reload).
+    pub fn start_background(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        self.dealers
+            .iter()
+            .flat_map(|d| d.feeds.iter())
+            .map(|feed| tokio::spawn(Arc::clone(feed).keep_fresh()))
+            .collect()
+    }
+
     pub fn dealer(&self, id: &str) -> Option<&Dealer> {
         self.dealers.iter().find(|d| d.settings.id == id)
     }
@@ -81,9 +106,28 @@ fn build_dealer(
     dealer: &DealerSettings,
     listen: SocketAddr,
     loaded_at: SystemTime,
+    vars: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Dealer, Vec<Problem>> {
     let mut problems = Vec::new();
     let mut handlers = BTreeMap::new();
+    let mut feeds = Vec::new();
+    let mut examples = Vec::new();
+    if let Some(dir) = &dealer.mappings {
+        let ctx = LoadContext {
+            schemas,
+            vars,
+            dealer_id: &dealer.id,
+            dealer_name: &dealer.card.name,
+        };
+        match load_folder(dir, &ctx) {
+            Ok(m) => {
+                handlers = m.handlers;
+                feeds = m.feeds;
+                examples = m.examples;
+            }
+            Err(mut p) => problems.append(&mut p),
+        }
+    }
     if let Some(profile) = &dealer.profile {
         let pointer = format!("{}/profile", dealer.pointer);
         let violations = schemas.check_dealer_information(profile);
@@ -93,7 +137,14 @@ fn build_dealer(
                 format!("profile{}: {}: {}", v.instance_location, v.keyword, v.error),
             ));
         }
-        if violations.is_empty() {
+        let mapped = handlers.contains_key(&Skill::DealerInformation);
+        if mapped {
+            problems.push(settings.source.problem(
+                &pointer,
+                "dealer.information comes from both `profile` and a mapping file; keep one",
+            ));
+        }
+        if !mapped && violations.is_empty() {
             let handler = Handler::fixed(Skill::DealerInformation, profile.clone());
             // The whole reply, as sent, must pass the response schema too.
             if let Some(payload) = handler.fixed_payload() {
@@ -149,6 +200,8 @@ fn build_dealer(
         jsonrpc_url,
         served: skills.iter().map(|s| s.id()).collect(),
         handlers,
+        feeds,
+        examples,
         extension_uri: settings.aap.extension_uri.clone(),
     })
 }
@@ -179,6 +232,21 @@ impl Dealer {
     /// Skills this dealer serves, in card order.
     pub fn skills(&self) -> impl Iterator<Item = Skill> + '_ {
         self.handlers.keys().copied()
+    }
+
+    /// The handler serving `skill`, if any.
+    pub fn handler_for(&self, skill: Skill) -> Option<&Handler> {
+        self.handlers.get(&skill)
+    }
+
+    /// Inventory feeds this dealer caches.
+    pub fn feeds(&self) -> &[Arc<Feed>] {
+        &self.feeds
+    }
+
+    /// Example cases of this dealer's mapping files.
+    pub fn examples(&self) -> &[Example] {
+        &self.examples
     }
 
     /// The handler for the skill a call names, or `UNSUPPORTED_SKILL`.

@@ -37,3 +37,4 @@ pub mod schema;
 pub mod server;
 pub mod settings;
 pub mod telemetry;
+pub mod upstream;

@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use aap_gateway::app::App;
+use aap_gateway::mapping::Example;
+use aap_gateway::mapping::examples::{self, Failure};
 use aap_gateway::settings::{self, LogFormat, Problem, Settings};
 use aap_gateway::{demo, server, telemetry};
 
@@ -57,6 +59,15 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Run the example cases embedded in mapping files offline (canned upstream replies) and
+    /// show a diff for each failure; exits 1 on any failure. Makes no network calls.
+    TestMappings {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Only the examples of this skill, e.g. inventory.search.
+        #[arg(long)]
+        skill: Option<String>,
+    },
     /// Print the agent card JSON a dealer would serve.
     Card {
         #[arg(long, short)]
@@ -67,10 +78,19 @@ enum Command {
     },
 }
 
+/// `println!` that stops quietly when stdout is closed (`aap-gateway card … | head`).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config } => check(&config),
+        Command::TestMappings { config, skill } => test_mappings(&config, skill.as_deref()),
         Command::Card { config, dealer } => card(&config, dealer.as_deref()),
         Command::Serve { config } => {
             let Some(settings) = load(&config) else {
@@ -130,10 +150,30 @@ fn check(config: &Path) -> ExitCode {
     let listen = settings.listen;
     match App::build(settings, listen) {
         Ok(app) => {
+            // Examples whose reply breaks the AAP response schema are mapping defects.
+            let broken: Vec<String> = run_examples(&app)
+                .into_iter()
+                .filter_map(|(_, example, outcome)| match outcome {
+                    Err(failure @ Failure::InvalidReply(_)) => Some(format!(
+                        "{}: example `{}` builds a reply that breaks the AAP schema: {}",
+                        example.origin,
+                        example.case.name,
+                        failure.lines().join("; ")
+                    )),
+                    _ => None,
+                })
+                .collect();
+            if !broken.is_empty() {
+                for b in &broken {
+                    eprintln!("{b}");
+                }
+                eprintln!("{} problem(s) found", broken.len());
+                return ExitCode::FAILURE;
+            }
             for w in &warnings {
                 eprintln!("{w} (warning)");
             }
-            println!(
+            say!(
                 "{}: ok ({} dealer(s), {} warning(s))",
                 config.display(),
                 app.dealers.len(),
@@ -145,6 +185,60 @@ fn check(config: &Path) -> ExitCode {
             print_problems(&problems);
             ExitCode::FAILURE
         }
+    }
+}
+
+fn run_examples(app: &App) -> Vec<(String, Example, Result<(), Failure>)> {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(examples::run_all(app)),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn test_mappings(config: &Path, skill: Option<&str>) -> ExitCode {
+    let Some(settings) = load(config) else {
+        return ExitCode::FAILURE;
+    };
+    let listen = settings.listen;
+    let app = match App::build(settings, listen) {
+        Ok(app) => app,
+        Err(problems) => {
+            print_problems(&problems);
+            return ExitCode::FAILURE;
+        }
+    };
+    let (mut passed, mut failed) = (0, 0);
+    for (dealer, example, outcome) in run_examples(&app) {
+        if skill.is_some_and(|s| s != example.skill.id()) {
+            continue;
+        }
+        match outcome {
+            Ok(()) => {
+                passed += 1;
+                say!("ok    {dealer} {} — {}", example.skill, example.case.name);
+            }
+            Err(failure) => {
+                failed += 1;
+                say!(
+                    "FAIL  {dealer} {} — {} ({})",
+                    example.skill,
+                    example.case.name,
+                    example.origin
+                );
+                for line in failure.lines() {
+                    say!("        {line}");
+                }
+            }
+        }
+    }
+    say!("{passed} passed, {failed} failed");
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 
@@ -165,7 +259,7 @@ fn card(config: &Path, dealer: Option<&str>) -> ExitCode {
     };
     match wanted.as_deref().and_then(|id| app.dealer(id)) {
         Some(d) => {
-            println!("{}", String::from_utf8_lossy(&d.card.body));
+            say!("{}", String::from_utf8_lossy(&d.card.body));
             ExitCode::SUCCESS
         }
         None => {
@@ -209,7 +303,21 @@ fn run(
         }
     };
     runtime.block_on(async move {
-        let bound = match server::bind(settings, listen, admin_listen).await {
+        // The demo's legacy systems run in-process; they live as long as the gateway.
+        let simulators = match &demo {
+            Some(_) => match demo::Simulators::start().await {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    eprintln!("cannot start the demo simulators: {e}");
+                    return ExitCode::FAILURE;
+                }
+            },
+            None => None,
+        };
+        let vars = |name: &str| {
+            simulators.as_ref().and_then(|s| s.var(name)).or_else(|| std::env::var(name).ok())
+        };
+        let bound = match server::bind_with_vars(settings, listen, admin_listen, &vars).await {
             Ok(b) => b,
             Err(server::StartError::Config(problems)) => {
                 print_problems(&problems);
@@ -223,9 +331,13 @@ fn run(
         let server::Bound { app, gateway, admin, gateway_addr, admin_addr } = bound;
         tracing::info!(listen = %gateway_addr, admin = %admin_addr, dealers = app.dealers.len(), "aap-gateway ready");
         if let Some(endpoints_file) = demo {
-            print!("{}", demo::banner(&app, admin_addr));
+            {
+                use std::io::Write as _;
+                let _ = write!(std::io::stdout().lock(), "{}", demo::banner(&app, admin_addr));
+            }
             if let Some(path) = endpoints_file {
-                let endpoints = demo::endpoints(&app, gateway_addr, admin_addr);
+                let sims = simulators.as_ref().map(demo::Simulators::endpoints).unwrap_or_default();
+                let endpoints = demo::endpoints(&app, gateway_addr, admin_addr, sims);
                 if let Err(e) = demo::write_endpoints(&path, &endpoints) {
                     eprintln!("cannot write {}: {e}", path.display());
                     return ExitCode::FAILURE;

@@ -162,3 +162,97 @@ fn card_command_prints_the_served_card() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("known: demo_toyota, demo_honda"));
 }
+
+#[test]
+fn broken_mappings_report_every_problem_with_its_location() {
+    let (ok, _, stderr) = check("tests/fixtures/mappings/broken.yaml");
+    assert!(!ok);
+    let d = "tests/fixtures/mappings/broken";
+    let expected = [
+        format!("{d}/dealer.information.yaml:6:14: maximum: must be <= 90"),
+        format!(
+            "{d}/inventory.facets.yaml:1:1: file `inventory.facets.yaml` serves `inventory.search`; name it `inventory.search.yaml`"
+        ),
+        format!(
+            "{d}/inventory.search.yaml:2:1: unknown upstream `dmz`; upstreams.yaml defines: crm, dms"
+        ),
+        format!(
+            "{d}/inventory.search.yaml:5:10: template: unexpected `}}`, expected end of variable block (template line 1)"
+        ),
+        format!("{d}/inventory.search.yaml:8:17: `pages` is not one of page, offset"),
+        format!("{d}/inventory.search.yaml:10:18: jq: unclosed `[`"),
+        format!("{d}/inventory.search.yaml:15:27: jq: undefined function `tonumbr/0`"),
+        format!("{d}/inventory.vehicle.yaml:6:5: `Bad Header` is not a valid header name"),
+        format!(
+            "{d}/inventory.vehicle.yaml:10:13: must be a status code, a list of them, or a class like \"4xx\""
+        ),
+        format!("{d}/inventory.vehicle.yaml:13:5: `VEHICLE_GONE` is not an AAP error code"),
+        format!("{d}/upstreams.yaml:3:3: `${{BROKEN_DMS_URL}}` is not set (environment variable)"),
+        format!(
+            "{d}/upstreams.yaml:7:27: unknown field `colour`, expected one of `attempts`, `backoff`, `max_backoff`, `budget_percent`, `budget_min_per_sec`"
+        ),
+        "12 problem(s) found".to_owned(),
+    ];
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines, expected, "\n{stderr}");
+}
+
+#[test]
+fn shipped_mappings_pass_their_examples() {
+    let out = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["test-mappings", "--config", "config/demo.yaml"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .last()
+            .is_some_and(|l| l.ends_with(" passed, 0 failed")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+}
+
+#[test]
+fn a_failing_example_shows_its_diff() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("mappings/demo-honda");
+    let dst = dir.path().join("mappings");
+    std::fs::create_dir_all(dst.join("examples")).unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let entry = entry.unwrap();
+        if entry.path().is_file() {
+            std::fs::copy(entry.path(), dst.join(entry.file_name())).unwrap();
+        }
+    }
+    std::fs::copy(src.join("examples/feed.csv"), dst.join("examples/feed.csv")).unwrap();
+    let search = dst.join("inventory.search.yaml");
+    let text = std::fs::read_to_string(&search)
+        .unwrap()
+        .replace("price: 6899", "price: 6999");
+    std::fs::write(&search, text).unwrap();
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &config,
+        "dealers:\n  - id: d\n    card: { name: D, description: D, url: https://d.example.com/a2a }\n    mappings: mappings\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+        .args(["test-mappings", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success());
+    assert!(
+        stdout.contains("FAIL  d inventory.search — motorcycles by price"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("reply.vehicles[0].price: expected 6999, got 6899"),
+        "{stdout}"
+    );
+}

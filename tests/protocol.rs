@@ -1506,12 +1506,8 @@ async fn unknown_data_type_with_its_own_output_mode_is_unsupported_skill() {
 #[tokio::test]
 async fn unconfigured_known_skill_is_unsupported_skill() {
     let gw = common::demo().await;
-    for skill in [
-        Skill::LeadSubmit,
-        Skill::InventorySearch,
-        Skill::InventoryFacets,
-        Skill::InventoryVehicle,
-    ] {
+    // The demo maps every skill but lead.submit.
+    for skill in [Skill::LeadSubmit] {
         for path in ["/a2a", HONDA] {
             let reply = gw.send(path, json!({ "type": skill.request_type() })).await;
             let payload = assert_aap_error(&reply, -32004, "UNSUPPORTED_SKILL");
@@ -1756,29 +1752,46 @@ fn assert_card_shape(card: &Value, url: &str, name: &str) {
     assert_eq!(params["version"], "0.0.0-dev");
     let base = "https://draft.autoagentprotocol.invalid/latest/schemas/";
     assert_eq!(params["schema_base_url"], base);
+    // Exactly the skills the demo dealers serve, in card order.
+    let served = [
+        Skill::DealerInformation,
+        Skill::InventoryFacets,
+        Skill::InventorySearch,
+        Skill::InventoryVehicle,
+    ];
+    let mut schema_urls = serde_json::Map::new();
+    for s in served {
+        schema_urls.insert(
+            s.id().to_owned(),
+            json!({
+                "request_schema": format!("{base}{}", s.request_schema_file()),
+                "response_schema": format!("{base}{}", s.response_schema_file()),
+            }),
+        );
+    }
     assert_eq!(
         params["skills"],
-        json!({ "dealer.information": {
-            "request_schema": format!("{base}dealer-information-request.schema.json"),
-            "response_schema": format!("{base}dealer-information-response.schema.json"),
-        } }),
+        Value::Object(schema_urls),
         "only served skills"
     );
-    assert_eq!(card["defaultInputModes"], json!([DI_REQUEST_MT]));
-    assert_eq!(card["defaultOutputModes"], json!([DI_RESPONSE_MT]));
+    let inputs: Vec<&str> = served.iter().map(|s| s.request_media_type()).collect();
+    let outputs: Vec<&str> = served.iter().map(|s| s.response_media_type()).collect();
+    assert_eq!(card["defaultInputModes"], json!(inputs));
+    assert_eq!(card["defaultOutputModes"], json!(outputs));
     let skills = card["skills"].as_array().expect("skills");
-    assert_eq!(skills.len(), 1, "only served skills: {skills:?}");
-    let skill = &skills[0];
-    assert_eq!(skill["id"], "dealer.information");
-    assert_eq!(skill["name"], "Dealer Information");
-    assert!(skill["description"].is_string());
-    assert!(skill["tags"].as_array().is_some_and(|t| !t.is_empty()));
-    assert_eq!(skill["inputModes"], json!([DI_REQUEST_MT]));
-    assert_eq!(skill["outputModes"], json!([DI_RESPONSE_MT]));
-    assert!(
-        skill.get("examples").is_none(),
-        "AAP cards carry no examples"
-    );
+    assert_eq!(skills.len(), served.len(), "only served skills: {skills:?}");
+    for (skill, s) in skills.iter().zip(served) {
+        assert_eq!(skill["id"], s.id());
+        assert_eq!(skill["name"], s.name());
+        assert!(skill["description"].is_string());
+        assert!(skill["tags"].as_array().is_some_and(|t| !t.is_empty()));
+        assert_eq!(skill["inputModes"], json!([s.request_media_type()]));
+        assert_eq!(skill["outputModes"], json!([s.response_media_type()]));
+        assert!(
+            skill.get("examples").is_none(),
+            "AAP cards carry no examples"
+        );
+    }
     // Never a bare application/json in the modes.
     for mode in card["defaultInputModes"]
         .as_array()

@@ -26,8 +26,36 @@ pub fn default_config() -> PathBuf {
     }
 }
 
+/// The legacy systems the demo dealers sit in front of, on loopback ephemeral ports.
+pub struct Simulators {
+    pub dms: sim::SimHandle,
+    pub feed: sim::SimHandle,
+}
+
+impl Simulators {
+    pub async fn start() -> std::io::Result<Simulators> {
+        Ok(Simulators {
+            dms: dms::start_dms().await?,
+            feed: feed::start_feed().await?,
+        })
+    }
+
+    /// The `${NAME}`s the demo mappings use to find the simulators.
+    pub fn var(&self, name: &str) -> Option<String> {
+        match name {
+            "DMS_URL" => Some(self.dms.base_url()),
+            "FEED_URL" => Some(self.feed.base_url()),
+            _ => None,
+        }
+    }
+
+    pub fn endpoints(&self) -> Value {
+        json!({ "dms": self.dms.base_url(), "feed": self.feed.base_url() })
+    }
+}
+
 /// The JSON object written to `--endpoints-file` once everything is ready.
-pub fn endpoints(app: &App, gateway: SocketAddr, admin: SocketAddr) -> Value {
+pub fn endpoints(app: &App, gateway: SocketAddr, admin: SocketAddr, simulators: Value) -> Value {
     let dealers: Vec<Value> = app
         .settings
         .dealers
@@ -45,7 +73,7 @@ pub fn endpoints(app: &App, gateway: SocketAddr, admin: SocketAddr) -> Value {
     json!({
         "gateway": format!("http://{gateway}"),
         "admin": format!("http://{admin}"),
-        "simulators": {},
+        "simulators": simulators,
         "dealers": dealers,
     })
 }

@@ -1,22 +1,44 @@
-//! How a dealer serves each skill it offers.
+//! How a dealer answers each skill: the mapping engine.
 //!
-//! A `Handler` is built once at load and holds everything compiled; `execute` turns a validated
-//! call into the AAP response `data`. Skills without a handler are not served and answer
-//! `UNSUPPORTED_SKILL`.
+//! A dealer's mapping folder (`load`) compiles into one `Handler` per served skill; everything
+//! (templates, jq programs, upstream clients, tables) is built at load. `Handler::execute` turns
+//! a validated call into the AAP response `data`. Skills without a handler are not served and
+//! answer `UNSUPPORTED_SKILL`.
 
+pub mod decode;
+pub mod examples;
+pub mod execute;
+pub mod extract;
+pub mod feed;
+pub mod file;
+pub mod load;
+pub mod request;
+pub mod search;
+pub mod template;
+
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::error::AapError;
 use crate::protocol::{Call, Reply, Skill};
+use crate::settings::Origin;
+use execute::Mapped;
+use feed::Feed;
 
 /// A compiled way of answering one skill.
 #[derive(Debug, Clone)]
 pub enum Handler {
-    /// Answers with a fixed reply from configuration (the dealer profile for
-    /// `dealer.information`), built and checked against the response schema at load.
+    /// A fixed reply from configuration (a dealer profile, or `static:` in a mapping), built and
+    /// checked against the response schema at load.
     Static(Reply),
+    /// Every call translated to the dealer's upstream.
+    Proxy(Arc<Mapped>),
+    /// `inventory.facets` computed from the search mapping's results (`derive: search`).
+    DerivedFacets(Arc<Mapped>),
+    /// Answered from the cached inventory feed.
+    Feed { skill: Skill, feed: Arc<Feed> },
 }
 
 /// What a handler produced.
@@ -26,6 +48,15 @@ pub enum Answer {
     Prebuilt(Reply),
     /// Response `data` built for this call; the pipeline checks it against the response schema.
     Data(Value),
+}
+
+/// An example case from a mapping file, with where it came from.
+#[derive(Debug, Clone)]
+pub struct Example {
+    pub skill: Skill,
+    pub file: PathBuf,
+    pub origin: Origin,
+    pub case: file::FileExample,
 }
 
 impl Handler {
@@ -38,13 +69,23 @@ impl Handler {
     pub fn fixed_payload(&self) -> Option<&Arc<Value>> {
         match self {
             Handler::Static(reply) => Some(&reply.payload),
+            Handler::Proxy(_) | Handler::DerivedFacets(_) | Handler::Feed { .. } => None,
         }
     }
 
     /// Answers a validated call.
-    pub async fn execute(&self, _call: &Call) -> Result<Answer, AapError> {
+    pub async fn execute(&self, call: &Call) -> Result<Answer, AapError> {
         match self {
             Handler::Static(reply) => Ok(Answer::Prebuilt(reply.clone())),
+            Handler::Proxy(mapped) => mapped.execute(&call.data).await.map(Answer::Data),
+            Handler::DerivedFacets(search) => search
+                .facets(execute::Transport::Live(&search.upstream), &call.data)
+                .await
+                .map(Answer::Data),
+            Handler::Feed { skill, feed } => {
+                let snapshot = feed.snapshot().await?;
+                snapshot.answer(*skill, &call.data).map(Answer::Data)
+            }
         }
     }
 }

@@ -53,6 +53,7 @@ pub async fn run(
     });
     let limit = Arc::new(Semaphore::new(app.settings.limits.max_concurrency));
     let grace = app.settings.limits.shutdown_grace;
+    let background = app.start_background();
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -97,6 +98,9 @@ pub async fn run(
     }
     // Stop taking buyer traffic; keep answering probes (`/readyz` now 503) while draining.
     state.ready.store(false, Ordering::SeqCst);
+    for task in &background {
+        task.abort();
+    }
     drop(gateway);
     tracing::info!(grace = ?grace, "shutting down: draining in-flight requests");
     let drained = graceful.shutdown();
@@ -220,9 +224,23 @@ pub enum StartError {
 /// Binds both listeners (port 0 allowed), then builds the app against the bound addresses so
 /// derived card URLs are real. Shared by `main` and the tests.
 pub async fn bind(
+    settings: crate::settings::Settings,
+    listen: SocketAddr,
+    admin_listen: SocketAddr,
+) -> Result<Bound, StartError> {
+    bind_with_vars(settings, listen, admin_listen, &|name: &str| {
+        std::env::var(name).ok()
+    })
+    .await
+}
+
+/// `bind`, resolving `${NAME}` in mapping files through `vars` (the demo points them at its
+/// simulators).
+pub async fn bind_with_vars(
     mut settings: crate::settings::Settings,
     listen: SocketAddr,
     admin_listen: SocketAddr,
+    vars: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Result<Bound, StartError> {
     let gateway = TcpListener::bind(listen)
         .await
@@ -246,7 +264,7 @@ pub async fn bind(
     })?;
     settings.listen = gateway_addr;
     settings.admin_listen = admin_addr;
-    let app = App::build(settings, gateway_addr).map_err(StartError::Config)?;
+    let app = App::build_with_vars(settings, gateway_addr, vars).map_err(StartError::Config)?;
     Ok(Bound {
         app: Arc::new(app),
         gateway,

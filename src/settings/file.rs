@@ -127,6 +127,9 @@ pub struct FileDealer {
     /// `dealer.information` from it.
     #[serde(default)]
     pub profile: Option<Value>,
+    /// Folder of mapping files (upstreams.yaml + one file per skill), relative to this file.
+    #[serde(default)]
+    pub mappings: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

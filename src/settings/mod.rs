@@ -85,6 +85,8 @@ pub struct DealerSettings {
     pub path_prefix: String,
     pub card: CardSettings,
     pub profile: Option<Value>,
+    /// The dealer's mapping folder, resolved against the configuration file's directory.
+    pub mappings: Option<PathBuf>,
     /// JSON Pointer of this dealer in the configuration file, for located problems.
     pub pointer: String,
 }
@@ -532,6 +534,7 @@ impl Loader {
             path_prefix,
             card,
             profile: file.profile,
+            mappings: file.mappings.map(|m| resolve(self.source.path(), &m)),
             pointer: pointer.to_owned(),
         })
     }
@@ -682,6 +685,25 @@ fn clean_serde_message(message: &str) -> String {
         .replace("invalid type: ", "wrong type: ")
         .trim()
         .to_owned()
+}
+
+/// `relative` resolved against the directory of `config_path`, with `.` and `..` removed
+/// lexically so messages show `mappings/x/…` rather than `config/../mappings/x/…`.
+pub fn resolve(config_path: &Path, relative: &str) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for part in base_dir(config_path).join(relative).components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir
+                if matches!(out.components().next_back(), Some(Component::Normal(_))) =>
+            {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// The directory relative paths in a configuration file are resolved against.

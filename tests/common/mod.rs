@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use aap_gateway::demo::Simulators;
 use aap_gateway::server;
 use aap_gateway::settings;
 use serde_json::{Value, json};
@@ -40,6 +41,94 @@ pub async fn demo() -> Gateway {
     start_file(&repo_path("config/demo.yaml"), None).await
 }
 
+/// Starts the legacy simulators (REST DMS and CSV feed) and the gateway on the shipped demo
+/// configuration pointed at them (`${DMS_URL}`, `${FEED_URL}`).
+pub async fn demo_with_simulators() -> (Gateway, Simulators) {
+    let sims = Simulators::start().await.expect("simulators start");
+    let gw =
+        start_file_with_vars(&repo_path("config/demo.yaml"), None, simulator_vars(&sims)).await;
+    (gw, sims)
+}
+
+/// `DMS_URL` and `FEED_URL` of running simulators.
+pub fn simulator_vars(sims: &Simulators) -> HashMap<String, String> {
+    ["DMS_URL", "FEED_URL"]
+        .into_iter()
+        .filter_map(|name| sims.var(name).map(|v| (name.to_owned(), v)))
+        .collect()
+}
+
+/// A copy of the demo configuration and both demo mapping folders in a temp dir, for tests that
+/// need to change a mapping (e.g. smaller timeouts). Edit the files under `root`, then
+/// `start` the gateway on them.
+pub struct DemoCopy {
+    pub dir: tempfile::TempDir,
+}
+
+impl DemoCopy {
+    pub fn new() -> DemoCopy {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for dealer in ["demo-toyota", "demo-honda"] {
+            copy_dir(
+                &repo_path(&format!("mappings/{dealer}")),
+                &dir.path().join("mappings").join(dealer),
+            );
+        }
+        std::fs::create_dir_all(dir.path().join("config")).expect("config dir");
+        std::fs::copy(
+            repo_path("config/demo.yaml"),
+            dir.path().join("config/demo.yaml"),
+        )
+        .expect("copy config");
+        DemoCopy { dir }
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A file of the copy, relative to its root (e.g. `mappings/demo-toyota/upstreams.yaml`).
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.dir.path().join(relative)
+    }
+
+    /// Replaces `from` (which must occur) with `to` in a file of the copy.
+    pub fn edit(&self, relative: &str, from: &str, to: &str) {
+        let path = self.path(relative);
+        let text = std::fs::read_to_string(&path).expect("read copy");
+        assert!(
+            text.contains(from),
+            "{relative} does not contain {from:?}; the demo files changed"
+        );
+        std::fs::write(&path, text.replace(from, to)).expect("write copy");
+    }
+
+    /// Starts the gateway on the copy, resolving `${NAME}` through `vars`.
+    pub async fn start(self, vars: HashMap<String, String>) -> Gateway {
+        let config = self.path("config/demo.yaml");
+        start_file_with_vars(&config, Some(self.dir), vars).await
+    }
+}
+
+impl Default for DemoCopy {
+    fn default() -> Self {
+        DemoCopy::new()
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create dir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("dir entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy file");
+        }
+    }
+}
+
 /// Starts the gateway on a configuration given as YAML text.
 pub async fn start_yaml(yaml: &str) -> Gateway {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -49,12 +138,24 @@ pub async fn start_yaml(yaml: &str) -> Gateway {
 }
 
 async fn start_file(path: &Path, dir: Option<tempfile::TempDir>) -> Gateway {
+    start_file_with_vars(path, dir, HashMap::new()).await
+}
+
+/// Starts the gateway on the configuration file at `path`, resolving `${NAME}` in mapping files
+/// through `vars` first and the process environment second. `dir` is kept alive (and removed)
+/// with the gateway.
+pub async fn start_file_with_vars(
+    path: &Path,
+    dir: Option<tempfile::TempDir>,
+    vars: HashMap<String, String>,
+) -> Gateway {
     let settings = settings::load_with_env(path, HashMap::new())
         .unwrap_or_else(|p| panic!("config problems: {p:?}"));
     let local: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-    let bound = server::bind(settings, local, local)
+    let lookup = move |name: &str| vars.get(name).cloned().or_else(|| std::env::var(name).ok());
+    let bound = server::bind_with_vars(settings, local, local, &lookup)
         .await
-        .expect("gateway starts");
+        .unwrap_or_else(|e| panic!("gateway starts: {e} {e:?}"));
     let (stop, stopped) = oneshot::channel::<()>();
     let app = bound.app.clone();
     let (addr, admin) = (bound.gateway_addr, bound.admin_addr);

@@ -1,0 +1,249 @@
+//! Runs the example cases embedded in mapping files offline: the AAP request goes through the
+//! real engine, the upstream is a canned reply, and the rendered call and the AAP reply are
+//! compared with what the example expects (subset match). Used by `test-mappings`, `check` and
+//! the test suite.
+
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use http::StatusCode;
+use serde_json::{Map, Value, json};
+
+use super::execute::{Canned, Transport};
+use super::{Example, Handler};
+use crate::error::AapError;
+use crate::protocol::Reply;
+use crate::schema::Schemas;
+
+/// Why an example failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The reply the mapping built breaks the AAP response schema (a mapping defect).
+    InvalidReply(Vec<String>),
+    /// The example's expectations were not met; one line per difference.
+    Mismatch(Vec<String>),
+}
+
+impl Failure {
+    pub fn lines(&self) -> &[String] {
+        match self {
+            Failure::InvalidReply(l) | Failure::Mismatch(l) => l,
+        }
+    }
+}
+
+/// Runs one example with `handler`.
+pub async fn run(example: &Example, handler: &Handler, schemas: &Schemas) -> Result<(), Failure> {
+    let case = &example.case;
+    let mut request = case.request.clone();
+    crate::binding::send_message::normalize_numbers(&mut request);
+    let violations = schemas.check_request(example.skill, &request);
+    if !violations.is_empty() {
+        let code = crate::schema::classify(example.skill, &request, &violations);
+        return match &case.expect_error {
+            Some(expected) if expected == code.as_str() => Ok(()),
+            _ => Err(Failure::Mismatch(
+                violations
+                    .iter()
+                    .map(|v| {
+                        format!(
+                            "request {}: {}: {}",
+                            v.instance_location, v.keyword, v.error
+                        )
+                    })
+                    .collect(),
+            )),
+        };
+    }
+    let canned = canned(example)?;
+    let outcome = match handler {
+        Handler::Static(reply) => Ok(reply.payload.get("data").cloned().unwrap_or(Value::Null)),
+        Handler::Proxy(m) => m.execute_with(Transport::Canned(&canned), &request).await,
+        Handler::DerivedFacets(m) => m.facets(Transport::Canned(&canned), &request).await,
+        Handler::Feed { skill, feed } => match feed.fetch(Transport::Canned(&canned)).await {
+            Ok(snapshot) => snapshot.answer(*skill, &request),
+            Err(e) => Err(e),
+        },
+    };
+    let mut diffs = Vec::new();
+    if let Some(expected) = &case.expect_upstream {
+        let seen = canned
+            .seen
+            .lock()
+            .map(|s| s.first().cloned())
+            .unwrap_or_default();
+        match seen {
+            Some(call) => {
+                let (path, query) = split_query(&call.path_and_query);
+                let mut headers = Map::new();
+                for (name, value) in &call.headers {
+                    headers.insert(name.to_string(), json!(value.to_str().unwrap_or_default()));
+                }
+                let actual = json!({
+                    "method": call.method.as_str(),
+                    "path": path,
+                    "query": query,
+                    "headers": headers,
+                    "body": call.body,
+                });
+                subset("upstream", expected, &actual, &mut diffs);
+            }
+            None => diffs.push("upstream: no call was made".to_owned()),
+        }
+    }
+    match outcome {
+        Ok(data) => {
+            if let Some(code) = &case.expect_error {
+                diffs.push(format!("expected error {code}, got a reply"));
+            }
+            let reply = Reply::new(example.skill, data, None);
+            let violations = schemas.check_response(example.skill, &reply.payload);
+            if !violations.is_empty() {
+                return Err(Failure::InvalidReply(
+                    violations
+                        .iter()
+                        .map(|v| {
+                            format!("reply {}: {}: {}", v.instance_location, v.keyword, v.error)
+                        })
+                        .collect(),
+                ));
+            }
+            if let (Some(expected), Some(data)) = (&case.expect, reply.payload.get("data")) {
+                subset("reply", expected, data, &mut diffs);
+            }
+        }
+        Err(error) => {
+            let code = error_code(&error);
+            match (&case.expect_error, code) {
+                (Some(expected), Some(code)) if expected == code => {}
+                (Some(expected), _) => {
+                    diffs.push(format!("expected error {expected}, got: {error}"))
+                }
+                (None, _) => diffs.push(format!("unexpected error: {error}")),
+            }
+        }
+    }
+    if diffs.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::Mismatch(diffs))
+    }
+}
+
+fn canned(example: &Example) -> Result<Canned, Failure> {
+    let reply = example.case.upstream_reply.as_ref();
+    let status = reply.map_or(200, |r| r.status);
+    let body = match reply {
+        Some(r) => match (&r.body, &r.body_file) {
+            (Some(Value::String(s)), None) => Bytes::from(s.clone()),
+            (Some(v), None) => Bytes::from(v.to_string()),
+            (None, Some(file)) => {
+                let dir = example
+                    .file
+                    .parent()
+                    .map(std::path::Path::to_path_buf)
+                    .unwrap_or_default();
+                let path = dir.join(file);
+                std::fs::read(&path).map(Bytes::from).map_err(|e| {
+                    Failure::Mismatch(vec![format!(
+                        "cannot read body_file {}: {e}",
+                        path.display()
+                    )])
+                })?
+            }
+            (None, None) => Bytes::new(),
+            (Some(_), Some(_)) => {
+                return Err(Failure::Mismatch(vec![
+                    "give `body` or `body_file`, not both".to_owned(),
+                ]));
+            }
+        },
+        None => Bytes::new(),
+    };
+    Ok(Canned {
+        status: StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
+        body,
+        seen: Mutex::new(Vec::new()),
+    })
+}
+
+fn error_code(error: &AapError) -> Option<&'static str> {
+    match error {
+        AapError::Domain { code, .. } | AapError::Validation { code, .. } => Some(code.as_str()),
+        AapError::UpstreamTimeout { .. }
+        | AapError::UpstreamUnavailable { .. }
+        | AapError::InvalidUpstreamResponse { .. }
+        | AapError::InvalidReply { .. }
+        | AapError::Internal(_) => Some("INTERNAL_ERROR"),
+        AapError::RateLimited { .. } => Some("RATE_LIMITED"),
+        AapError::Parse { .. }
+        | AapError::InvalidRequest { .. }
+        | AapError::MethodNotFound { .. }
+        | AapError::InvalidParams { .. }
+        | AapError::TaskNotFound
+        | AapError::PushNotificationNotSupported
+        | AapError::UnsupportedOperation { .. }
+        | AapError::ContentTypeNotSupported { .. }
+        | AapError::ExtensionSupportRequired { .. }
+        | AapError::VersionNotSupported { .. } => None,
+    }
+}
+
+/// `/a/b?x=1&y=%20` → (`/a/b`, `{"x": "1", "y": " "}`).
+fn split_query(path_and_query: &str) -> (String, Value) {
+    let (path, query) = path_and_query
+        .split_once('?')
+        .unwrap_or((path_and_query, ""));
+    let mut params = Map::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        params.insert(decode(k), Value::String(decode(v)));
+    }
+    (path.to_owned(), Value::Object(params))
+}
+
+/// Every key of `expected` must be in `actual` with a matching value; arrays match element-wise
+/// with equal length. Differences are appended as `where: expected X, got Y`.
+pub fn subset(at: &str, expected: &Value, actual: &Value, diffs: &mut Vec<String>) {
+    match (expected, actual) {
+        (Value::Object(e), Value::Object(a)) => {
+            for (k, ev) in e {
+                match a.get(k) {
+                    Some(av) => subset(&format!("{at}.{k}"), ev, av, diffs),
+                    None => diffs.push(format!("{at}.{k}: expected {ev}, missing")),
+                }
+            }
+        }
+        (Value::Array(e), Value::Array(a)) if e.len() == a.len() => {
+            for (i, (ev, av)) in e.iter().zip(a).enumerate() {
+                subset(&format!("{at}[{i}]"), ev, av, diffs);
+            }
+        }
+        (Value::Number(e), Value::Number(a)) if e.as_f64() == a.as_f64() => {}
+        (e, a) if e == a => {}
+        (e, a) => diffs.push(format!("{at}: expected {e}, got {a}")),
+    }
+}
+
+/// Runs every example of `app`'s dealers; `(dealer id, example, outcome)`.
+pub async fn run_all(app: &crate::app::App) -> Vec<(String, Example, Result<(), Failure>)> {
+    let mut out = Vec::new();
+    for dealer in &app.dealers {
+        for example in dealer.examples() {
+            let outcome = match dealer.handler_for(example.skill) {
+                Some(handler) => run(example, handler, &app.schemas).await,
+                None => Err(Failure::Mismatch(vec![format!(
+                    "{} is not served",
+                    example.skill
+                )])),
+            };
+            out.push((dealer.id().to_owned(), example.clone(), outcome));
+        }
+    }
+    out
+}

@@ -1,0 +1,487 @@
+//! The mapping engine for proxy-mode skills: render the upstream call, send it, apply the error
+//! rules, decode the reply, extract AAP data with jq.
+//!
+//! List skills (`inventory.search`) are paged by the engine: it turns `skip`/`limit` into the
+//! upstream's pages and slices. When a request uses a filter or sort the mapping does not
+//! translate (`request.supports`), the engine completes the search itself: it fetches up to
+//! `scan_limit` listings with the filters the upstream does support, then filters, sorts and
+//! pages them with AAP semantics (`search`). Derived facets use the same scan.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::StatusCode;
+use minijinja::value::Value as TplValue;
+use serde_json::{Map, Value, json};
+
+use super::decode::Format;
+use super::extract::{Jq, JqValue, JqVars};
+use super::request::{PageRef, Rendered, RequestSpec, plan};
+use super::search::{self, Inventory, Listing};
+use crate::error::{AapCode, AapError};
+use crate::protocol::Skill;
+use crate::upstream::{Upstream, UpstreamRequest, UpstreamResponse};
+
+/// Statuses a listing may have to be shown to a buyer (SPEC §6.9).
+pub const LISTABLE: [&str; 3] = ["available", "intransit", "pending"];
+
+/// Values every template and jq program of one mapping file sees besides the request.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    pub tables_tpl: TplValue,
+    pub tables_jq: JqValue,
+    pub dealer_tpl: TplValue,
+    pub dealer_jq: JqValue,
+}
+
+/// How a reply becomes AAP data.
+#[derive(Debug)]
+pub enum ResponseSpec {
+    List {
+        items: Jq,
+        total: Option<Jq>,
+        item: Jq,
+    },
+    Object {
+        jq: Jq,
+    },
+}
+
+/// `when: { status, jq }` → code.
+#[derive(Debug)]
+pub struct ErrorRule {
+    pub status: Option<StatusMatch>,
+    pub jq: Option<Jq>,
+    pub code: AapCode,
+    pub message: String,
+}
+
+#[derive(Debug, Clone)]
+pub enum StatusMatch {
+    Codes(Vec<u16>),
+    /// `4xx` → 4.
+    Class(u16),
+}
+
+impl StatusMatch {
+    fn matches(&self, status: StatusCode) -> bool {
+        match self {
+            StatusMatch::Codes(codes) => codes.contains(&status.as_u16()),
+            StatusMatch::Class(c) => status.as_u16() / 100 == *c,
+        }
+    }
+}
+
+/// Filters and sort fields the templates translate for the upstream.
+#[derive(Debug, Clone, Default)]
+pub struct Supports {
+    pub filters: HashSet<String>,
+    pub sort: HashSet<String>,
+}
+
+/// Where calls go: the real upstream, or a canned reply (examples, `test-mappings`).
+#[derive(Debug, Clone, Copy)]
+pub enum Transport<'a> {
+    Live(&'a Upstream),
+    Canned(&'a Canned),
+}
+
+/// A canned upstream for offline example runs: answers every call with `reply` and records the
+/// rendered calls.
+#[derive(Debug)]
+pub struct Canned {
+    pub status: StatusCode,
+    pub body: Bytes,
+    pub seen: Mutex<Vec<Rendered>>,
+}
+
+/// A compiled proxy-mode skill.
+#[derive(Debug)]
+pub struct Mapped {
+    pub skill: Skill,
+    /// The mapping file, for logs.
+    pub file: String,
+    pub upstream: Arc<Upstream>,
+    pub request: RequestSpec,
+    pub format: Format,
+    pub response: ResponseSpec,
+    pub errors: Vec<ErrorRule>,
+    pub shared: Shared,
+    pub supports: Option<Supports>,
+    pub scan_limit: usize,
+}
+
+impl Mapped {
+    /// Answers a validated call against the live upstream.
+    pub async fn execute(&self, request: &Value) -> Result<Value, AapError> {
+        self.execute_with(Transport::Live(&self.upstream), request)
+            .await
+    }
+
+    /// Answers a validated call through `transport`.
+    pub async fn execute_with(
+        &self,
+        transport: Transport<'_>,
+        request: &Value,
+    ) -> Result<Value, AapError> {
+        match (&self.response, self.skill) {
+            (ResponseSpec::List { .. }, _) => self.search(transport, request).await,
+            (ResponseSpec::Object { jq }, skill) => {
+                let data = self.object(transport, request, jq).await?;
+                if skill == Skill::InventoryVehicle {
+                    check_listable(&data)?;
+                }
+                Ok(data)
+            }
+        }
+    }
+
+    /// Derived facets of `inventory.facets` (`derive: search`): scan, then aggregate.
+    pub async fn facets(
+        &self,
+        transport: Transport<'_>,
+        request: &Value,
+    ) -> Result<Value, AapError> {
+        let filters = request.get("filters");
+        let query = json!({ "type": "inventory.search.request", "filters": filters });
+        let inventory = self.scan(transport, &query).await?;
+        Ok(inventory.facets(filters))
+    }
+
+    fn vars(&self, request: &Value) -> JqVars {
+        JqVars {
+            request: JqValue::from_json(request),
+            tables: self.shared.tables_jq.clone(),
+            dealer: self.shared.dealer_jq.clone(),
+        }
+    }
+
+    fn template_values(&self, request: &Value) -> TplValue {
+        minijinja::context! {
+            request => TplValue::from(minijinja::value::Serde(request)),
+            tables => self.shared.tables_tpl.clone(),
+            dealer => self.shared.dealer_tpl.clone(),
+        }
+    }
+
+    async fn object(
+        &self,
+        transport: Transport<'_>,
+        request: &Value,
+        jq: &Jq,
+    ) -> Result<Value, AapError> {
+        let values = self.template_values(request);
+        let rendered = self
+            .request
+            .render(&values, None)
+            .map_err(|e| self.render_error(e))?;
+        let doc = self.call(transport, rendered, request).await?;
+        let vars = self.vars(request);
+        let out = jq
+            .run_one(&doc, &vars)
+            .map_err(|e| self.extract_error(e.to_string()))?;
+        Ok(out.to_json())
+    }
+
+    /// `inventory.search`: straight through the upstream when it can express the request,
+    /// else completed in the gateway.
+    async fn search(&self, transport: Transport<'_>, request: &Value) -> Result<Value, AapError> {
+        let (skip, limit) = window(request);
+        if !self.translatable(request) {
+            let inventory = self.scan(transport, request).await?;
+            let page = inventory.search(request);
+            return Ok(page_json(page.total, page.skip, page.limit, page.vehicles));
+        }
+        let max = self
+            .request
+            .pagination
+            .as_ref()
+            .map_or(u64::MAX, |p| p.max_size());
+        let (pages, start) = plan(skip as u64, limit as u64, max);
+        let values = self.template_values(request);
+        let vars = self.vars(request);
+        let mut listings: Vec<Arc<Value>> = Vec::new();
+        let mut total = None;
+        for page in pages {
+            let (mut items, page_total) = self
+                .fetch_page(transport, request, &values, &vars, page)
+                .await?;
+            total = total.or(page_total);
+            let exhausted = (items.len() as u64) < page.size;
+            listings.append(&mut items);
+            if exhausted {
+                break;
+            }
+        }
+        let vehicles: Vec<Arc<Value>> = listings.into_iter().skip(start).take(limit).collect();
+        let total = total.unwrap_or(skip + vehicles.len());
+        Ok(page_json(total, skip, limit, vehicles))
+    }
+
+    /// Whether every filter and the sort of `request` are translated by the templates.
+    fn translatable(&self, request: &Value) -> bool {
+        let Some(supports) = &self.supports else {
+            return true;
+        };
+        let filters_ok = request
+            .get("filters")
+            .and_then(Value::as_object)
+            .is_none_or(|f| f.keys().all(|k| supports.filters.contains(k)));
+        let sort_ok = request
+            .pointer("/sort/field")
+            .and_then(Value::as_str)
+            .is_none_or(|f| supports.sort.contains(f));
+        filters_ok && sort_ok
+    }
+
+    /// Fetches up to `scan_limit` listings matching the translatable part of `request`.
+    async fn scan(&self, transport: Transport<'_>, request: &Value) -> Result<Inventory, AapError> {
+        let mut narrowed = request.clone();
+        if let Some(supports) = &self.supports
+            && let Some(filters) = narrowed.get_mut("filters").and_then(Value::as_object_mut)
+        {
+            filters.retain(|k, _| supports.filters.contains(k));
+        }
+        if let Some(obj) = narrowed.as_object_mut() {
+            obj.remove("sort");
+            obj.remove("pagination");
+        }
+        let values = self.template_values(&narrowed);
+        let vars = self.vars(&narrowed);
+        let size = self
+            .request
+            .pagination
+            .as_ref()
+            .map_or(self.scan_limit as u64, |p| p.max_size());
+        let mut listings = Vec::new();
+        let mut index = 0;
+        loop {
+            let page = PageRef { index, size };
+            let (items, total) = self
+                .fetch_page(transport, &narrowed, &values, &vars, page)
+                .await?;
+            let fetched = items.len();
+            listings.extend(items.into_iter().map(Listing::from_arc));
+            let done = self.request.pagination.is_none()
+                || (fetched as u64) < size
+                || total.is_some_and(|t| listings.len() >= t)
+                || listings.len() >= self.scan_limit;
+            if done {
+                break;
+            }
+            index += 1;
+        }
+        listings.truncate(self.scan_limit);
+        Ok(Inventory::new(listings))
+    }
+
+    /// One upstream page: its listable vehicles and the reported total.
+    async fn fetch_page(
+        &self,
+        transport: Transport<'_>,
+        request: &Value,
+        values: &TplValue,
+        vars: &JqVars,
+        page: PageRef,
+    ) -> Result<(Vec<Arc<Value>>, Option<usize>), AapError> {
+        let ResponseSpec::List { items, total, item } = &self.response else {
+            return Err(AapError::Internal(format!(
+                "{}: not a list mapping",
+                self.file
+            )));
+        };
+        let paged = self.request.pagination.as_ref().map(|_| page);
+        let rendered = self
+            .request
+            .render(values, paged)
+            .map_err(|e| self.render_error(e))?;
+        let doc = self.call(transport, rendered, request).await?;
+        let records = items
+            .run(&doc, vars)
+            .map_err(|e| self.extract_error(e.to_string()))?;
+        let mut vehicles = Vec::with_capacity(records.len());
+        for record in &records {
+            let vehicle = item
+                .run_one(record, vars)
+                .map_err(|e| self.extract_error(e.to_string()))?
+                .to_json();
+            if vehicle
+                .get("status")
+                .and_then(Value::as_str)
+                .is_some_and(|s| LISTABLE.contains(&s))
+            {
+                vehicles.push(Arc::new(vehicle));
+            }
+        }
+        let total = match total {
+            Some(jq) => {
+                let t = jq
+                    .run_one(&doc, vars)
+                    .map_err(|e| self.extract_error(e.to_string()))?;
+                let t = t.to_json();
+                Some(as_count(&t).ok_or_else(|| {
+                    self.extract_error(format!("`total` gave {t}, not a whole number"))
+                })?)
+            }
+            None => None,
+        };
+        Ok((vehicles, total))
+    }
+
+    /// Sends one call, applies the error rules, decodes the body.
+    async fn call(
+        &self,
+        transport: Transport<'_>,
+        rendered: Rendered,
+        request: &Value,
+    ) -> Result<JqValue, AapError> {
+        let response = send(transport, &self.upstream, rendered).await?;
+        let doc = self
+            .format
+            .decode(&response.body)
+            .map(|v| JqValue::from_json(&v));
+        if !self.errors.is_empty() {
+            let vars = self.vars(request);
+            for rule in &self.errors {
+                let status_ok = rule
+                    .status
+                    .as_ref()
+                    .is_none_or(|s| s.matches(response.status));
+                let jq_ok = match (&rule.jq, &doc) {
+                    (None, _) => true,
+                    (Some(jq), Ok(doc)) => jq.run_bool(doc, &vars).unwrap_or(false),
+                    (Some(_), Err(_)) => false,
+                };
+                if status_ok && jq_ok {
+                    return Err(AapError::Domain {
+                        code: rule.code,
+                        message: rule.message.clone(),
+                        details: None,
+                    });
+                }
+            }
+        }
+        let upstream = self.upstream.name().to_owned();
+        if !response.status.is_success() {
+            let cause = format!(
+                "HTTP {} not handled by an error rule ({})",
+                response.status, self.file
+            );
+            return Err(if response.status.is_server_error() {
+                AapError::UpstreamUnavailable { upstream, cause }
+            } else {
+                AapError::InvalidUpstreamResponse { upstream, cause }
+            });
+        }
+        doc.map_err(|e| AapError::InvalidUpstreamResponse {
+            upstream,
+            cause: format!("{e} ({})", self.file),
+        })
+    }
+
+    fn render_error(&self, message: String) -> AapError {
+        AapError::Internal(format!(
+            "{}: cannot render the upstream request: {message}",
+            self.file
+        ))
+    }
+
+    fn extract_error(&self, message: String) -> AapError {
+        AapError::InvalidUpstreamResponse {
+            upstream: self.upstream.name().to_owned(),
+            cause: format!("{}: {message}", self.file),
+        }
+    }
+}
+
+/// Sends a rendered call through `transport`.
+pub async fn send(
+    transport: Transport<'_>,
+    upstream: &Upstream,
+    rendered: Rendered,
+) -> Result<UpstreamResponse, AapError> {
+    match transport {
+        Transport::Live(live) => {
+            let idempotent = matches!(rendered.method, http::Method::GET | http::Method::HEAD);
+            let req = UpstreamRequest {
+                method: rendered.method,
+                path_and_query: rendered.path_and_query,
+                headers: rendered.headers,
+                body: rendered.body.map(Bytes::from),
+                idempotent,
+            };
+            live.call(req)
+                .await
+                .map_err(|e| e.into_aap(upstream.name()))
+        }
+        Transport::Canned(canned) => {
+            if let Ok(mut seen) = canned.seen.lock() {
+                seen.push(rendered);
+            }
+            Ok(UpstreamResponse {
+                status: canned.status,
+                headers: http::HeaderMap::new(),
+                body: canned.body.clone(),
+                elapsed: Instant::now().elapsed(),
+            })
+        }
+    }
+}
+
+/// `skip` and the effective `limit` of a search request: default 20, at most 100 (SPEC §5.11).
+pub fn window(request: &Value) -> (usize, usize) {
+    let number = |p: &str| {
+        request
+            .pointer(p)
+            .and_then(Value::as_u64)
+            .and_then(|n| usize::try_from(n).ok())
+    };
+    let skip = number("/pagination/skip").unwrap_or(0);
+    let limit = number("/pagination/limit")
+        .unwrap_or(search::DEFAULT_LIMIT)
+        .clamp(1, search::MAX_LIMIT);
+    (skip, limit)
+}
+
+/// `inventory.vehicle` must not answer a unit that left stock (SPEC §6.9).
+pub fn check_listable(vehicle: &Value) -> Result<(), AapError> {
+    let status = vehicle.get("status").and_then(Value::as_str);
+    if status.is_some_and(|s| LISTABLE.contains(&s)) {
+        Ok(())
+    } else {
+        Err(AapError::domain(
+            AapCode::VehicleUnavailable,
+            "This vehicle is no longer available.",
+        ))
+    }
+}
+
+/// The `data` of an `inventory.search.response`.
+pub fn page_json(total: usize, skip: usize, limit: usize, vehicles: Vec<Arc<Value>>) -> Value {
+    let mut data = Map::with_capacity(4);
+    data.insert("total".into(), json!(total));
+    data.insert("skip".into(), json!(skip));
+    data.insert("limit".into(), json!(limit));
+    data.insert(
+        "vehicles".into(),
+        Value::Array(vehicles.into_iter().map(Arc::unwrap_or_clone).collect()),
+    );
+    Value::Object(data)
+}
+
+fn as_count(v: &Value) -> Option<usize> {
+    match v {
+        Value::Number(n) => n
+            .as_u64()
+            .or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                    .map(|f| f as u64)
+            })
+            .and_then(|n| usize::try_from(n).ok()),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}

@@ -1,0 +1,278 @@
+//! Feed mode: the dealer's whole inventory fetched as one document (JSON, XML or CSV), mapped to
+//! AAP vehicles, cached, and searched in the gateway.
+//!
+//! Freshness: a snapshot younger than `refresh` is served as is; an older one is still served
+//! while a background refresh runs; past `max_stale` a request waits for a refresh and fails
+//! (`INTERNAL_ERROR`, retryable) if the upstream cannot deliver. A background task also refreshes
+//! every `refresh` so buyers rarely wait. One refresh runs at a time.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::decode::Format;
+use super::execute::{Shared, Transport, check_listable, page_json, send};
+use super::extract::{Jq, JqValue, JqVars};
+use super::request::RequestSpec;
+use super::search::{Inventory, Listing};
+use crate::error::{AapCode, AapError};
+use crate::protocol::Skill;
+use crate::upstream::Upstream;
+
+/// A compiled `feed.yaml` and its cache.
+#[derive(Debug)]
+pub struct Feed {
+    pub file: String,
+    pub upstream: Arc<Upstream>,
+    pub request: RequestSpec,
+    pub format: Format,
+    pub items: Option<Jq>,
+    pub item: Jq,
+    pub refresh: Duration,
+    pub max_stale: Duration,
+    pub shared: Shared,
+    state: RwLock<Option<Arc<Snapshot>>>,
+    refreshing: tokio::sync::Mutex<()>,
+    background: AtomicBool,
+}
+
+/// One fetched feed, ready to search.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Listable vehicles (available, intransit, pending).
+    pub inventory: Inventory,
+    /// Every mapped record, sold ones included, for detail lookups.
+    all: Vec<Arc<Value>>,
+    by_vin: HashMap<String, usize>,
+    by_stock: HashMap<String, usize>,
+    by_id: HashMap<String, usize>,
+    pub fetched_at: Instant,
+}
+
+impl Feed {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        file: String,
+        upstream: Arc<Upstream>,
+        request: RequestSpec,
+        format: Format,
+        items: Option<Jq>,
+        item: Jq,
+        refresh: Duration,
+        max_stale: Duration,
+        shared: Shared,
+    ) -> Feed {
+        Feed {
+            file,
+            upstream,
+            request,
+            format,
+            items,
+            item,
+            refresh,
+            max_stale,
+            shared,
+            state: RwLock::new(None),
+            refreshing: tokio::sync::Mutex::new(()),
+            background: AtomicBool::new(false),
+        }
+    }
+
+    fn current(&self) -> Option<Arc<Snapshot>> {
+        self.state.read().ok().and_then(|s| s.clone())
+    }
+
+    fn store(&self, snapshot: Arc<Snapshot>) {
+        if let Ok(mut state) = self.state.write() {
+            *state = Some(snapshot);
+        }
+    }
+
+    /// Age of the cached copy, if any (for metrics and logs).
+    pub fn age(&self) -> Option<Duration> {
+        self.current().map(|s| s.fetched_at.elapsed())
+    }
+
+    /// A snapshot fresh enough to answer from, refreshing as the freshness rules say.
+    pub async fn snapshot(self: &Arc<Self>) -> Result<Arc<Snapshot>, AapError> {
+        let current = self.current();
+        if let Some(s) = &current {
+            let age = s.fetched_at.elapsed();
+            if age < self.refresh {
+                return Ok(Arc::clone(s));
+            }
+            if age < self.max_stale {
+                self.refresh_in_background();
+                return Ok(Arc::clone(s));
+            }
+        }
+        let _one_at_a_time = self.refreshing.lock().await;
+        if let Some(s) = self
+            .current()
+            .filter(|s| s.fetched_at.elapsed() < self.refresh)
+        {
+            return Ok(s);
+        }
+        match self.fetch(Transport::Live(&self.upstream)).await {
+            Ok(s) => {
+                let s = Arc::new(s);
+                self.store(Arc::clone(&s));
+                Ok(s)
+            }
+            Err(e) => match current.filter(|s| s.fetched_at.elapsed() < self.max_stale) {
+                Some(s) => Ok(s),
+                None => Err(e),
+            },
+        }
+    }
+
+    fn refresh_in_background(self: &Arc<Self>) {
+        if self.background.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let feed = Arc::clone(self);
+        tokio::spawn(async move {
+            feed.refresh_now().await;
+            feed.background.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// Fetches and swaps in a new snapshot; keeps the old one on failure.
+    pub async fn refresh_now(&self) {
+        let _one_at_a_time = self.refreshing.lock().await;
+        match self.fetch(Transport::Live(&self.upstream)).await {
+            Ok(s) => {
+                tracing::debug!(feed = %self.file, vehicles = s.all.len(), "feed refreshed");
+                self.store(Arc::new(s));
+            }
+            Err(e) => {
+                tracing::warn!(feed = %self.file, error = %e, "feed refresh failed; serving the previous copy")
+            }
+        }
+    }
+
+    /// Keeps the cache warm: refreshes every `refresh` until the task is dropped.
+    pub async fn keep_fresh(self: Arc<Self>) {
+        loop {
+            self.refresh_now().await;
+            tokio::time::sleep(self.refresh).await;
+        }
+    }
+
+    /// Fetches the document through `transport` and builds a snapshot.
+    pub async fn fetch(&self, transport: Transport<'_>) -> Result<Snapshot, AapError> {
+        let values = minijinja::context! {
+            tables => self.shared.tables_tpl.clone(),
+            dealer => self.shared.dealer_tpl.clone(),
+        };
+        let rendered = self
+            .request
+            .render(&values, None)
+            .map_err(|e| AapError::Internal(format!("{}: {e}", self.file)))?;
+        let response = send(transport, &self.upstream, rendered).await?;
+        let upstream = self.upstream.name().to_owned();
+        if !response.status.is_success() {
+            return Err(AapError::UpstreamUnavailable {
+                upstream,
+                cause: format!("feed answered HTTP {} ({})", response.status, self.file),
+            });
+        }
+        self.build(&response.body)
+    }
+
+    /// Maps a fetched document into a snapshot.
+    pub fn build(&self, body: &[u8]) -> Result<Snapshot, AapError> {
+        let bad = |cause: String| AapError::InvalidUpstreamResponse {
+            upstream: self.upstream.name().to_owned(),
+            cause: format!("{cause} ({})", self.file),
+        };
+        let doc = JqValue::from_json(&self.format.decode(body).map_err(bad)?);
+        let vars = JqVars {
+            request: JqValue::from_json(&Value::Null),
+            tables: self.shared.tables_jq.clone(),
+            dealer: self.shared.dealer_jq.clone(),
+        };
+        let records = match &self.items {
+            Some(items) => items.run(&doc, &vars).map_err(|e| bad(e.to_string()))?,
+            None => vec![doc],
+        };
+        let mut all = Vec::with_capacity(records.len());
+        let mut skipped = 0usize;
+        for record in &records {
+            match self.item.run_one(record, &vars) {
+                Ok(v) => all.push(Arc::new(v.to_json())),
+                // One broken row must not take the whole inventory down.
+                Err(_) => skipped += 1,
+            }
+        }
+        if skipped > 0 {
+            tracing::warn!(feed = %self.file, skipped, "feed records the item mapping could not map");
+        }
+        let mut by_vin = HashMap::new();
+        let mut by_stock = HashMap::new();
+        let mut by_id = HashMap::new();
+        for (i, v) in all.iter().enumerate() {
+            let key = |name: &str| v.get(name).and_then(Value::as_str).map(str::to_owned);
+            if let Some(vin) = key("vin") {
+                by_vin.insert(vin.to_ascii_uppercase(), i);
+            }
+            if let Some(stock) = key("stock") {
+                by_stock.insert(stock, i);
+            }
+            if let Some(id) = key("vehicle_id") {
+                by_id.insert(id, i);
+            }
+        }
+        let listings = all
+            .iter()
+            .map(|v| Listing::from_arc(Arc::clone(v)))
+            .collect();
+        Ok(Snapshot {
+            inventory: Inventory::new(listings),
+            all,
+            by_vin,
+            by_stock,
+            by_id,
+            fetched_at: Instant::now(),
+        })
+    }
+}
+
+impl Snapshot {
+    /// Answers a validated call for `skill` from this snapshot.
+    pub fn answer(&self, skill: Skill, request: &Value) -> Result<Value, AapError> {
+        match skill {
+            Skill::InventorySearch => {
+                let page = self.inventory.search(request);
+                Ok(page_json(page.total, page.skip, page.limit, page.vehicles))
+            }
+            Skill::InventoryFacets => Ok(self.inventory.facets(request.get("filters"))),
+            Skill::InventoryVehicle => {
+                let vehicle = self.find(request).ok_or_else(|| {
+                    AapError::domain(
+                        AapCode::VehicleNotFound,
+                        "No vehicle matches that identifier.",
+                    )
+                })?;
+                check_listable(vehicle)?;
+                Ok(vehicle.as_ref().clone())
+            }
+            Skill::DealerInformation | Skill::LeadSubmit => Err(AapError::Internal(format!(
+                "{skill} cannot be answered from an inventory feed"
+            ))),
+        }
+    }
+
+    /// The most specific identifier wins: VIN, then stock number, then vehicle id.
+    fn find(&self, request: &Value) -> Option<&Arc<Value>> {
+        let field = |name: &str| request.get(name).and_then(Value::as_str);
+        let index = field("vin")
+            .and_then(|v| self.by_vin.get(&v.to_ascii_uppercase()))
+            .or_else(|| field("stock").and_then(|s| self.by_stock.get(s)))
+            .or_else(|| field("vehicle_id").and_then(|id| self.by_id.get(id)))?;
+        self.all.get(*index)
+    }
+}

@@ -1,0 +1,272 @@
+//! `File*`: mapping files exactly as ops teams write them (see docs/mappings.md).
+//!
+//! A dealer's mapping folder holds `upstreams.yaml` (named upstream systems), optionally
+//! `common.yaml` (shared tables and jq definitions) and `feed.yaml` (a whole-inventory feed), and
+//! one `<skill>.yaml` per served skill. Unknown keys are refused everywhere.
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// `common.yaml`: shared by every skill file of the folder.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileCommon {
+    /// Lookup tables available as `tables` (templates) and `$tables` (jq) in every skill file.
+    #[serde(default)]
+    pub tables: Map<String, Value>,
+    /// jq definitions (`def vehicle: {...};`) available to every jq program of the folder.
+    #[serde(default)]
+    pub jq_defs: Option<String>,
+}
+
+/// One `<skill>.yaml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSkill {
+    /// The AAP skill this file serves, e.g. `inventory.search`.
+    pub skill: String,
+    /// `proxy` (translate every call; the default) or `feed` (answer from `feed.yaml`'s cache).
+    #[serde(default)]
+    pub mode: FileMode,
+    /// Upstream name from `upstreams.yaml` (proxy mode).
+    #[serde(default)]
+    pub upstream: Option<String>,
+    /// The upstream call (proxy mode).
+    #[serde(default)]
+    pub request: Option<FileRequest>,
+    /// How the upstream reply becomes the AAP reply (proxy mode).
+    #[serde(default)]
+    pub response: Option<FileResponse>,
+    /// Ordered rules turning upstream answers into AAP errors; the first match wins.
+    #[serde(default)]
+    pub errors: Vec<FileErrorRule>,
+    /// Lookup tables (merged over `common.yaml`'s).
+    #[serde(default)]
+    pub tables: Map<String, Value>,
+    /// `inventory.facets` only: `search` computes facets from the search mapping's results.
+    #[serde(default)]
+    pub derive: Option<String>,
+    /// Fixed reply `data` (e.g. `dealer.information`), checked against the response schema at load.
+    #[serde(default, rename = "static")]
+    pub static_data: Option<Value>,
+    /// Most upstream listings fetched when the gateway must complete a search itself
+    /// (unsupported filter or sort, derived facets).
+    #[serde(default = "default_scan_limit")]
+    pub scan_limit: usize,
+    /// Cases run by `test-mappings` and the test suite.
+    #[serde(default)]
+    pub examples: Vec<FileExample>,
+}
+
+fn default_scan_limit() -> usize {
+    1000
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileMode {
+    #[default]
+    Proxy,
+    Feed,
+}
+
+/// An upstream call, rendered from templates.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileRequest {
+    /// HTTP method; GET and HEAD are retried on failure, others never.
+    #[serde(default = "default_method")]
+    pub method: String,
+    /// Path template below the upstream's base URL; values are percent-encoded as segments.
+    pub path: String,
+    /// Query parameter templates; a parameter that renders empty is left out.
+    #[serde(default)]
+    pub query: IndexMap<String, String>,
+    /// Header templates; values may not contain line breaks.
+    #[serde(default)]
+    pub headers: IndexMap<String, String>,
+    /// Body template.
+    #[serde(default)]
+    pub body: Option<String>,
+    /// How values are escaped in `body`: `json` (each value serialized as JSON), `xml`, `text`.
+    #[serde(default)]
+    pub body_format: Option<String>,
+    /// How the upstream pages results (list skills).
+    #[serde(default)]
+    pub pagination: Option<FilePagination>,
+    /// Which AAP filters and sort fields the templates translate. A request using others is
+    /// completed in the gateway (fetch up to `scan_limit` listings, then filter, sort, page).
+    #[serde(default)]
+    pub supports: Option<FileSupports>,
+}
+
+fn default_method() -> String {
+    "GET".to_owned()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilePagination {
+    /// `page` (page number + page size) or `offset` (offset + limit).
+    pub style: String,
+    /// Query parameter carrying the page number (style `page`).
+    #[serde(default)]
+    pub page: Option<String>,
+    /// Query parameter carrying the page size (style `page`).
+    #[serde(default)]
+    pub size: Option<String>,
+    /// Number of the first page (style `page`).
+    #[serde(default = "default_first")]
+    pub first: u64,
+    /// Query parameter carrying the offset (style `offset`).
+    #[serde(default)]
+    pub offset: Option<String>,
+    /// Query parameter carrying the limit (style `offset`).
+    #[serde(default)]
+    pub limit: Option<String>,
+    /// Largest page the upstream serves.
+    #[serde(default = "default_max_size")]
+    pub max_size: u64,
+}
+
+fn default_first() -> u64 {
+    1
+}
+
+fn default_max_size() -> u64 {
+    100
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSupports {
+    #[serde(default)]
+    pub filters: Vec<String>,
+    #[serde(default)]
+    pub sort: Vec<String>,
+}
+
+/// How an upstream reply becomes AAP data.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileResponse {
+    /// List skills: jq selecting the legacy records in one reply (or the whole feed).
+    #[serde(default)]
+    pub items: Option<String>,
+    /// List skills: jq giving the number of matches, when the upstream reports it.
+    #[serde(default)]
+    pub total: Option<String>,
+    /// List skills: jq turning one legacy record into one AAP vehicle (name every field).
+    #[serde(default)]
+    pub item: Option<String>,
+    /// Single-object skills: jq producing the whole reply `data`.
+    #[serde(default)]
+    pub jq: Option<String>,
+    /// Reply body format: `json` (default) or `xml`.
+    #[serde(default)]
+    pub format: Option<String>,
+    /// XML replies: element names that are always lists, even with one element.
+    #[serde(default)]
+    pub list_elements: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileErrorRule {
+    pub when: FileWhen,
+    /// The AAP code to answer, e.g. `VEHICLE_NOT_FOUND`.
+    pub code: String,
+    /// Message for the buyer; defaults to a standard one per code.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// All given conditions must hold.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileWhen {
+    /// Status code(s): `404`, `[404, 410]` or a class like `"4xx"`.
+    #[serde(default)]
+    pub status: Option<Value>,
+    /// jq predicate over the decoded reply body (truthy = match).
+    #[serde(default)]
+    pub jq: Option<String>,
+}
+
+/// `feed.yaml`: the dealer's whole inventory as one document, cached and searched in the gateway.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileFeed {
+    /// Upstream name from `upstreams.yaml`.
+    pub upstream: String,
+    /// The call that fetches the whole document.
+    pub request: FileRequest,
+    /// `json`, `csv` (header row) or `xml`.
+    pub format: String,
+    /// jq selecting the records in the document (CSV documents are an array of row objects).
+    #[serde(default)]
+    pub items: Option<String>,
+    /// jq turning one record into one AAP vehicle.
+    pub item: String,
+    /// How often the cache is refreshed.
+    #[serde(default = "default_refresh")]
+    pub refresh: String,
+    /// How long a stale copy may still be served while refreshes fail.
+    #[serde(default = "default_max_stale")]
+    pub max_stale: String,
+    /// Lookup tables (merged over `common.yaml`'s).
+    #[serde(default)]
+    pub tables: Map<String, Value>,
+    /// XML feeds: element names that are always lists.
+    #[serde(default)]
+    pub list_elements: Vec<String>,
+}
+
+fn default_refresh() -> String {
+    "5m".to_owned()
+}
+
+fn default_max_stale() -> String {
+    "1h".to_owned()
+}
+
+/// One example case.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileExample {
+    pub name: String,
+    /// The AAP request object (the DataPart `data`).
+    pub request: Value,
+    /// Subset the rendered upstream request must match: `method`, `path`, `query`, `headers`.
+    #[serde(default)]
+    pub expect_upstream: Option<Value>,
+    /// The canned upstream reply.
+    #[serde(default)]
+    pub upstream_reply: Option<FileReply>,
+    /// Subset the AAP reply `data` must match.
+    #[serde(default)]
+    pub expect: Option<Value>,
+    /// The AAP error code expected instead of a reply.
+    #[serde(default)]
+    pub expect_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileReply {
+    #[serde(default = "default_status")]
+    pub status: u16,
+    /// Inline body: a JSON value (sent as JSON) or a string (sent as is).
+    #[serde(default)]
+    pub body: Option<Value>,
+    /// Body read from a file, relative to the mapping file.
+    #[serde(default)]
+    pub body_file: Option<String>,
+    #[serde(default)]
+    pub content_type: Option<String>,
+}
+
+fn default_status() -> u16 {
+    200
+}

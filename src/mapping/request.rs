@@ -1,0 +1,209 @@
+//! A compiled upstream request: method, path, query, headers and body templates, and the paging
+//! of list calls. Rendering produces the exact call to send; escaping is per output context
+//! (`template`), and the query string is assembled here with percent-encoding, so no request
+//! value can add a parameter, change the path or split a header.
+
+use http::{HeaderName, HeaderValue, Method};
+use minijinja::value::Value as TplValue;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+use super::template::{Context, Templates};
+
+/// Characters left as they are in a query name or value (RFC 3986 unreserved).
+const QUERY: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// How an upstream pages a list.
+#[derive(Debug, Clone)]
+pub enum Pagination {
+    /// `?page=N&pageSize=S`, the first page being `first`.
+    Page {
+        page: String,
+        size: String,
+        first: u64,
+        max_size: u64,
+    },
+    /// `?offset=N&limit=S`.
+    Offset {
+        offset: String,
+        limit: String,
+        max_size: u64,
+    },
+}
+
+impl Pagination {
+    pub fn max_size(&self) -> u64 {
+        match self {
+            Pagination::Page { max_size, .. } | Pagination::Offset { max_size, .. } => *max_size,
+        }
+    }
+}
+
+/// One upstream page to fetch: `index` in units of `size` (0-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageRef {
+    pub index: u64,
+    pub size: u64,
+}
+
+/// The pages covering `[skip, skip + limit)` and where the wanted slice starts in their
+/// concatenation. Paging arithmetic lives here, never in templates.
+pub fn plan(skip: u64, limit: u64, max_size: u64) -> (Vec<PageRef>, usize) {
+    let size = limit.clamp(1, max_size.max(1));
+    let first = skip / size;
+    let last = (skip + limit.max(1) - 1) / size;
+    let pages = (first..=last)
+        .map(|index| PageRef { index, size })
+        .collect();
+    let start = usize::try_from(skip - first * size).unwrap_or(0);
+    (pages, start)
+}
+
+/// A rendered call, before it is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    pub method: Method,
+    /// Path and encoded query, starting with `/`.
+    pub path_and_query: String,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub body: Option<String>,
+}
+
+impl Rendered {
+    /// The path without the query string (safe to log: queries may carry personal data).
+    pub fn path(&self) -> &str {
+        self.path_and_query.split('?').next().unwrap_or_default()
+    }
+}
+
+/// A request spec compiled at load.
+#[derive(Debug)]
+pub struct RequestSpec {
+    pub method: Method,
+    pub templates: Templates,
+    pub query: Vec<String>,
+    pub headers: Vec<HeaderName>,
+    pub body: Option<Context>,
+    pub content_type: Option<&'static str>,
+    pub pagination: Option<Pagination>,
+}
+
+impl RequestSpec {
+    /// Renders the call for `values` (`request`, `dealer`, `tables`); `page` adds the paging
+    /// parameters of one page.
+    pub fn render(&self, values: &TplValue, page: Option<PageRef>) -> Result<Rendered, String> {
+        let path = self.templates.render("path", Context::Path, values)?;
+        if !path.starts_with('/') {
+            return Err(format!(
+                "the rendered path `{path}` does not start with `/`"
+            ));
+        }
+        let mut query = String::new();
+        for name in &self.query {
+            let value = self
+                .templates
+                .render(&format!("query.{name}"), Context::Query, values)?;
+            if !value.is_empty() {
+                push_param(&mut query, name, &value);
+            }
+        }
+        if let (Some(p), Some(page)) = (&self.pagination, page) {
+            match p {
+                Pagination::Page {
+                    page: name,
+                    size,
+                    first,
+                    ..
+                } => {
+                    push_param(&mut query, name, &(page.index + first).to_string());
+                    push_param(&mut query, size, &page.size.to_string());
+                }
+                Pagination::Offset { offset, limit, .. } => {
+                    push_param(&mut query, offset, &(page.index * page.size).to_string());
+                    push_param(&mut query, limit, &page.size.to_string());
+                }
+            }
+        }
+        let mut headers = Vec::with_capacity(self.headers.len() + 1);
+        for name in &self.headers {
+            let value =
+                self.templates
+                    .render(&format!("header.{name}"), Context::Header, values)?;
+            if value.is_empty() {
+                continue;
+            }
+            let value = HeaderValue::from_str(&value)
+                .map_err(|_| format!("header `{name}` would not be a valid header value"))?;
+            headers.push((name.clone(), value));
+        }
+        let body = match self.body {
+            Some(context) => Some(self.templates.render("body", context, values)?),
+            None => None,
+        };
+        if let (Some(ct), Some(_)) = (self.content_type, &body)
+            && !headers.iter().any(|(n, _)| n == http::header::CONTENT_TYPE)
+        {
+            headers.push((http::header::CONTENT_TYPE, HeaderValue::from_static(ct)));
+        }
+        let path_and_query = if query.is_empty() {
+            path
+        } else {
+            format!("{path}?{query}")
+        };
+        Ok(Rendered {
+            method: self.method.clone(),
+            path_and_query,
+            headers,
+            body,
+        })
+    }
+}
+
+fn push_param(query: &mut String, name: &str, value: &str) {
+    if !query.is_empty() {
+        query.push('&');
+    }
+    query.extend(utf8_percent_encode(name, QUERY));
+    query.push('=');
+    query.extend(utf8_percent_encode(value, QUERY));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_skip_needs_one_page() {
+        assert_eq!(plan(40, 20, 100), (vec![PageRef { index: 2, size: 20 }], 0));
+    }
+
+    #[test]
+    fn unaligned_skip_fetches_two_pages_and_slices() {
+        assert_eq!(
+            plan(5, 20, 100),
+            (
+                vec![
+                    PageRef { index: 0, size: 20 },
+                    PageRef { index: 1, size: 20 }
+                ],
+                5
+            )
+        );
+    }
+
+    #[test]
+    fn limits_above_the_upstream_maximum_span_pages() {
+        let (pages, start) = plan(0, 100, 25);
+        assert_eq!(pages.len(), 4);
+        assert_eq!(start, 0);
+        let (pages, start) = plan(30, 50, 25);
+        assert_eq!(
+            pages.iter().map(|p| p.index).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        assert_eq!(start, 5);
+    }
+}

@@ -1,0 +1,290 @@
+//! Request templates (minijinja), compiled once at load and escaped for where their output goes.
+//!
+//! Every interpolated value is escaped for its output context, so no request value can change
+//! the structure of an upstream call: in a path each value is percent-encoded as one segment
+//! (`/` included), query values are encoded by the URL builder, header values refuse CR, LF and
+//! NUL, JSON bodies serialize each value as JSON, and XML bodies escape `<`, `>`, `&`, `"`, `'`.
+
+use std::fmt::Write as _;
+
+use minijinja::value::Value as TplValue;
+use minijinja::{AutoEscape, Environment, Error, ErrorKind, Output, State, UndefinedBehavior};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+/// Where a template's output goes; decides how interpolated values are escaped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Context {
+    Path,
+    Query,
+    Header,
+    JsonBody,
+    XmlBody,
+    Text,
+}
+
+impl Context {
+    fn suffix(self) -> &'static str {
+        match self {
+            Context::Path => "path",
+            Context::Query => "query",
+            Context::Header => "header",
+            Context::JsonBody => "json",
+            Context::XmlBody => "xml",
+            Context::Text => "text",
+        }
+    }
+}
+
+/// Characters left as they are in a path segment: RFC 3986 unreserved.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// Most instructions one render may run; bounds a runaway loop in an operator's template.
+const FUEL: u64 = 100_000;
+
+/// A template failed to compile: `line` is 1-based within the template text.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct TemplateError {
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+/// The templates of one mapping file.
+pub struct Templates {
+    env: Environment<'static>,
+}
+
+impl std::fmt::Debug for Templates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Templates { .. }")
+    }
+}
+
+impl Default for Templates {
+    fn default() -> Self {
+        Templates::new()
+    }
+}
+
+impl Templates {
+    pub fn new() -> Templates {
+        let mut env = Environment::new();
+        // `request.filters.make` is simply empty when the buyer sent no filters.
+        env.set_undefined_behavior(UndefinedBehavior::Chainable);
+        env.set_fuel(Some(FUEL));
+        env.set_auto_escape_callback(|name| match name.rsplit('@').next() {
+            Some("path") => AutoEscape::Custom("path".into()),
+            Some("json") => AutoEscape::Json,
+            Some("xml") => AutoEscape::Custom("xml".into()),
+            Some("header") => AutoEscape::Custom("header".into()),
+            _ => AutoEscape::None,
+        });
+        env.set_formatter(format_value);
+        env.add_filter("lookup", lookup);
+        Templates { env }
+    }
+
+    /// Compiles `source` as template `name` for output context `context`.
+    pub fn add(&mut self, name: &str, source: &str, context: Context) -> Result<(), TemplateError> {
+        let key = format!("{name}@{}", context.suffix());
+        self.env
+            .add_template_owned(key, source.to_owned())
+            .map_err(|e| TemplateError {
+                line: e.line(),
+                message: describe(&e),
+            })
+    }
+
+    /// Renders template `name` (as added with `context`).
+    pub fn render(
+        &self,
+        name: &str,
+        context: Context,
+        values: &TplValue,
+    ) -> Result<String, String> {
+        let key = format!("{name}@{}", context.suffix());
+        let template = self.env.get_template(&key).map_err(|e| describe(&e))?;
+        let out = template.render(values).map_err(|e| describe(&e))?;
+        if context == Context::Header && out.contains(['\r', '\n', '\0']) {
+            return Err("a header value would contain a line break".to_owned());
+        }
+        Ok(out)
+    }
+}
+
+/// Writes one interpolated value, escaped for the template's output context.
+fn format_value(
+    out: &mut Output<'_>,
+    state: &mut State<'_, '_>,
+    value: &TplValue,
+) -> Result<(), Error> {
+    if value.is_undefined() || value.is_none() {
+        return Ok(());
+    }
+    let custom = match state.auto_escape() {
+        AutoEscape::Custom(name) => Some(name.to_string()),
+        _ => None,
+    };
+    match custom.as_deref() {
+        Some("path") => {
+            let text = plain_text(value);
+            write!(out, "{}", utf8_percent_encode(&text, SEGMENT)).map_err(fmt_error)
+        }
+        Some("xml") => out
+            .write_str(&xml_escape(&plain_text(value)))
+            .map_err(fmt_error),
+        Some("header") => {
+            let text = plain_text(value);
+            if text.contains(['\r', '\n', '\0']) {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    "line break in a header value",
+                ));
+            }
+            out.write_str(&text).map_err(fmt_error)
+        }
+        _ => minijinja::escape_formatter(out, state, value),
+    }
+}
+
+fn fmt_error(_: std::fmt::Error) -> Error {
+    Error::new(ErrorKind::WriteFailure, "cannot write template output")
+}
+
+/// Text of a value as a template would print it (strings without quotes).
+fn plain_text(value: &TplValue) -> String {
+    match value.as_str() {
+        Some(s) => s.to_owned(),
+        None => value.to_string(),
+    }
+}
+
+/// XML character escaping for text and attribute values.
+pub fn xml_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // Characters XML 1.0 cannot carry at all are dropped rather than sent broken.
+            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `{{ value | lookup(tables.condition_out) }}`: the table's entry for the value, or undefined.
+fn lookup(value: TplValue, table: TplValue) -> TplValue {
+    table.get_item(&value).unwrap_or(TplValue::UNDEFINED)
+}
+
+fn describe(e: &Error) -> String {
+    let mut message = e
+        .detail()
+        .map_or_else(|| e.kind().to_string(), str::to_owned);
+    if let Some(line) = e.line() {
+        let _ = write!(message, " (template line {line})");
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn render(source: &str, context: Context, values: serde_json::Value) -> Result<String, String> {
+        let mut t = Templates::new();
+        t.add("t", source, context).map_err(|e| e.message)?;
+        t.render(
+            "t",
+            context,
+            &TplValue::from(minijinja::value::Serde(&values)),
+        )
+    }
+
+    #[test]
+    fn path_values_are_one_segment() {
+        let out = render(
+            "/v/{{ request.vin }}",
+            Context::Path,
+            json!({"request": {"vin": "../admin?x=1#"}}),
+        );
+        assert_eq!(out.unwrap(), "/v/..%2Fadmin%3Fx%3D1%23");
+    }
+
+    #[test]
+    fn absent_values_render_empty() {
+        let out = render(
+            "{{ request.filters.make | join(',') }}",
+            Context::Query,
+            json!({"request": {}}),
+        );
+        assert_eq!(out.unwrap(), "");
+    }
+
+    #[test]
+    fn lookup_maps_vocabularies() {
+        let out = render(
+            "{{ request.c | map('lookup', tables.out) | join(',') }}",
+            Context::Query,
+            json!({"request": {"c": ["new", "cpo"]}, "tables": {"out": {"new": "New", "cpo": "Certified"}}}),
+        );
+        assert_eq!(out.unwrap(), "New,Certified");
+    }
+
+    #[test]
+    fn json_bodies_serialize_values() {
+        let out = render(
+            r#"{"name": {{ n }}}"#,
+            Context::JsonBody,
+            json!({"n": "a\"b</x>"}),
+        );
+        let parsed: serde_json::Value = serde_json::from_str(&out.unwrap()).unwrap();
+        assert_eq!(parsed["name"], "a\"b</x>");
+    }
+
+    #[test]
+    fn xml_bodies_escape_markup() {
+        let out = render(
+            "<n>{{ n }}</n>",
+            Context::XmlBody,
+            json!({"n": "<a&b>\"]]>"}),
+        );
+        assert_eq!(out.unwrap(), "<n>&lt;a&amp;b&gt;&quot;]]&gt;</n>");
+    }
+
+    #[test]
+    fn header_values_refuse_line_breaks() {
+        assert!(render("x{{ v }}", Context::Header, json!({"v": "a\r\nX-Evil: 1"})).is_err());
+        assert_eq!(
+            render("k-{{ v }}", Context::Header, json!({"v": "abc"})).unwrap(),
+            "k-abc"
+        );
+    }
+
+    #[test]
+    fn syntax_errors_name_the_line() {
+        let mut t = Templates::new();
+        let e = t.add("t", "a\n{{ x | }}", Context::Text).unwrap_err();
+        assert_eq!(e.line, Some(2));
+    }
+
+    #[test]
+    fn runaway_templates_are_stopped() {
+        let out = render(
+            "{% for i in range(100000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}",
+            Context::Text,
+            json!({}),
+        );
+        assert!(out.is_err());
+    }
+}

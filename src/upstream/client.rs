@@ -1,0 +1,407 @@
+//! [`Upstream`]: one legacy system behind its protective stack, and [`Upstream::call`].
+//!
+//! A call goes through, in order:
+//!
+//! 1. the circuit breaker (open → [`UpstreamError::CircuitOpen`] at once);
+//! 2. authentication (an OAuth2 token may be fetched, single flight);
+//! 3. one attempt, all under `timeouts.request`: wait for one of `max_concurrency` slots, send,
+//!    read the reply's headers and its body up to `max_response_bytes`;
+//! 4. the outcome is reported to the breaker; an idempotent call whose attempt failed with a
+//!    connect error, a timeout, 502, 503 or 504 is tried again after a jittered backoff, if
+//!    `retries.attempts` and the retry budget allow; a 401 under OAuth2 drops the token and tries
+//!    once more with a fresh one.
+//!
+//! Non-2xx replies are returned as replies: the mapping's error rules decide what they mean.
+
+use std::error::Error as StdError;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, Method, StatusCode};
+use reqwest::Url;
+use tokio::sync::Semaphore;
+
+use super::auth::{Auth, Credential};
+use super::breaker::{Breaker, BreakerState};
+use super::config::{FileUpstream, RESERVED_HEADERS, UpstreamConfigProblem, UpstreamSettings};
+use super::retry::{RetryBudget, backoff};
+use super::{UpstreamError, UpstreamRequest, UpstreamResponse};
+
+/// Idle pooled connections are closed after this long. Legacy servers often drop idle
+/// keep-alive connections after 5–60 s; closing ours first avoids sending on a dead one.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The `User-Agent` sent unless `headers` names another.
+const USER_AGENT: &str = concat!("aap-gateway/", env!("CARGO_PKG_VERSION"));
+
+/// One upstream system, ready to call. Cheap to clone (shared state: the connection pool, the
+/// breaker, the retry budget, the concurrency slots and the token cache).
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    name: String,
+    /// The base URL without a trailing `/`; a call's path is appended.
+    prefix: String,
+    base_url: Url,
+    settings: UpstreamSettings,
+    client: reqwest::Client,
+    slots: Semaphore,
+    breaker: Breaker,
+    budget: RetryBudget,
+    auth: Auth,
+}
+
+impl Upstream {
+    /// Validates one `upstreams.yaml` entry and builds its client (connection pool, TLS roots).
+    /// Every problem is reported at once, located by a JSON Pointer relative to the entry.
+    pub fn build(name: &str, file: FileUpstream) -> Result<Upstream, Vec<UpstreamConfigProblem>> {
+        let settings = file.validate()?;
+        Upstream::from_settings(name, settings)
+    }
+
+    /// Builds the client for already validated settings.
+    pub fn from_settings(
+        name: &str,
+        settings: UpstreamSettings,
+    ) -> Result<Upstream, Vec<UpstreamConfigProblem>> {
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(settings.connect_timeout)
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .pool_max_idle_per_host(settings.max_concurrency)
+            .tcp_nodelay(true)
+            // A redirect from a back-office API is an answer for the mapping, and following it
+            // could carry credentials to another host.
+            .redirect(reqwest::redirect::Policy::none())
+            // Some legacy HTTP/1 stacks match header names case-sensitively.
+            .http1_title_case_headers()
+            .gzip(true)
+            .user_agent(USER_AGENT)
+            .danger_accept_invalid_certs(settings.insecure_skip_verify);
+        for cert in &settings.ca_certificates {
+            builder = builder.add_root_certificate(cert.clone());
+        }
+        if settings.insecure_skip_verify {
+            tracing::warn!(
+                upstream = name,
+                "tls.insecure_skip_verify is on: the upstream's certificate is not checked"
+            );
+        }
+        let client = builder.build().map_err(|e| {
+            vec![UpstreamConfigProblem {
+                pointer: "/tls".to_owned(),
+                message: format!("cannot build the HTTP client: {}", error_chain(&e)),
+            }]
+        })?;
+        let auth = Auth::new(
+            name,
+            settings.auth.clone(),
+            client.clone(),
+            settings.request_timeout,
+        );
+        let base_url = settings.base_url.clone();
+        Ok(Upstream {
+            inner: Arc::new(Inner {
+                name: name.to_owned(),
+                prefix: base_url.as_str().trim_end_matches('/').to_owned(),
+                base_url,
+                slots: Semaphore::new(settings.max_concurrency),
+                breaker: Breaker::new(name, settings.breaker_failures, settings.breaker_cool_down),
+                budget: RetryBudget::new(settings.budget_percent, settings.budget_min_per_sec),
+                auth,
+                client,
+                settings,
+            }),
+        })
+    }
+
+    /// The upstream's name (its key in `upstreams.yaml`).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The validated base URL.
+    pub fn base_url(&self) -> &Url {
+        &self.inner.base_url
+    }
+
+    /// The validated settings.
+    pub fn settings(&self) -> &UpstreamSettings {
+        &self.inner.settings
+    }
+
+    /// The circuit breaker's state, for health reports.
+    pub fn breaker_state(&self) -> BreakerState {
+        self.inner.breaker.state()
+    }
+
+    /// Calls the upstream. Any HTTP reply is returned (non-2xx included, after retries of
+    /// 502/503/504 for idempotent calls); `Err` means no usable reply.
+    ///
+    /// Cancel-safe: dropping the future releases the concurrency slot and the breaker's trial.
+    pub async fn call(&self, req: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError> {
+        let inner = &*self.inner;
+        let started = Instant::now();
+        let url = self.url(&req.path_and_query)?;
+        if let Some((name, _)) = req
+            .headers
+            .iter()
+            .find(|(name, _)| RESERVED_HEADERS.contains(&name.as_str()))
+        {
+            return Err(UpstreamError::InvalidRequest(format!(
+                "header `{name}` is set by the client itself"
+            )));
+        }
+        // Only the path is logged: query strings may carry personal data.
+        let path = req
+            .path_and_query
+            .split_once('?')
+            .map_or(req.path_and_query.as_str(), |(path, _)| path);
+        let retryable = req.idempotent || matches!(req.method, Method::GET | Method::HEAD);
+        inner.budget.deposit();
+
+        let mut attempt: u32 = 1;
+        let mut reauthenticated = false;
+        let mut last: Option<Result<UpstreamResponse, UpstreamError>> = None;
+        loop {
+            let Some(permit) = inner.breaker.try_acquire() else {
+                tracing::debug!(
+                    upstream = %inner.name,
+                    method = %req.method,
+                    path,
+                    attempt,
+                    "circuit open; not calling"
+                );
+                return last.unwrap_or(Err(UpstreamError::CircuitOpen));
+            };
+            let credential = inner.auth.credential().await?;
+            let attempt_started = Instant::now();
+            let outcome = self.attempt(&url, &req, credential.as_ref()).await.map(
+                |(status, headers, body)| UpstreamResponse {
+                    status,
+                    headers,
+                    body,
+                    elapsed: started.elapsed(),
+                },
+            );
+            let elapsed_ms = attempt_started.elapsed().as_millis() as u64;
+            match &outcome {
+                Ok(response) => {
+                    tracing::debug!(
+                        upstream = %inner.name,
+                        method = %req.method,
+                        path,
+                        attempt,
+                        status = response.status.as_u16(),
+                        elapsed_ms,
+                        "upstream attempt"
+                    );
+                    permit.record(!response.status.is_server_error());
+                }
+                Err(error) => {
+                    tracing::debug!(
+                        upstream = %inner.name,
+                        method = %req.method,
+                        path,
+                        attempt,
+                        error = %error,
+                        elapsed_ms,
+                        "upstream attempt failed"
+                    );
+                    permit.record(matches!(error, UpstreamError::TooLarge { .. }));
+                }
+            }
+
+            if let Ok(response) = &outcome
+                && response.status == StatusCode::UNAUTHORIZED
+                && !reauthenticated
+                && inner.auth.invalidate(credential.as_ref())
+            {
+                // The token was revoked or expired early: a 401 means the request was not
+                // processed, so one more try with a fresh token is safe for any method.
+                reauthenticated = true;
+                last = Some(outcome);
+                continue;
+            }
+
+            let worth_retrying = match &outcome {
+                Ok(response) => matches!(
+                    response.status,
+                    StatusCode::BAD_GATEWAY
+                        | StatusCode::SERVICE_UNAVAILABLE
+                        | StatusCode::GATEWAY_TIMEOUT
+                ),
+                Err(error) => matches!(
+                    error,
+                    UpstreamError::Connect(_) | UpstreamError::Timeout { .. }
+                ),
+            };
+            if !(retryable && worth_retrying && attempt < inner.settings.attempts) {
+                return outcome;
+            }
+            if !inner.budget.try_withdraw() {
+                tracing::debug!(upstream = %inner.name, path, "retry budget spent; not retrying");
+                return outcome;
+            }
+            tokio::time::sleep(backoff(
+                attempt,
+                inner.settings.backoff,
+                inner.settings.max_backoff,
+            ))
+            .await;
+            attempt += 1;
+            last = Some(outcome);
+        }
+    }
+
+    /// The full URL of a call: base URL (path as a prefix) + `path_and_query`.
+    fn url(&self, path_and_query: &str) -> Result<Url, UpstreamError> {
+        let invalid = |why: &str| UpstreamError::InvalidRequest(format!("request path {why}"));
+        if !path_and_query.starts_with('/') {
+            return Err(invalid("must start with `/`"));
+        }
+        if path_and_query
+            .bytes()
+            .any(|b| b.is_ascii_control() || b == b' ' || b == b'#' || !b.is_ascii())
+        {
+            return Err(invalid(
+                "must be percent-encoded (no spaces, control characters, `#` or non-ASCII)",
+            ));
+        }
+        let url = Url::parse(&format!("{}{path_and_query}", self.inner.prefix))
+            .map_err(|_| invalid("does not form a valid URL"))?;
+        let base = &self.inner.base_url;
+        if url.scheme() != base.scheme()
+            || url.host_str() != base.host_str()
+            || url.port_or_known_default() != base.port_or_known_default()
+        {
+            return Err(invalid("leaves the upstream's origin"));
+        }
+        Ok(url)
+    }
+
+    /// One try under `timeouts.request`: slot, send, headers, body.
+    async fn attempt(
+        &self,
+        url: &Url,
+        req: &UpstreamRequest,
+        credential: Option<&Credential>,
+    ) -> Result<(StatusCode, HeaderMap, Bytes), UpstreamError> {
+        let inner = &*self.inner;
+        let limit = inner.settings.max_response_bytes;
+        let work = async {
+            // Legacy systems fall over under parallel load: wait for a slot (within the timeout).
+            let _slot = inner
+                .slots
+                .acquire()
+                .await
+                .map_err(|_| UpstreamError::Protocol("upstream closed".to_owned()))?;
+
+            let mut headers = HeaderMap::with_capacity(inner.settings.headers.len() + 4);
+            for (name, value) in &inner.settings.headers {
+                headers.insert(name.clone(), value.clone());
+            }
+            // The caller's headers (content type, `traceparent` …) replace static ones.
+            for (name, _) in &req.headers {
+                headers.remove(name);
+            }
+            for (name, value) in &req.headers {
+                headers.append(name.clone(), value.clone());
+            }
+            if let Some(credential) = credential {
+                headers.insert(credential.name.clone(), credential.value.clone());
+            }
+            let mut builder = inner
+                .client
+                .request(req.method.clone(), url.clone())
+                .headers(headers);
+            if let Some(body) = &req.body {
+                builder = builder.body(body.clone());
+            }
+            let mut response = builder.send().await.map_err(|e| self.classify(e))?;
+
+            if response
+                .content_length()
+                .is_some_and(|len| len > limit as u64)
+            {
+                return Err(UpstreamError::TooLarge { limit });
+            }
+            let status = response.status();
+            let headers = std::mem::take(response.headers_mut());
+            let capacity = response
+                .content_length()
+                .map_or(8 * 1024, |len| len as usize);
+            let mut body = BytesMut::with_capacity(capacity.min(limit));
+            // Chunks arrive decompressed, so the limit also holds for gzip bombs.
+            while let Some(chunk) = response.chunk().await.map_err(|e| self.classify(e))? {
+                if body.len() + chunk.len() > limit {
+                    return Err(UpstreamError::TooLarge { limit });
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok((status, headers, body.freeze()))
+        };
+        let after = inner.settings.request_timeout;
+        tokio::time::timeout(after, work)
+            .await
+            .unwrap_or(Err(UpstreamError::Timeout { after }))
+    }
+
+    fn classify(&self, error: reqwest::Error) -> UpstreamError {
+        // Without the URL: its query string may carry personal data and ends up in logs.
+        let error = error.without_url();
+        let chain = error_chain(&error);
+        if is_tls_handshake_error(&error) {
+            UpstreamError::Protocol(format!("TLS: {chain}"))
+        } else if error.is_connect() && error.is_timeout() {
+            UpstreamError::Connect(format!(
+                "no connection within {}",
+                humantime::format_duration(self.inner.settings.connect_timeout)
+            ))
+        } else if error.is_connect() {
+            UpstreamError::Connect(chain)
+        } else if error.is_timeout() {
+            UpstreamError::Timeout {
+                after: self.inner.settings.request_timeout,
+            }
+        } else {
+            UpstreamError::Protocol(chain)
+        }
+    }
+}
+
+/// A failed TLS handshake: rustls reports it as an `io::Error` of kind `InvalidData`, possibly
+/// wrapped in another `io::Error` (whose `source()` skips the inner one, hence `get_ref`).
+fn is_tls_handshake_error(error: &reqwest::Error) -> bool {
+    if !error.is_connect() {
+        return false;
+    }
+    let mut source: Option<&(dyn StdError + 'static)> = Some(error);
+    while let Some(e) = source {
+        source = match e.downcast_ref::<std::io::Error>() {
+            Some(io) if io.kind() == std::io::ErrorKind::InvalidData => return true,
+            Some(io) => io.get_ref().map(|inner| inner as &(dyn StdError + 'static)),
+            None => e.source(),
+        };
+    }
+    false
+}
+
+/// An error and its causes, `outer: inner: root`, repeated messages skipped.
+pub(crate) fn error_chain(error: &(dyn StdError + 'static)) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let message = e.to_string();
+        if !out.ends_with(&message) {
+            out.push_str(": ");
+            out.push_str(&message);
+        }
+        source = e.source();
+    }
+    out
+}

@@ -1,0 +1,200 @@
+//! Upstream: the client stack between a mapping and a dealer's legacy system.
+//!
+//! ```text
+//!  mapping::execute ── UpstreamRequest ──▶ Upstream::call
+//!                                            breaker ─ open? fail fast (CircuitOpen)
+//!                                            auth    ─ static header / OAuth2 token (cached)
+//!                                            attempt ─ under timeouts.request:
+//!                                                      concurrency slot → send → body ≤ limit
+//!                                            retry   ─ idempotent only, backoff + budget
+//!                                          ◀── UpstreamResponse (any status) | UpstreamError
+//! ```
+//!
+//! The systems behind the gateway are fragile: decades-old DMS and CRM servers sized for a
+//! handful of dealership users, not for AI agents that fan out. Every limit here exists to keep
+//! the gateway from hurting them, and from being hurt by them:
+//!
+//! - `timeouts.connect` / `timeouts.request`: a hung server must not hold a buyer's call (and a
+//!   gateway task) for ever; the request timeout covers the wait for a slot, the headers and the
+//!   whole body, so it bounds one attempt end to end.
+//! - `max_concurrency`: legacy servers fall over under parallel load; excess calls queue in the
+//!   gateway, not on the server.
+//! - `retries` with a budget: a retry can rescue a transient failure, but under sustained
+//!   failure unbudgeted retries multiply the load just when the server can least take it. Only
+//!   idempotent calls are retried: a lead must not be delivered twice.
+//! - `circuit_breaker`: a server that keeps failing gets a rest instead of every call waiting for
+//!   its timeout; one trial call per cool-down finds out when it is back.
+//! - `max_response_bytes`: a runaway query or a broken server must not make the gateway buffer
+//!   gigabytes (checked on `Content-Length`, while streaming, and after gzip decompression).
+//!
+//! Logging: one `debug` event per attempt (upstream, method, path without the query string,
+//! attempt, status or error, elapsed) and a `warn` when the breaker opens or closes. Header
+//! values and bodies are never logged.
+//!
+//! Trace propagation: the caller adds `traceparent` (and any other per-call header) to
+//! [`UpstreamRequest::headers`]; per-call headers replace static `headers` of the same name.
+
+mod auth;
+mod breaker;
+mod client;
+pub mod config;
+mod retry;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+
+pub use breaker::BreakerState;
+pub use client::Upstream;
+pub use config::{
+    AuthSettings, FileAuth, FileCircuitBreaker, FileClientAuth, FileRetries, FileTimeouts, FileTls,
+    FileUpstream, FileUpstreamKind, OAuth2Settings, Secret, UpstreamConfigProblem,
+    UpstreamSettings,
+};
+
+use crate::error::AapError;
+
+/// One call to an upstream, fully rendered by the mapping.
+#[derive(Debug, Clone)]
+pub struct UpstreamRequest {
+    pub method: Method,
+    /// Path and query, already percent-encoded, starting with `/`; appended to the base URL's
+    /// path.
+    pub path_and_query: String,
+    /// Per-call headers (content type, `traceparent` …); they replace static headers of the
+    /// same name. Authentication headers are added by the client.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub body: Option<Bytes>,
+    /// Safe to send twice. `GET` and `HEAD` are always treated as idempotent.
+    pub idempotent: bool,
+}
+
+impl UpstreamRequest {
+    /// A `GET` of `path_and_query`, no body.
+    pub fn get(path_and_query: impl Into<String>) -> UpstreamRequest {
+        UpstreamRequest::new(Method::GET, path_and_query)
+    }
+
+    /// A call without headers or body, not marked idempotent.
+    pub fn new(method: Method, path_and_query: impl Into<String>) -> UpstreamRequest {
+        UpstreamRequest {
+            method,
+            path_and_query: path_and_query.into(),
+            headers: Vec::new(),
+            body: None,
+            idempotent: false,
+        }
+    }
+}
+
+/// The upstream's reply, whatever its status.
+#[derive(Debug, Clone)]
+pub struct UpstreamResponse {
+    pub status: StatusCode,
+    /// Reply headers (`Content-Encoding`/`Content-Length` removed when the body was
+    /// decompressed).
+    pub headers: HeaderMap,
+    /// The whole body, decompressed, at most `max_response_bytes`.
+    pub body: Bytes,
+    /// Time spent in [`Upstream::call`], retries and waits included.
+    pub elapsed: Duration,
+}
+
+/// Why a call produced no usable reply.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// An attempt (slot wait, headers and body) exceeded `timeouts.request`.
+    #[error("no complete reply within {}", humantime::format_duration(*after))]
+    Timeout { after: Duration },
+    /// No connection: refused, unreachable, DNS failure, or `timeouts.connect` exceeded.
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    /// The circuit breaker is open: the upstream failed repeatedly and is resting.
+    #[error("circuit breaker open")]
+    CircuitOpen,
+    /// The reply body exceeded `max_response_bytes`.
+    #[error("reply larger than {limit} bytes")]
+    TooLarge { limit: usize },
+    /// Malformed HTTP, a TLS failure, a broken connection mid-reply, a corrupt gzip stream.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// Authentication could not be obtained (OAuth2 token fetch failed).
+    #[error("authentication failed: {0}")]
+    Auth(String),
+    /// The caller built an invalid request (a bug in a mapping, not an upstream failure).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+}
+
+impl UpstreamError {
+    /// The gateway error for a failed call to `upstream`: `INTERNAL_ERROR` (retryable) on the
+    /// wire, with this cause logged under the error id.
+    pub fn into_aap(self, upstream: &str) -> AapError {
+        let upstream = upstream.to_owned();
+        match self {
+            UpstreamError::Timeout { after } => AapError::UpstreamTimeout { upstream, after },
+            UpstreamError::Connect(_) | UpstreamError::CircuitOpen | UpstreamError::Auth(_) => {
+                AapError::UpstreamUnavailable {
+                    upstream,
+                    cause: self.to_string(),
+                }
+            }
+            UpstreamError::TooLarge { .. } | UpstreamError::Protocol(_) => {
+                AapError::InvalidUpstreamResponse {
+                    upstream,
+                    cause: self.to_string(),
+                }
+            }
+            UpstreamError::InvalidRequest(_) => {
+                AapError::Internal(format!("call to upstream `{upstream}`: {self}"))
+            }
+        }
+    }
+}
+
+impl From<(String, UpstreamError)> for AapError {
+    fn from((upstream, error): (String, UpstreamError)) -> AapError {
+        error.into_aap(&upstream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_maps_to_an_upstream_aap_error() {
+        let cases: Vec<(UpstreamError, &str)> = vec![
+            (
+                UpstreamError::Timeout {
+                    after: Duration::from_secs(5),
+                },
+                "UpstreamTimeout",
+            ),
+            (
+                UpstreamError::Connect("refused".into()),
+                "UpstreamUnavailable",
+            ),
+            (UpstreamError::CircuitOpen, "UpstreamUnavailable"),
+            (UpstreamError::Auth("401".into()), "UpstreamUnavailable"),
+            (
+                UpstreamError::TooLarge { limit: 1 },
+                "InvalidUpstreamResponse",
+            ),
+            (
+                UpstreamError::Protocol("bad".into()),
+                "InvalidUpstreamResponse",
+            ),
+            (UpstreamError::InvalidRequest("x".into()), "Internal"),
+        ];
+        for (error, expected) in cases {
+            let aap: AapError = ("dms".to_owned(), error).into();
+            let got = format!("{aap:?}");
+            assert!(got.starts_with(expected), "{got} should be {expected}");
+            if expected != "Internal" {
+                assert!(got.contains("\"dms\""), "{got} names the upstream");
+            }
+        }
+    }
+}

@@ -1,0 +1,979 @@
+//! The upstream client stack against real HTTP servers on 127.0.0.1: the DMS simulator and tiny
+//! hyper servers written here for the odd behaviours (chunked and gzip bodies, 503 storms, an
+//! OAuth2 token endpoint, concurrency probes).
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::future::Future;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use aap_gateway::demo::dms::{self, API_KEY, API_KEY_HEADER};
+use aap_gateway::demo::sim::Mode;
+use aap_gateway::error::AapError;
+use aap_gateway::upstream::{BreakerState, FileUpstream, Upstream, UpstreamError, UpstreamRequest};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// Builds an upstream from a JSON entry (as in `upstreams.yaml`) with `base_url` filled in.
+fn upstream(base_url: &str, mut entry: Value) -> Upstream {
+    entry["base_url"] = json!(base_url);
+    let file: FileUpstream = serde_json::from_value(entry).expect("valid entry");
+    Upstream::build("test", file).expect("valid upstream")
+}
+
+fn with_api_key() -> Value {
+    json!({ "auth": { "kind": "api_key", "header": API_KEY_HEADER, "value": API_KEY } })
+}
+
+fn post(path: &str) -> UpstreamRequest {
+    let mut req = UpstreamRequest::new(Method::POST, path);
+    req.body = Some(Bytes::from_static(b"{}"));
+    req
+}
+
+/// A response body sent as the given chunks; with `exact`, a `Content-Length` is sent, else the
+/// body is chunked.
+struct ChunkBody {
+    chunks: VecDeque<Bytes>,
+    exact: bool,
+    /// After the chunks, never finish (a server that stalls mid-body).
+    stall: bool,
+}
+
+impl hyper::body::Body for ChunkBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.chunks.pop_front() {
+            Some(chunk) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
+            None if self.stall => Poll::Pending,
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.chunks.is_empty() && !self.stall
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.exact {
+            SizeHint::with_exact(self.chunks.iter().map(|c| c.len() as u64).sum())
+        } else {
+            SizeHint::default()
+        }
+    }
+}
+
+fn reply(status: u16, body: impl Into<Bytes>) -> Response<ChunkBody> {
+    let mut response = Response::new(ChunkBody {
+        chunks: VecDeque::from([body.into()]),
+        exact: true,
+        stall: false,
+    });
+    *response.status_mut() = StatusCode::from_u16(status).expect("status");
+    response
+}
+
+/// What a test server saw of one request.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: Method,
+    path_and_query: String,
+    headers: HeaderMap,
+    body: Bytes,
+    /// 0-based arrival index.
+    index: usize,
+}
+
+type Handler =
+    Arc<dyn Fn(Seen) -> Pin<Box<dyn Future<Output = Response<ChunkBody>> + Send>> + Send + Sync>;
+
+/// A tiny HTTP/1.1 server with counters.
+struct TestServer {
+    addr: SocketAddr,
+    state: Arc<ServerState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct ServerState {
+    requests: AtomicUsize,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    seen: Mutex<Vec<Seen>>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TestServer {
+    async fn start<F, Fut>(handler: F) -> TestServer
+    where
+        F: Fn(Seen) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<ChunkBody>> + Send + 'static,
+    {
+        let handler: Handler = Arc::new(move |seen| Box::pin(handler(seen)));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let state = Arc::new(ServerState::default());
+        let task = tokio::spawn({
+            let state = Arc::clone(&state);
+            async move {
+                let mut connections = tokio::task::JoinSet::new();
+                while let Ok((stream, _)) = listener.accept().await {
+                    let state = Arc::clone(&state);
+                    let handler = Arc::clone(&handler);
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                        let state = Arc::clone(&state);
+                        let handler = Arc::clone(&handler);
+                        async move {
+                            let (parts, body) = req.into_parts();
+                            let body = body
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
+                            let index = state.requests.fetch_add(1, Ordering::SeqCst);
+                            let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                            state.max_in_flight.fetch_max(now, Ordering::SeqCst);
+                            let seen = Seen {
+                                method: parts.method,
+                                path_and_query: parts
+                                    .uri
+                                    .path_and_query()
+                                    .map(|p| p.as_str().to_owned())
+                                    .unwrap_or_default(),
+                                headers: parts.headers,
+                                body,
+                                index,
+                            };
+                            state.seen.lock().expect("lock").push(seen.clone());
+                            let response = handler(seen).await;
+                            state.in_flight.fetch_sub(1, Ordering::SeqCst);
+                            Ok::<_, Infallible>(response)
+                        }
+                    });
+                    connections.spawn(async move {
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+            }
+        });
+        TestServer { addr, state, task }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn requests(&self) -> usize {
+        self.state.requests.load(Ordering::SeqCst)
+    }
+
+    fn max_in_flight(&self) -> usize {
+        self.state.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.state.seen.lock().expect("lock").clone()
+    }
+}
+
+fn gzip(data: &[u8]) -> Bytes {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(data).expect("gzip");
+    Bytes::from(encoder.finish().expect("gzip"))
+}
+
+/// A port nothing listens on: bind, read the port, close.
+async fn dead_port() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    listener.local_addr().expect("addr")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Success, URLs, headers
+
+#[tokio::test]
+async fn success_against_the_dms_with_the_base_path_as_prefix() {
+    let sim = dms::start_dms().await.expect("dms");
+    let up = upstream(&format!("{}/api/", sim.base_url()), with_api_key());
+    assert_eq!(up.name(), "test");
+    let response = up
+        .call(UpstreamRequest::get("/v2/vehicles?make=Toyota&pageSize=2"))
+        .await
+        .expect("reply");
+    assert_eq!(response.status, StatusCode::OK);
+    let body: Value = serde_json::from_slice(&response.body).expect("json");
+    assert!(body["Items"].as_array().is_some_and(|a| !a.is_empty()));
+    let received = sim.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0]["path"], "/api/v2/vehicles");
+    assert_eq!(received[0]["raw_query"], "make=Toyota&pageSize=2");
+    assert_eq!(received[0]["headers"]["x-api-key"], API_KEY);
+    assert!(
+        received[0]["headers"]["user-agent"]
+            .as_str()
+            .is_some_and(|ua| ua.starts_with("aap-gateway/"))
+    );
+}
+
+#[tokio::test]
+async fn static_headers_are_sent_and_per_call_headers_replace_them() {
+    let server = TestServer::start(|_| async { reply(200, "ok") }).await;
+    let up = upstream(
+        &server.url(),
+        json!({ "headers": { "User-Agent": "legacy-friendly/1.0", "X-Dealer": "42" } }),
+    );
+    let mut req = UpstreamRequest::get("/x");
+    req.headers.push((
+        HeaderName::from_static("x-dealer"),
+        HeaderValue::from_static("7"),
+    ));
+    req.headers.push((
+        HeaderName::from_static("traceparent"),
+        HeaderValue::from_static("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+    ));
+    up.call(req).await.expect("reply");
+    let seen = &server.seen()[0];
+    assert_eq!(seen.headers["user-agent"], "legacy-friendly/1.0");
+    assert_eq!(seen.headers.get_all("x-dealer").iter().count(), 1);
+    assert_eq!(seen.headers["x-dealer"], "7");
+    assert!(seen.headers.contains_key("traceparent"));
+    assert_eq!(seen.method, Method::GET);
+}
+
+#[tokio::test]
+async fn auth_headers_arrive() {
+    let server = TestServer::start(|_| async { reply(200, "ok") }).await;
+    let cases = [
+        (
+            json!({ "kind": "api_key", "header": "X-Api-Key", "value": "k-123" }),
+            "x-api-key",
+            "k-123".to_owned(),
+        ),
+        (
+            json!({ "kind": "basic", "username": "dealer", "password": "p@ss:word" }),
+            "authorization",
+            // base64("dealer:p@ss:word")
+            "Basic ZGVhbGVyOnBAc3M6d29yZA==".to_owned(),
+        ),
+        (
+            json!({ "kind": "bearer", "token": "tok-abc" }),
+            "authorization",
+            "Bearer tok-abc".to_owned(),
+        ),
+    ];
+    for (i, (auth, header, expected)) in cases.into_iter().enumerate() {
+        let up = upstream(&server.url(), json!({ "auth": auth }));
+        up.call(UpstreamRequest::get("/x")).await.expect("reply");
+        assert_eq!(server.seen()[i].headers[header], expected.as_str());
+    }
+}
+
+#[tokio::test]
+async fn invalid_paths_are_refused_before_any_call() {
+    let server = TestServer::start(|_| async { reply(200, "ok") }).await;
+    let up = upstream(&server.url(), json!({}));
+    for path in ["x", "/a b", "/a#frag", "/ä", "/a\r\nX: y"] {
+        match up.call(UpstreamRequest::get(path)).await {
+            Err(UpstreamError::InvalidRequest(_)) => {}
+            other => panic!("{path:?}: {other:?}"),
+        }
+    }
+    let mut req = UpstreamRequest::get("/x");
+    req.headers
+        .push((http::header::CONTENT_LENGTH, HeaderValue::from_static("3")));
+    assert!(matches!(
+        up.call(req).await,
+        Err(UpstreamError::InvalidRequest(_))
+    ));
+    assert_eq!(server.requests(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connect errors, timeouts, protocol errors
+
+#[tokio::test]
+async fn connection_refused_fails_fast_as_connect() {
+    let addr = dead_port().await;
+    let up = upstream(
+        &format!("http://{addr}"),
+        json!({ "retries": { "attempts": 1 } }),
+    );
+    let started = Instant::now();
+    let error = up
+        .call(UpstreamRequest::get("/x"))
+        .await
+        .expect_err("refused");
+    assert!(matches!(error, UpstreamError::Connect(_)), "{error:?}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    let aap: AapError = ("dms".to_owned(), error).into();
+    assert!(matches!(aap, AapError::UpstreamUnavailable { .. }));
+}
+
+#[tokio::test]
+async fn a_hanging_upstream_times_out_on_time() {
+    let sim = dms::start_dms().await.expect("dms");
+    sim.set_mode(Mode::Hang, 0);
+    let up = upstream(
+        &sim.base_url(),
+        json!({ "timeouts": { "request": "300ms" }, "retries": { "attempts": 1 } }),
+    );
+    let started = Instant::now();
+    let error = up
+        .call(UpstreamRequest::get("/api/v2/vehicles"))
+        .await
+        .expect_err("timeout");
+    let elapsed = started.elapsed();
+    assert!(
+        matches!(error, UpstreamError::Timeout { after } if after == Duration::from_millis(300)),
+        "{error:?}"
+    );
+    assert!(elapsed >= Duration::from_millis(300), "{elapsed:?}");
+    assert!(elapsed < Duration::from_millis(800), "{elapsed:?}");
+    assert!(matches!(
+        error.into_aap("dms"),
+        AapError::UpstreamTimeout { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_stalled_body_counts_against_the_timeout() {
+    // Headers and a first chunk come at once, the rest never: the timeout covers the body too.
+    let server = TestServer::start(|_| async {
+        Response::new(ChunkBody {
+            chunks: VecDeque::from([Bytes::from_static(b"{\"Items\": [")]),
+            exact: false,
+            stall: true,
+        })
+    })
+    .await;
+    let up = upstream(
+        &server.url(),
+        json!({ "timeouts": { "request": "300ms" }, "retries": { "attempts": 1 } }),
+    );
+    let started = Instant::now();
+    let error = up
+        .call(UpstreamRequest::get("/x"))
+        .await
+        .expect_err("timeout");
+    assert!(matches!(error, UpstreamError::Timeout { .. }), "{error:?}");
+    assert!(started.elapsed() < Duration::from_millis(800));
+}
+
+#[tokio::test]
+async fn a_slow_upstream_times_out_and_idempotent_calls_retry() {
+    let sim = dms::start_dms().await.expect("dms");
+    sim.set_mode(Mode::Slow, 1_000);
+    let up = upstream(
+        &sim.base_url(),
+        json!({ "timeouts": { "request": "200ms" },
+                "retries": { "attempts": 2, "backoff": "1ms" } }),
+    );
+    let started = Instant::now();
+    let error = up
+        .call(UpstreamRequest::get("/api/v2/vehicles"))
+        .await
+        .expect_err("timeout");
+    assert!(matches!(error, UpstreamError::Timeout { .. }), "{error:?}");
+    let elapsed = started.elapsed();
+    assert!(elapsed >= Duration::from_millis(400), "{elapsed:?}");
+    assert!(elapsed < Duration::from_millis(900), "{elapsed:?}");
+    assert_eq!(sim.received().len(), 2);
+}
+
+#[tokio::test]
+async fn tls_to_a_plain_http_server_is_a_protocol_error() {
+    let server = TestServer::start(|_| async { reply(200, "ok") }).await;
+    let up = upstream(
+        &format!("https://{}", server.addr),
+        json!({ "retries": { "attempts": 1 } }),
+    );
+    let error = up.call(UpstreamRequest::get("/x")).await.expect_err("tls");
+    assert!(
+        matches!(error, UpstreamError::Protocol(ref m) if m.starts_with("TLS")),
+        "{error:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Status handling and retries
+
+#[tokio::test]
+async fn a_500_is_returned_without_retry() {
+    let sim = dms::start_dms().await.expect("dms");
+    sim.set_mode(Mode::Fail, 0);
+    let up = upstream(
+        &sim.base_url(),
+        json!({ "retries": { "attempts": 3, "backoff": "1ms" } }),
+    );
+    let response = up.call(post("/api/v2/leads")).await.expect("reply");
+    assert_eq!(response.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(!response.body.is_empty());
+    assert_eq!(sim.received().len(), 1);
+    // 500 is not a retryable status, even for a GET.
+    let response = up
+        .call(UpstreamRequest::get("/api/v2/vehicles"))
+        .await
+        .expect("reply");
+    assert_eq!(response.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(sim.received().len(), 2);
+}
+
+#[tokio::test]
+async fn idempotent_503_is_retried_and_non_idempotent_is_not() {
+    let server = TestServer::start(|_| async { reply(503, "busy") }).await;
+    let up = upstream(
+        &server.url(),
+        json!({ "retries": { "attempts": 3, "backoff": "5ms", "max_backoff": "20ms" },
+                "circuit_breaker": { "failures": 100 } }),
+    );
+    let response = up.call(UpstreamRequest::get("/x")).await.expect("reply");
+    assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(server.requests(), 3, "three attempts");
+
+    let response = up.call(post("/x")).await.expect("reply");
+    assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(server.requests(), 4, "POST is tried once");
+
+    let mut marked = post("/x");
+    marked.idempotent = true;
+    up.call(marked).await.expect("reply");
+    assert_eq!(server.requests(), 7, "a POST marked idempotent is retried");
+}
+
+#[tokio::test]
+async fn a_retry_can_rescue_the_call() {
+    let server = TestServer::start(|seen: Seen| async move {
+        if seen.index == 0 {
+            reply(502, "bad gateway")
+        } else {
+            reply(200, "fine")
+        }
+    })
+    .await;
+    let up = upstream(&server.url(), json!({ "retries": { "backoff": "1ms" } }));
+    let response = up.call(UpstreamRequest::get("/x")).await.expect("reply");
+    assert_eq!(response.status, StatusCode::OK);
+    assert_eq!(&response.body[..], b"fine");
+    assert_eq!(server.requests(), 2);
+}
+
+#[tokio::test]
+async fn connect_errors_are_retried_for_idempotent_calls() {
+    let addr = dead_port().await;
+    let up = upstream(
+        &format!("http://{addr}"),
+        json!({ "retries": { "attempts": 3, "backoff": "1ms" } }),
+    );
+    let started = Instant::now();
+    let error = up
+        .call(UpstreamRequest::get("/x"))
+        .await
+        .expect_err("refused");
+    assert!(matches!(error, UpstreamError::Connect(_)));
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn the_retry_budget_stops_retries_under_sustained_failure() {
+    let server = TestServer::start(|_| async { reply(503, "down") }).await;
+    let up = upstream(
+        &server.url(),
+        json!({
+            "retries": { "attempts": 3, "backoff": "1ms", "max_backoff": "1ms",
+                         "budget_percent": 20, "budget_min_per_sec": 0 },
+            "circuit_breaker": { "failures": 10000 }
+        }),
+    );
+    for _ in 0..20 {
+        let response = up.call(UpstreamRequest::get("/x")).await.expect("reply");
+        assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+    let requests = server.requests();
+    // Unbudgeted: 60. Budgeted: 20 calls + 20 % of them.
+    assert!(requests > 20, "some retries happen: {requests}");
+    assert!(requests <= 24, "at most 20 % retries: {requests}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Circuit breaker
+
+#[tokio::test]
+async fn the_breaker_opens_fails_fast_and_half_opens_after_the_cool_down() {
+    let healthy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let server = TestServer::start({
+        let healthy = Arc::clone(&healthy);
+        move |_| {
+            let ok = healthy.load(Ordering::SeqCst);
+            async move {
+                if ok {
+                    reply(200, "ok")
+                } else {
+                    reply(500, "down")
+                }
+            }
+        }
+    })
+    .await;
+    let up = upstream(
+        &server.url(),
+        json!({ "circuit_breaker": { "failures": 3, "cool_down": "200ms" } }),
+    );
+    for _ in 0..3 {
+        let response = up.call(post("/x")).await.expect("reply");
+        assert_eq!(response.status, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    assert_eq!(up.breaker_state(), BreakerState::Open);
+    let started = Instant::now();
+    let error = up.call(post("/x")).await.expect_err("open");
+    assert!(matches!(error, UpstreamError::CircuitOpen), "{error:?}");
+    assert!(started.elapsed() < Duration::from_millis(50));
+    assert_eq!(server.requests(), 3, "fail fast: nothing sent");
+
+    // Still failing after the cool-down: the trial fails and the breaker re-opens.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(up.breaker_state(), BreakerState::HalfOpen);
+    let response = up.call(post("/x")).await.expect("trial reply");
+    assert_eq!(response.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(server.requests(), 4);
+    assert!(matches!(
+        up.call(post("/x")).await,
+        Err(UpstreamError::CircuitOpen)
+    ));
+
+    // Healthy again: the next trial closes it.
+    healthy.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let response = up.call(post("/x")).await.expect("trial reply");
+    assert_eq!(response.status, StatusCode::OK);
+    assert_eq!(up.breaker_state(), BreakerState::Closed);
+    up.call(post("/x")).await.expect("closed");
+    assert_eq!(server.requests(), 6);
+}
+
+#[tokio::test]
+async fn timeouts_and_connect_errors_trip_the_breaker() {
+    let addr = dead_port().await;
+    let up = upstream(
+        &format!("http://{addr}"),
+        json!({ "retries": { "attempts": 1 }, "circuit_breaker": { "failures": 2 } }),
+    );
+    for _ in 0..2 {
+        assert!(matches!(
+            up.call(UpstreamRequest::get("/x")).await,
+            Err(UpstreamError::Connect(_))
+        ));
+    }
+    assert!(matches!(
+        up.call(UpstreamRequest::get("/x")).await,
+        Err(UpstreamError::CircuitOpen)
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Response size limit
+
+const MIB: usize = 1024 * 1024;
+
+#[tokio::test]
+async fn a_huge_body_with_content_length_is_refused() {
+    let sim = dms::start_dms().await.expect("dms");
+    sim.set_mode(Mode::Huge, 0);
+    let up = upstream(&sim.base_url(), json!({ "max_response_bytes": MIB }));
+    let error = up
+        .call(UpstreamRequest::get("/api/v2/vehicles"))
+        .await
+        .expect_err("too large");
+    assert!(
+        matches!(error, UpstreamError::TooLarge { limit } if limit == MIB),
+        "{error:?}"
+    );
+    assert!(matches!(
+        error.into_aap("dms"),
+        AapError::InvalidUpstreamResponse { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_huge_chunked_body_is_refused_while_streaming() {
+    let server = TestServer::start(|_| async {
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        Response::new(ChunkBody {
+            chunks: std::iter::repeat_n(chunk, 32).collect(), // 2 MiB, no Content-Length
+            exact: false,
+            stall: false,
+        })
+    })
+    .await;
+    let up = upstream(&server.url(), json!({ "max_response_bytes": MIB }));
+    let error = up
+        .call(UpstreamRequest::get("/x"))
+        .await
+        .expect_err("too large");
+    assert!(matches!(error, UpstreamError::TooLarge { .. }), "{error:?}");
+    assert!(server.seen()[0].headers.contains_key("accept-encoding"));
+}
+
+#[tokio::test]
+async fn gzip_is_decoded_and_the_limit_applies_after_decompression() {
+    let small = gzip(br#"{"ok": true}"#);
+    let bomb = gzip(&vec![b'0'; 8 * MIB]);
+    assert!(bomb.len() < 64 * 1024, "compresses well: {}", bomb.len());
+    let server = TestServer::start(move |seen: Seen| {
+        let body = if seen.path_and_query == "/small" {
+            small.clone()
+        } else {
+            bomb.clone()
+        };
+        async move {
+            let mut response = reply(200, body);
+            response
+                .headers_mut()
+                .insert("content-encoding", HeaderValue::from_static("gzip"));
+            response
+        }
+    })
+    .await;
+    let up = upstream(&server.url(), json!({ "max_response_bytes": MIB }));
+    let response = up
+        .call(UpstreamRequest::get("/small"))
+        .await
+        .expect("reply");
+    assert_eq!(&response.body[..], br#"{"ok": true}"#);
+    let error = up
+        .call(UpstreamRequest::get("/bomb"))
+        .await
+        .expect_err("too large");
+    assert!(matches!(error, UpstreamError::TooLarge { .. }), "{error:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Concurrency cap
+
+#[tokio::test]
+async fn at_most_max_concurrency_calls_are_in_flight() {
+    let server = TestServer::start(|_| async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        reply(200, "ok")
+    })
+    .await;
+    let up = upstream(
+        &server.url(),
+        json!({ "max_concurrency": 2, "timeouts": { "request": "2s" } }),
+    );
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let up = up.clone();
+            tokio::spawn(async move { up.call(UpstreamRequest::get("/x")).await })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(
+            call.await.expect("join").expect("reply").status,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(server.requests(), 3);
+    assert_eq!(server.max_in_flight(), 2);
+}
+
+#[tokio::test]
+async fn waiting_for_a_slot_counts_against_the_timeout() {
+    let server = TestServer::start(|_| async {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        reply(200, "ok")
+    })
+    .await;
+    let up = upstream(
+        &server.url(),
+        json!({ "max_concurrency": 1, "timeouts": { "request": "400ms" },
+                "retries": { "attempts": 1 } }),
+    );
+    let (a, b) = tokio::join!(
+        up.call(UpstreamRequest::get("/a")),
+        up.call(UpstreamRequest::get("/b"))
+    );
+    let timeouts = [&a, &b]
+        .iter()
+        .filter(|r| matches!(r, Err(UpstreamError::Timeout { .. })))
+        .count();
+    assert_eq!(timeouts, 1, "{a:?} {b:?}");
+    assert_eq!(server.max_in_flight(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// OAuth2 client credentials
+
+/// A token endpoint that hands out `tok-1`, `tok-2`, … after a short delay.
+async fn token_server(expires_in: u64) -> TestServer {
+    TestServer::start(move |seen: Seen| async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let token = format!("tok-{}", seen.index + 1);
+        reply(
+            200,
+            json!({ "access_token": token, "token_type": "Bearer", "expires_in": expires_in })
+                .to_string(),
+        )
+    })
+    .await
+}
+
+/// An API that accepts only the tokens `accepted` says yes to.
+async fn api_server(accepted: fn(&str) -> bool) -> TestServer {
+    TestServer::start(move |seen: Seen| async move {
+        let ok = seen
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(accepted);
+        if ok {
+            reply(200, "ok")
+        } else {
+            reply(401, "unauthorized")
+        }
+    })
+    .await
+}
+
+fn oauth2(token_url: &str, extra: Value) -> Value {
+    let mut auth = json!({
+        "kind": "oauth2",
+        "token_url": token_url,
+        "client_id": "gateway",
+        "client_secret": "s3cret",
+        "scope": "inventory.read",
+    });
+    if let (Some(auth), Some(extra)) = (auth.as_object_mut(), extra.as_object()) {
+        auth.extend(extra.clone());
+    }
+    json!({ "auth": auth, "max_concurrency": 32 })
+}
+
+#[tokio::test]
+async fn oauth2_concurrent_calls_share_one_token_fetch() {
+    let tokens = token_server(3600).await;
+    let api = api_server(|t| t == "tok-1").await;
+    let up = upstream(
+        &api.url(),
+        oauth2(&format!("{}/oauth/token", tokens.url()), json!({})),
+    );
+    let calls: Vec<_> = (0..20)
+        .map(|_| {
+            let up = up.clone();
+            tokio::spawn(async move { up.call(UpstreamRequest::get("/x")).await })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(
+            call.await.expect("join").expect("reply").status,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(tokens.requests(), 1);
+    assert_eq!(api.requests(), 20);
+
+    let token_request = &tokens.seen()[0];
+    assert_eq!(token_request.method, Method::POST);
+    assert_eq!(token_request.path_and_query, "/oauth/token");
+    assert_eq!(
+        token_request.headers["content-type"],
+        "application/x-www-form-urlencoded"
+    );
+    let form = String::from_utf8_lossy(&token_request.body);
+    assert!(form.contains("grant_type=client_credentials"), "{form}");
+    assert!(form.contains("scope=inventory.read"), "{form}");
+    assert!(
+        !form.contains("s3cret"),
+        "secret in the Basic header, not the body"
+    );
+    // base64("gateway:s3cret")
+    assert_eq!(
+        token_request.headers["authorization"],
+        "Basic Z2F0ZXdheTpzM2NyZXQ="
+    );
+}
+
+#[tokio::test]
+async fn oauth2_client_secret_in_the_body_when_asked() {
+    let tokens = token_server(3600).await;
+    let api = api_server(|_| true).await;
+    let up = upstream(
+        &api.url(),
+        oauth2(
+            &tokens.url(),
+            json!({ "client_auth": "body", "audience": "dms" }),
+        ),
+    );
+    up.call(UpstreamRequest::get("/x")).await.expect("reply");
+    let token_request = &tokens.seen()[0];
+    let form = String::from_utf8_lossy(&token_request.body);
+    assert!(form.contains("client_id=gateway"), "{form}");
+    assert!(form.contains("client_secret=s3cret"), "{form}");
+    assert!(form.contains("audience=dms"), "{form}");
+    assert!(!token_request.headers.contains_key("authorization"));
+}
+
+#[tokio::test]
+async fn oauth2_refreshes_before_expiry() {
+    // A 1 s token is refreshed 10 % early, at 0.9 s.
+    let tokens = token_server(1).await;
+    let api = api_server(|_| true).await;
+    let up = upstream(&api.url(), oauth2(&tokens.url(), json!({})));
+    up.call(UpstreamRequest::get("/x")).await.expect("reply");
+    up.call(UpstreamRequest::get("/x")).await.expect("reply");
+    assert_eq!(tokens.requests(), 1, "cached");
+    tokio::time::sleep(Duration::from_millis(950)).await;
+    up.call(UpstreamRequest::get("/x")).await.expect("reply");
+    assert_eq!(tokens.requests(), 2, "refreshed");
+    assert_eq!(api.seen()[2].headers["authorization"], "Bearer tok-2");
+}
+
+#[tokio::test]
+async fn oauth2_a_401_invalidates_the_token_and_retries_once() {
+    let tokens = token_server(3600).await;
+    // tok-1 was revoked upstream; tok-2 works.
+    let api = api_server(|t| t == "tok-2").await;
+    let up = upstream(&api.url(), oauth2(&tokens.url(), json!({})));
+    // Even a non-idempotent call: a 401 means nothing was processed.
+    let response = up.call(post("/leads")).await.expect("reply");
+    assert_eq!(response.status, StatusCode::OK);
+    assert_eq!(tokens.requests(), 2);
+    assert_eq!(api.requests(), 2);
+
+    // Only once: an API that rejects every token gets its 401 back after one retry.
+    let tokens = token_server(3600).await;
+    let api = api_server(|_| false).await;
+    let up = upstream(&api.url(), oauth2(&tokens.url(), json!({})));
+    let response = up.call(UpstreamRequest::get("/x")).await.expect("reply");
+    assert_eq!(response.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(api.requests(), 2);
+    assert_eq!(tokens.requests(), 2);
+    // And not on every call: a second 401 right after does not force another token request.
+    let response = up.call(UpstreamRequest::get("/x")).await.expect("reply");
+    assert_eq!(response.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(api.requests(), 3);
+    assert_eq!(tokens.requests(), 2);
+}
+
+#[tokio::test]
+async fn oauth2_token_failures_are_auth_errors() {
+    let tokens = TestServer::start(|_| async { reply(400, r#"{"error":"invalid_client"}"#) }).await;
+    let api = api_server(|_| true).await;
+    let up = upstream(&api.url(), oauth2(&tokens.url(), json!({})));
+    let error = up.call(UpstreamRequest::get("/x")).await.expect_err("auth");
+    assert!(
+        matches!(error, UpstreamError::Auth(ref m) if m.contains("400")),
+        "{error:?}"
+    );
+    assert_eq!(api.requests(), 0);
+    assert!(matches!(
+        error.into_aap("dms"),
+        AapError::UpstreamUnavailable { .. }
+    ));
+
+    let dead = dead_port().await;
+    let up = upstream(
+        &api.url(),
+        oauth2(&format!("http://{dead}/token"), json!({})),
+    );
+    let error = up.call(UpstreamRequest::get("/x")).await.expect_err("auth");
+    assert!(matches!(error, UpstreamError::Auth(_)), "{error:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration problems reach the caller located
+
+#[tokio::test]
+async fn build_reports_problems_with_pointers() {
+    let file: FileUpstream = serde_json::from_value(json!({
+        "base_url": "http://x/?q=1",
+        "timeouts": { "request": "0s" },
+        "tls": { "ca_file": "/nonexistent.pem" }
+    }))
+    .expect("parses");
+    let problems = Upstream::build("dms", file).expect_err("invalid");
+    let pointers: Vec<&str> = problems.iter().map(|p| p.pointer.as_str()).collect();
+    assert_eq!(pointers, ["/base_url", "/timeouts/request", "/tls/ca_file"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Logging
+
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("lock").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn logs_carry_neither_queries_nor_secrets() {
+    let logs = LogBuffer::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer({
+            let logs = logs.clone();
+            move || logs.clone()
+        })
+        .finish();
+    // The test runtime is single-threaded: the guard covers the servers' tasks too.
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let server = TestServer::start(|_| async { reply(500, "ORA-00060 secret-body") }).await;
+    let up = upstream(
+        &server.url(),
+        json!({
+            "auth": { "kind": "api_key", "header": "X-Api-Key", "value": "key-s3cr3t" },
+            "circuit_breaker": { "failures": 1 }
+        }),
+    );
+    let mut req = UpstreamRequest::get("/customers/lookup?email=jane%40example.com");
+    req.headers.push((
+        HeaderName::from_static("x-customer"),
+        HeaderValue::from_static("jane-doe"),
+    ));
+    up.call(req).await.expect("reply");
+
+    let text = String::from_utf8_lossy(&logs.0.lock().expect("lock")).into_owned();
+    assert!(text.contains("upstream attempt"), "{text}");
+    assert!(text.contains("/customers/lookup"), "{text}");
+    assert!(text.contains("status=500"), "{text}");
+    assert!(text.contains("circuit breaker opened"), "{text}");
+    for secret in ["jane", "example.com", "key-s3cr3t", "secret-body"] {
+        assert!(!text.contains(secret), "{secret} leaked: {text}");
+    }
+}
