@@ -144,13 +144,26 @@ pub enum AapError {
     #[error("upstream `{upstream}` sent an invalid response: {cause}")]
     InvalidUpstreamResponse { upstream: String, cause: String },
     /// A reply built by a mapping failed the AAP response schema.
-    #[error("reply for {skill} failed the response schema: {violations:?}")]
+    #[error(
+        "reply for {skill} built by {mapping} failed the response schema: {}",
+        summarize(violations)
+    )]
     InvalidReply {
         skill: String,
+        mapping: String,
         violations: Vec<Violation>,
     },
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// `"/data/vehicles/0/price (type: must be integer), …"` for logs.
+fn summarize(violations: &[Violation]) -> String {
+    let parts: Vec<String> = violations
+        .iter()
+        .map(|v| format!("{} ({}: {})", v.instance_location, v.keyword, v.error))
+        .collect();
+    parts.join(", ")
 }
 
 impl AapError {

@@ -153,19 +153,7 @@ impl Loader<'_> {
         match serde_path_to_error::deserialize::<_, T>(value) {
             Ok(v) => Some(v),
             Err(e) => {
-                let mut at = pointer.to_owned();
-                for segment in e.path().iter() {
-                    match segment {
-                        serde_path_to_error::Segment::Seq { index } => {
-                            at = yaml::push_pointer(&at, &index.to_string());
-                        }
-                        serde_path_to_error::Segment::Map { key } => {
-                            at = yaml::push_pointer(&at, key)
-                        }
-                        serde_path_to_error::Segment::Enum { .. }
-                        | serde_path_to_error::Segment::Unknown => {}
-                    }
-                }
+                let at = yaml::pointer_of(pointer, e.path());
                 let message = e
                     .inner()
                     .to_string()

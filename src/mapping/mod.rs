@@ -73,6 +73,15 @@ impl Handler {
         }
     }
 
+    /// Where this handler was defined, for logs (the mapping or feed file).
+    pub fn source(&self) -> &str {
+        match self {
+            Handler::Static(_) => "static configuration",
+            Handler::Proxy(m) | Handler::DerivedFacets(m) => &m.file,
+            Handler::Feed { feed, .. } => &feed.file,
+        }
+    }
+
     /// Answers a validated call.
     pub async fn execute(&self, call: &Call) -> Result<Answer, AapError> {
         match self {

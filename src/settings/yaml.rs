@@ -116,6 +116,21 @@ pub fn push_pointer(base: &str, segment: &str) -> String {
     out
 }
 
+/// The JSON Pointer of a serde error's path, below `base`.
+pub fn pointer_of(base: &str, path: &serde_path_to_error::Path) -> String {
+    let mut at = base.to_owned();
+    for segment in path.iter() {
+        match segment {
+            serde_path_to_error::Segment::Seq { index } => {
+                at = push_pointer(&at, &index.to_string())
+            }
+            serde_path_to_error::Segment::Map { key } => at = push_pointer(&at, key),
+            serde_path_to_error::Segment::Enum { .. } | serde_path_to_error::Segment::Unknown => {}
+        }
+    }
+    at
+}
+
 /// Parses one YAML document. Returns the value and its source map, or the syntax error located.
 pub fn parse(path: &Path, text: &str) -> Result<(Value, SourceMap), Problem> {
     let mut builder = Builder {
