@@ -79,6 +79,9 @@ impl StatusMatch {
 pub struct Supports {
     pub filters: HashSet<String>,
     pub sort: HashSet<String>,
+    /// The separator the templates join list values with; a value containing it cannot be
+    /// sent as one value, so such a request is completed in the gateway.
+    pub list_separator: Option<String>,
 }
 
 /// Where calls go: the real upstream, or a canned reply (examples, `test-mappings`).
@@ -220,6 +223,22 @@ impl Mapped {
         Ok(page_json(total, skip, limit, vehicles))
     }
 
+    /// Whether the templates can send filter `key` with `value` to the upstream as is.
+    fn sendable(&self, key: &str, value: &Value) -> bool {
+        let Some(supports) = &self.supports else {
+            return true;
+        };
+        let separator = supports.list_separator.as_deref().filter(|s| !s.is_empty());
+        let splits = match (value, separator) {
+            (Value::Array(items), Some(sep)) => items
+                .iter()
+                .filter_map(Value::as_str)
+                .any(|s| s.contains(sep)),
+            _ => false,
+        };
+        supports.filters.contains(key) && !splits
+    }
+
     /// Whether every filter and the sort of `request` are translated by the templates.
     fn translatable(&self, request: &Value) -> bool {
         let Some(supports) = &self.supports else {
@@ -228,7 +247,7 @@ impl Mapped {
         let filters_ok = request
             .get("filters")
             .and_then(Value::as_object)
-            .is_none_or(|f| f.keys().all(|k| supports.filters.contains(k)));
+            .is_none_or(|f| f.iter().all(|(k, v)| self.sendable(k, v)));
         let sort_ok = request
             .pointer("/sort/field")
             .and_then(Value::as_str)
@@ -239,10 +258,8 @@ impl Mapped {
     /// Fetches up to `scan_limit` listings matching the translatable part of `request`.
     async fn scan(&self, transport: Transport<'_>, request: &Value) -> Result<Inventory, AapError> {
         let mut narrowed = request.clone();
-        if let Some(supports) = &self.supports
-            && let Some(filters) = narrowed.get_mut("filters").and_then(Value::as_object_mut)
-        {
-            filters.retain(|k, _| supports.filters.contains(k));
+        if let Some(filters) = narrowed.get_mut("filters").and_then(Value::as_object_mut) {
+            filters.retain(|k, v| self.sendable(k, v));
         }
         if let Some(obj) = narrowed.as_object_mut() {
             obj.remove("sort");
@@ -382,6 +399,24 @@ impl Mapped {
     }
 
     fn render_error(&self, message: String) -> AapError {
+        if message.starts_with(super::request::UNSENDABLE) {
+            // A buyer's value the dealer system cannot be asked about: no unit has such an
+            // identifier, and a search value like that is malformed for this dealer.
+            return match self.skill {
+                Skill::InventoryVehicle => AapError::domain(
+                    AapCode::VehicleNotFound,
+                    "No vehicle matches that identifier.",
+                ),
+                _ => AapError::Validation {
+                    code: AapCode::SchemaValidationFailed,
+                    violations: vec![crate::error::Violation {
+                        instance_location: String::new(),
+                        keyword: "format".to_owned(),
+                        error: "a value cannot be passed to the dealer's system".to_owned(),
+                    }],
+                },
+            };
+        }
         AapError::Internal(format!(
             "{}: cannot render the upstream request: {message}",
             self.file

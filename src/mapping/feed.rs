@@ -201,9 +201,20 @@ impl Feed {
         };
         let mut all = Vec::with_capacity(records.len());
         let mut skipped = 0usize;
+        let mut seen_vins = std::collections::HashSet::new();
         for record in &records {
             match self.item.run_one(record, &vars) {
-                Ok(v) => all.push(Arc::new(v.to_json())),
+                Ok(v) => {
+                    let v = v.to_json();
+                    // A feed that repeats a unit lists it once (the first row wins).
+                    let vin = v
+                        .get("vin")
+                        .and_then(Value::as_str)
+                        .map(str::to_ascii_uppercase);
+                    if vin.is_none_or(|vin| seen_vins.insert(vin)) {
+                        all.push(Arc::new(v));
+                    }
+                }
                 // One broken row must not take the whole inventory down.
                 Err(_) => skipped += 1,
             }

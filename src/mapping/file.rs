@@ -141,10 +141,16 @@ fn default_max_size() -> u64 {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileSupports {
+    /// AAP filter keys the templates translate.
     #[serde(default)]
     pub filters: Vec<String>,
+    /// AAP sort fields the templates translate.
     #[serde(default)]
     pub sort: Vec<String>,
+    /// The separator list values are joined with (e.g. `,`); a buyer value containing it is
+    /// filtered in the gateway instead, since the upstream would split it.
+    #[serde(default)]
+    pub list_separator: Option<String>,
 }
 
 /// How an upstream reply becomes AAP data.

@@ -844,6 +844,7 @@ impl Loader<'_> {
             .map(|s| Supports {
                 filters: s.filters.iter().cloned().collect::<HashSet<_>>(),
                 sort: s.sort.iter().cloned().collect::<HashSet<_>>(),
+                list_separator: s.list_separator.clone(),
             });
         let shared = self.shared(Self::merged_tables(common, &file.tables));
         Some(Mapped {

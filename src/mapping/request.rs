@@ -16,6 +16,10 @@ const QUERY: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'_')
     .remove(b'~');
 
+/// Start of a render error caused by a request value that cannot be sent (a `..` path
+/// segment, a line break in a header), as opposed to a defect in the mapping.
+pub const UNSENDABLE: &str = "unsendable value: ";
+
 /// How an upstream pages a list.
 #[derive(Debug, Clone)]
 pub enum Pagination {
@@ -96,6 +100,14 @@ impl RequestSpec {
     /// parameters of one page.
     pub fn render(&self, values: &TplValue, page: Option<PageRef>) -> Result<Rendered, String> {
         let path = self.templates.render("path", Context::Path, values)?;
+        // URL parsers collapse `.` and `..` segments (even percent-encoded), which would move
+        // the call to another resource: such a value is never sent.
+        if path.split('/').any(|seg| {
+            let seg = seg.to_ascii_lowercase().replace("%2e", ".");
+            seg == "." || seg == ".."
+        }) {
+            return Err(format!("{UNSENDABLE}a path segment would be `.` or `..`"));
+        }
         if !path.starts_with('/') {
             return Err(format!(
                 "the rendered path `{path}` does not start with `/`"

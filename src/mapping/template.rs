@@ -108,9 +108,18 @@ impl Templates {
     ) -> Result<String, String> {
         let key = format!("{name}@{}", context.suffix());
         let template = self.env.get_template(&key).map_err(|e| describe(&e))?;
-        let out = template.render(values).map_err(|e| describe(&e))?;
+        let out = template.render(values).map_err(|e| {
+            if e.kind() == ErrorKind::InvalidOperation && context == Context::Header {
+                format!("{}{}", super::request::UNSENDABLE, describe(&e))
+            } else {
+                describe(&e)
+            }
+        })?;
         if context == Context::Header && out.contains(['\r', '\n', '\0']) {
-            return Err("a header value would contain a line break".to_owned());
+            return Err(format!(
+                "{}a header value would contain a line break",
+                super::request::UNSENDABLE
+            ));
         }
         Ok(out)
     }

@@ -103,6 +103,45 @@ impl DemoCopy {
         std::fs::write(&path, text.replace(from, to)).expect("write copy");
     }
 
+    /// Sets `key: value` on the first line of a file of the copy whose content starts with
+    /// `key:` (indentation kept), e.g. `set_key("mappings/demo-toyota/upstreams.yaml",
+    /// "timeouts", "{ connect: 300ms, request: 500ms }")`.
+    pub fn set_key(&self, relative: &str, key: &str, value: &str) {
+        let path = self.path(relative);
+        let text = std::fs::read_to_string(&path).expect("read copy");
+        let prefix = format!("{key}:");
+        let mut found = false;
+        let lines: Vec<String> = text
+            .lines()
+            .map(|line| {
+                let trimmed = line.trim_start();
+                if !found && trimmed.starts_with(&prefix) {
+                    found = true;
+                    let indent = &line[..line.len() - trimmed.len()];
+                    format!("{indent}{key}: {value}")
+                } else {
+                    line.to_owned()
+                }
+            })
+            .collect();
+        assert!(
+            found,
+            "{relative} has no `{key}:` line; the demo files changed"
+        );
+        std::fs::write(&path, lines.join("\n") + "\n").expect("write copy");
+    }
+
+    /// Appends `text` (whole lines) to a file of the copy.
+    pub fn append(&self, relative: &str, text: &str) {
+        let path = self.path(relative);
+        let mut content = std::fs::read_to_string(&path).expect("read copy");
+        if !content.ends_with('\n') {
+            content.push('\n');
+        }
+        content.push_str(text);
+        std::fs::write(&path, content).expect("write copy");
+    }
+
     /// Starts the gateway on the copy, resolving `${NAME}` through `vars`.
     pub async fn start(self, vars: HashMap<String, String>) -> Gateway {
         let config = self.path("config/demo.yaml");

@@ -1,0 +1,224 @@
+//! The mapping engine on Demo Toyota's real `inventory.search` mapping (`mappings/demo-toyota`),
+//! without network:
+//!
+//! - `mapping/render_search_request`: a typical filtered AAP search → the DMS call (template
+//!   context + path, query, header templates + paging parameters).
+//! - `mapping/extract_20_vehicle_page`: a 20-record DMS page → AAP page data (JSON decode,
+//!   conversion for jq, `items`, `item` per record, listable filter, `total`, page assembly).
+//! - `mapping/search_end_to_end_canned`: both, through `Mapped::execute_with` with a canned
+//!   upstream (`Transport::Canned`), i.e. everything the gateway does for one search between
+//!   the validated request and the response schema check, except the HTTP call itself.
+//!
+//! The canned body is the DMS simulator's real answer to the rendered call (started in-process
+//! on loopback once, before measuring).
+
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use aap_gateway::mapping::Handler;
+use aap_gateway::mapping::execute::{Canned, LISTABLE, Mapped, ResponseSpec, Transport, page_json};
+use aap_gateway::mapping::extract::{JqValue, JqVars};
+use aap_gateway::mapping::load::{LoadContext, load_folder};
+use aap_gateway::mapping::request::PageRef;
+use aap_gateway::protocol::Skill;
+use aap_gateway::schema::Schemas;
+use bytes::Bytes;
+use criterion::{Criterion, criterion_group, criterion_main};
+use http::StatusCode;
+use minijinja::value::Value as TplValue;
+use serde_json::{Value, json};
+
+const PAGE: usize = 20;
+
+/// A typical buyer-agent search, entirely translatable by the Demo Toyota mapping (one DMS page).
+fn search_request() -> Value {
+    json!({
+        "type": "inventory.search.request",
+        "filters": { "make": ["Toyota"], "condition": ["used", "cpo"], "price_max": 30000 },
+        "pagination": { "skip": 0, "limit": PAGE },
+        "sort": { "field": "price", "order": "asc" }
+    })
+}
+
+/// Loads `mappings/demo-toyota` as the gateway does and returns its search mapping.
+fn search_mapping(dms_url: &str) -> Arc<Mapped> {
+    let schemas = Schemas::load().expect("schemas");
+    let dms_url = dms_url.to_owned();
+    let vars = move |name: &str| match name {
+        "DMS_URL" => Some(dms_url.clone()),
+        "DMS_API_KEY" => Some(aap_gateway::demo::dms::API_KEY.to_owned()),
+        _ => None,
+    };
+    let ctx = LoadContext {
+        schemas: &schemas,
+        vars: &vars,
+        dealer_id: "demo_toyota",
+        dealer_name: "Demo Toyota",
+    };
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("mappings/demo-toyota");
+    let mut loaded = load_folder(&dir, &ctx).unwrap_or_else(|problems| {
+        let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        panic!("mappings/demo-toyota does not load:\n{}", lines.join("\n"))
+    });
+    match loaded.handlers.remove(&Skill::InventorySearch) {
+        Some(Handler::Proxy(mapped)) => mapped,
+        other => panic!("inventory.search is not a proxy mapping: {other:?}"),
+    }
+}
+
+/// The engine's template context (`Mapped::template_values`, private): the same three values.
+fn template_values(mapped: &Mapped, request: &Value) -> TplValue {
+    minijinja::context! {
+        request => TplValue::from(minijinja::value::Serde(request)),
+        tables => mapped.shared.tables_tpl.clone(),
+        dealer => mapped.shared.dealer_tpl.clone(),
+    }
+}
+
+/// The engine's jq variables (`Mapped::vars`, private).
+fn jq_vars(mapped: &Mapped, request: &Value) -> JqVars {
+    JqVars {
+        request: JqValue::from_json(request),
+        tables: mapped.shared.tables_jq.clone(),
+        dealer: mapped.shared.dealer_jq.clone(),
+    }
+}
+
+/// Renders the upstream call of `request` (first page of `PAGE`).
+fn render(mapped: &Mapped, request: &Value) -> aap_gateway::mapping::request::Rendered {
+    let values = template_values(mapped, request);
+    mapped
+        .request
+        .render(
+            &values,
+            Some(PageRef {
+                index: 0,
+                size: PAGE as u64,
+            }),
+        )
+        .expect("render")
+}
+
+/// The reply side of one page, as `Mapped::fetch_page` + `Mapped::search` do it (private): decode,
+/// `items`, `item` per record, listable filter, `total`, page assembly.
+fn extract_page(mapped: &Mapped, request: &Value, body: &[u8]) -> Value {
+    let ResponseSpec::List { items, total, item } = &mapped.response else {
+        panic!("not a list mapping");
+    };
+    let vars = jq_vars(mapped, request);
+    let doc = JqValue::from_json(&mapped.format.decode(body).expect("decode"));
+    let records = items.run(&doc, &vars).expect("items");
+    let mut vehicles = Vec::with_capacity(records.len());
+    for record in &records {
+        let vehicle = item.run_one(record, &vars).expect("item").to_json();
+        if vehicle
+            .get("status")
+            .and_then(Value::as_str)
+            .is_some_and(|s| LISTABLE.contains(&s))
+        {
+            vehicles.push(Arc::new(vehicle));
+        }
+    }
+    let total = total
+        .as_ref()
+        .map(|jq| jq.run_one(&doc, &vars).expect("total").to_json());
+    let total = total
+        .as_ref()
+        .and_then(Value::as_u64)
+        .map_or(vehicles.len(), |t| t as usize);
+    let vehicles: Vec<Arc<Value>> = vehicles.into_iter().take(PAGE).collect();
+    page_json(total, 0, PAGE, vehicles)
+}
+
+/// The DMS simulator's reply to `path_and_query` (with the demo API key).
+fn fetch_from_simulator(
+    runtime: &tokio::runtime::Runtime,
+    base: &str,
+    path_and_query: &str,
+) -> Bytes {
+    let url = format!("{base}{path_and_query}");
+    runtime.block_on(async {
+        let reply = reqwest::Client::new()
+            .get(&url)
+            .header(
+                aap_gateway::demo::dms::API_KEY_HEADER,
+                aap_gateway::demo::dms::API_KEY,
+            )
+            .send()
+            .await
+            .expect("DMS simulator call");
+        assert_eq!(reply.status(), StatusCode::OK, "GET {url}");
+        reply.bytes().await.expect("DMS simulator body")
+    })
+}
+
+fn bench(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dms = runtime
+        .block_on(aap_gateway::demo::dms::start_dms())
+        .expect("DMS simulator");
+    let mapped = search_mapping(&dms.base_url());
+    let request = search_request();
+
+    // The canned body: what the DMS answers to exactly the call the mapping renders.
+    let rendered = render(&mapped, &request);
+    assert!(
+        rendered.path_and_query.starts_with("/api/v2/vehicles?")
+            && rendered.path_and_query.contains("page=1&pageSize=20"),
+        "unexpected call: {}",
+        rendered.path_and_query
+    );
+    let body = fetch_from_simulator(&runtime, &dms.base_url(), &rendered.path_and_query);
+    let records = serde_json::from_slice::<Value>(&body).expect("DMS JSON")["Items"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert_eq!(records, PAGE, "the DMS page should hold {PAGE} records");
+    runtime.block_on(dms.shutdown());
+
+    // The hand-assembled extraction and the engine must agree before either is measured.
+    let canned = Canned {
+        status: StatusCode::OK,
+        body: body.clone(),
+        seen: Mutex::new(Vec::new()),
+    };
+    let by_engine = runtime
+        .block_on(mapped.execute_with(Transport::Canned(&canned), &request))
+        .expect("engine search");
+    let by_hand = extract_page(&mapped, &request, &body);
+    assert_eq!(
+        by_engine, by_hand,
+        "bench extraction differs from the engine"
+    );
+    assert_eq!(
+        by_engine["vehicles"].as_array().map_or(0, Vec::len),
+        PAGE,
+        "the AAP page should hold {PAGE} vehicles"
+    );
+
+    let mut group = c.benchmark_group("mapping");
+    group.bench_function("render_search_request", |b| {
+        b.iter(|| render(&mapped, black_box(&request)))
+    });
+    group.bench_function("extract_20_vehicle_page", |b| {
+        b.iter(|| extract_page(&mapped, black_box(&request), black_box(&body)))
+    });
+    group.bench_function("search_end_to_end_canned", |b| {
+        b.iter(|| {
+            let out = runtime
+                .block_on(mapped.execute_with(Transport::Canned(&canned), black_box(&request)));
+            // `Canned` records every rendered call; keep it from growing over the run.
+            if let Ok(mut seen) = canned.seen.lock() {
+                seen.clear();
+            }
+            out
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
