@@ -1966,7 +1966,7 @@ async fn agent_card_is_get_only() {
 #[tokio::test]
 async fn admin_healthz_and_readyz_are_200() {
     let gw = common::demo().await;
-    for path in ["/healthz", "/readyz"] {
+    for (path, status) in [("/healthz", "ok"), ("/readyz", "ready")] {
         let resp = gw
             .client()
             .get(gw.admin_url(path))
@@ -1974,6 +1974,8 @@ async fn admin_healthz_and_readyz_are_200() {
             .await
             .expect("request");
         assert_eq!(resp.status().as_u16(), 200, "{path}");
+        let body: Value = resp.json().await.expect("json body");
+        assert_eq!(body, json!({ "status": status }), "{path}");
     }
 }
 

@@ -163,9 +163,14 @@ fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response<Full<B
     plain(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
 }
 
-/// A small JSON body for HTTP-level answers that carry no JSON-RPC envelope.
+/// A small JSON body for HTTP-level answers that carry no JSON-RPC envelope:
+/// `{"status": "..."}` on success, `{"error": {"code", "message"}}` otherwise.
 pub fn plain(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
-    let body = serde_json::json!({ "error": { "code": status.as_u16(), "message": message } });
+    let body = if status.is_success() {
+        serde_json::json!({ "status": message })
+    } else {
+        serde_json::json!({ "error": { "code": status.as_u16(), "message": message } })
+    };
     let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
     *response.status_mut() = status;
     response.headers_mut().insert(
