@@ -1,6 +1,7 @@
 //! The upstream client stack against real HTTP servers on 127.0.0.1: the DMS simulator and tiny
 //! hyper servers written here for the odd behaviours (chunked and gzip bodies, 503 storms, an
-//! OAuth2 token endpoint, concurrency probes).
+//! OAuth2 token endpoint, concurrency probes, a SOAP endpoint), and the mailer against a tiny
+//! SMTP server written here (accepting, refusing with 451/550, or never answering `DATA`).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -16,14 +17,19 @@ use std::time::{Duration, Instant};
 use aap_gateway::demo::dms::{self, API_KEY, API_KEY_HEADER};
 use aap_gateway::demo::sim::Mode;
 use aap_gateway::error::AapError;
-use aap_gateway::upstream::{BreakerState, FileUpstream, Upstream, UpstreamError, UpstreamRequest};
+use aap_gateway::upstream::{
+    self, BreakerState, Endpoint, FileUpstream, MailPart, Mailer, OutgoingMail, Upstream,
+    UpstreamError, UpstreamRequest, soap,
+};
+use base64::Engine as _;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -974,6 +980,519 @@ async fn logs_carry_neither_queries_nor_secrets() {
     assert!(text.contains("status=500"), "{text}");
     assert!(text.contains("circuit breaker opened"), "{text}");
     for secret in ["jane", "example.com", "key-s3cr3t", "secret-body"] {
+        assert!(!text.contains(secret), "{secret} leaked: {text}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SOAP: the envelope travels through the same client
+
+#[tokio::test]
+async fn soap_call_posts_the_envelope_to_the_endpoint_and_decodes_the_fault() {
+    const FAULT: &str = r#"<soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/"><soap:Body><soap:Fault><faultcode>soap:Client</faultcode><faultstring>Duplicate lead</faultstring><detail><LeadId>L-7</LeadId></detail></soap:Fault></soap:Body></soap:Envelope>"#;
+    let server = TestServer::start(|_| async { reply(500, FAULT) }).await;
+    let up = upstream(
+        &format!("{}/crm/LeadService.asmx", server.url()),
+        json!({
+            "kind": "soap",
+            "soap": { "version": "1.1" },
+            "auth": { "kind": "ws_security", "username": "demo-crm", "password": "crm-s3cret" },
+            "retries": { "attempts": 3 }
+        }),
+    );
+    let settings = up.soap().expect("a SOAP upstream");
+    let req = soap::request(
+        settings,
+        String::new(),
+        Some("http://crm.example/SubmitLead"),
+        "<SubmitLead xmlns=\"http://crm.example/\"><Name>Jane</Name></SubmitLead>",
+        false,
+    )
+    .expect("valid request");
+    let response = up.call(req).await.expect("a reply");
+    assert_eq!(response.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(server.requests(), 1, "a SOAP operation is not retried");
+
+    let seen = &server.seen()[0];
+    assert_eq!(seen.method, Method::POST);
+    assert_eq!(seen.path_and_query, "/crm/LeadService.asmx");
+    assert_eq!(seen.headers["content-type"], "text/xml; charset=utf-8");
+    assert_eq!(
+        seen.headers["soapaction"],
+        "\"http://crm.example/SubmitLead\""
+    );
+    let body = String::from_utf8(seen.body.to_vec()).expect("utf-8");
+    assert!(
+        body.contains("<wsse:Username>demo-crm</wsse:Username>"),
+        "{body}"
+    );
+    assert!(body.contains("#PasswordDigest\">"), "{body}");
+    assert!(!body.contains("crm-s3cret"), "digest only");
+    assert!(body.ends_with("<Name>Jane</Name></SubmitLead></soap:Body></soap:Envelope>"));
+
+    let reply = soap::decode_reply(&response.body, &Default::default()).expect("an envelope");
+    let fault = reply.fault.expect("a fault");
+    assert_eq!(
+        (fault.code.as_str(), fault.reason.as_str()),
+        ("Client", "Duplicate lead")
+    );
+    assert_eq!(fault.detail, json!({"LeadId": "L-7"}));
+}
+
+#[tokio::test]
+async fn empty_and_query_paths_address_the_base_url() {
+    let server = TestServer::start(|_| async { reply(200, "ok") }).await;
+    let endpoint = upstream(
+        &format!("{}/dms/VehicleService.svc", server.url()),
+        json!({}),
+    );
+    let with_slash = upstream(&format!("{}/api/", server.url()), json!({}));
+    for (up, path, expected) in [
+        (&endpoint, "", "/dms/VehicleService.svc"),
+        (&endpoint, "?wsdl", "/dms/VehicleService.svc?wsdl"),
+        (&endpoint, "/mex", "/dms/VehicleService.svc/mex"),
+        (&with_slash, "", "/api/"),
+        (&with_slash, "?q=1", "/api/?q=1"),
+    ] {
+        up.call(UpstreamRequest::get(path)).await.expect("reply");
+        let seen = server.seen();
+        assert_eq!(
+            seen.last().expect("seen").path_and_query,
+            expected,
+            "{path:?}"
+        );
+    }
+    for bad in ["x", "#frag", "?a b"] {
+        assert!(
+            matches!(
+                endpoint.call(UpstreamRequest::get(bad)).await,
+                Err(UpstreamError::InvalidRequest(_))
+            ),
+            "{bad:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn build_returns_the_endpoint_of_each_kind() {
+    let entry = |value: Value| serde_json::from_value::<FileUpstream>(value).expect("parses");
+    let rest = upstream::build("dms", entry(json!({ "base_url": "http://127.0.0.1:1" })));
+    let soap = upstream::build(
+        "crm",
+        entry(json!({ "kind": "soap", "base_url": "http://127.0.0.1:1/svc" })),
+    );
+    let smtp_entry = json!({
+        "kind": "smtp", "base_url": "smtp://127.0.0.1:1",
+        "smtp": { "from": "leads@gateway.example", "to": ["crm@crm.example"] }
+    });
+    let smtp = upstream::build("crm_mail", entry(smtp_entry.clone()));
+    match (rest, soap, smtp) {
+        (Ok(Endpoint::Http(rest)), Ok(Endpoint::Http(soap)), Ok(Endpoint::Smtp(mail))) => {
+            assert!(rest.soap().is_none());
+            assert!(soap.soap().is_some());
+            assert_eq!(mail.name(), "crm_mail");
+            assert_eq!(mail.breaker_state(), BreakerState::Closed);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let problems = Upstream::build("crm_mail", entry(smtp_entry)).expect_err("not HTTP");
+    assert_eq!(problems[0].pointer, "/kind");
+}
+
+// ---------------------------------------------------------------------------------------------
+// SMTP: a tiny server that speaks just enough ESMTP
+
+/// What the test SMTP server answers to the end of `DATA`, per message (0-based).
+#[derive(Debug, Clone, Copy)]
+enum AfterData {
+    Accept,
+    Transient451,
+    Permanent550,
+    NeverAnswer,
+}
+
+struct SmtpServer {
+    addr: SocketAddr,
+    state: Arc<SmtpState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct SmtpState {
+    connections: AtomicUsize,
+    /// Decoded `AUTH PLAIN` responses: `\0user\0password`.
+    auth: Mutex<Vec<String>>,
+    envelopes: Mutex<Vec<String>>,
+    messages: Mutex<Vec<String>>,
+}
+
+impl Drop for SmtpServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl SmtpServer {
+    async fn start(after_data: fn(usize) -> AfterData) -> SmtpServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let state = Arc::new(SmtpState::default());
+        let task = tokio::spawn({
+            let state = Arc::clone(&state);
+            async move {
+                let mut connections = tokio::task::JoinSet::new();
+                while let Ok((stream, _)) = listener.accept().await {
+                    state.connections.fetch_add(1, Ordering::SeqCst);
+                    connections.spawn(smtp_session(stream, Arc::clone(&state), after_data));
+                }
+            }
+        });
+        SmtpServer { addr, state, task }
+    }
+
+    fn url(&self) -> String {
+        format!("smtp://{}", self.addr)
+    }
+
+    fn connections(&self) -> usize {
+        self.state.connections.load(Ordering::SeqCst)
+    }
+
+    fn messages(&self) -> Vec<String> {
+        self.state.messages.lock().expect("lock").clone()
+    }
+}
+
+/// Writes one reply; `false` once the client is gone.
+async fn say(write: &mut tokio::net::tcp::OwnedWriteHalf, text: &str) -> bool {
+    write.write_all(text.as_bytes()).await.is_ok()
+}
+
+async fn smtp_session(
+    stream: TcpStream,
+    state: Arc<SmtpState>,
+    after_data: fn(usize) -> AfterData,
+) {
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read);
+    if !say(&mut write, "220 test.local ESMTP\r\n").await {
+        return;
+    }
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if lines.read_line(&mut line).await.unwrap_or(0) == 0 {
+            return;
+        }
+        let command = line.trim_end().to_owned();
+        let verb = command
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_ascii_uppercase();
+        let answer = match verb.as_str() {
+            "EHLO" => "250-test.local\r\n250-AUTH PLAIN LOGIN\r\n250 8BITMIME\r\n".to_owned(),
+            "AUTH" => {
+                let mut response = command.split_whitespace().nth(2).map(str::to_owned);
+                if response.is_none() {
+                    say(&mut write, "334 \r\n").await;
+                    line.clear();
+                    lines.read_line(&mut line).await.unwrap_or(0);
+                    response = Some(line.trim_end().to_owned());
+                }
+                let decoded = base64::engine::general_purpose::STANDARD
+                    .decode(response.unwrap_or_default())
+                    .unwrap_or_default();
+                state
+                    .auth
+                    .lock()
+                    .expect("lock")
+                    .push(String::from_utf8_lossy(&decoded).into_owned());
+                "235 2.7.0 Authentication successful\r\n".to_owned()
+            }
+            "MAIL" | "RCPT" => {
+                state.envelopes.lock().expect("lock").push(command.clone());
+                "250 2.1.0 Ok\r\n".to_owned()
+            }
+            "DATA" => {
+                say(&mut write, "354 End data with <CR><LF>.<CR><LF>\r\n").await;
+                let mut message = String::new();
+                loop {
+                    line.clear();
+                    if lines.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if line == ".\r\n" {
+                        break;
+                    }
+                    message.push_str(&line);
+                }
+                let index = {
+                    let mut messages = state.messages.lock().expect("lock");
+                    messages.push(message);
+                    messages.len() - 1
+                };
+                match after_data(index) {
+                    AfterData::Accept => format!("250 2.0.0 Ok: queued as Q{index}\r\n"),
+                    AfterData::Transient451 => {
+                        "451 4.3.0 Error: queue file write error\r\n".to_owned()
+                    }
+                    AfterData::Permanent550 => {
+                        "550 5.7.1 Rejected as spam from jane.doe@example.com\r\n".to_owned()
+                    }
+                    AfterData::NeverAnswer => std::future::pending().await,
+                }
+            }
+            "NOOP" | "RSET" => "250 2.0.0 Ok\r\n".to_owned(),
+            "QUIT" => {
+                say(&mut write, "221 2.0.0 Bye\r\n").await;
+                return;
+            }
+            _ => "502 5.5.2 Error: command not recognized\r\n".to_owned(),
+        };
+        if !say(&mut write, &answer).await {
+            return;
+        }
+    }
+}
+
+fn mailer(base_url: &str, extra: Value) -> Mailer {
+    let mut entry = json!({
+        "kind": "smtp",
+        "base_url": base_url,
+        "smtp": {
+            "from": "Demo Honda Leads <leads@gateway.demo-honda.example>",
+            "to": ["leads@crm.demo-honda.example", "backup@crm.demo-honda.example"],
+            "starttls": "off",
+            "hello_name": "gateway.example"
+        },
+        "timeouts": { "connect": "1s", "request": "5s" }
+    });
+    if let (Some(entry), Value::Object(extra)) = (entry.as_object_mut(), extra) {
+        entry.extend(extra);
+    }
+    let file: FileUpstream = serde_json::from_value(entry).expect("valid entry");
+    Mailer::build("crm_mail", file).expect("valid mailer")
+}
+
+fn lead_mail(reference: &str) -> OutgoingMail {
+    OutgoingMail {
+        subject: "New lead: 2021 Honda Civic EX (Jane Doe)".to_owned(),
+        message_id: format!("{reference}@gateway.demo-honda.example"),
+        parts: vec![
+            MailPart {
+                content_type: "text/plain; charset=utf-8".to_owned(),
+                filename: None,
+                body: "<?xml version=\"1.0\"?><adf><prospect><customer>Jane Doe</customer>\
+                       </prospect></adf>"
+                    .to_owned(),
+            },
+            MailPart {
+                content_type: "application/json".to_owned(),
+                filename: Some("consent.json".to_owned()),
+                body: "{\"contact\": true}".to_owned(),
+            },
+        ],
+    }
+}
+
+#[tokio::test]
+async fn smtp_send_delivers_one_message_with_its_parts_id_and_credentials() {
+    let server = SmtpServer::start(|_| AfterData::Accept).await;
+    let mail = mailer(
+        &server.url(),
+        json!({ "auth": { "kind": "basic", "username": "demo-smtp", "password": "smtp-s3cret" } }),
+    );
+    let receipt = mail.send(lead_mail("lead-42")).await.expect("accepted");
+    assert_eq!(receipt.message_id, "lead-42@gateway.demo-honda.example");
+    assert_eq!(receipt.server_reply, "250 2.0.0 Ok: queued as Q0");
+
+    assert_eq!(
+        *server.state.auth.lock().expect("lock"),
+        ["\0demo-smtp\0smtp-s3cret"]
+    );
+    assert_eq!(
+        *server.state.envelopes.lock().expect("lock"),
+        [
+            "MAIL FROM:<leads@gateway.demo-honda.example>",
+            "RCPT TO:<leads@crm.demo-honda.example>",
+            "RCPT TO:<backup@crm.demo-honda.example>",
+        ]
+    );
+    let messages = server.messages();
+    assert_eq!(messages.len(), 1, "exactly one message");
+    let message = &messages[0];
+    for expected in [
+        "Message-ID: <lead-42@gateway.demo-honda.example>\r\n",
+        "From: \"Demo Honda Leads\" <leads@gateway.demo-honda.example>\r\n",
+        "To: leads@crm.demo-honda.example, backup@crm.demo-honda.example\r\n",
+        "Subject: New lead: 2021 Honda Civic EX (Jane Doe)\r\n",
+        "Content-Type: multipart/mixed;",
+        "Content-Type: text/plain; charset=utf-8\r\n",
+        "<adf><prospect><customer>Jane Doe</customer>",
+        "Content-Disposition: attachment; filename=\"consent.json\"\r\n",
+        "Content-Type: application/json\r\n",
+        "{\"contact\": true}",
+    ] {
+        assert!(message.contains(expected), "{expected:?} in\n{message}");
+    }
+    assert!(!message.contains("Bcc"), "{message}");
+
+    // The connection is pooled: a second lead reuses it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let receipt = mail.send(lead_mail("lead-43")).await.expect("accepted");
+    assert_eq!(receipt.server_reply, "250 2.0.0 Ok: queued as Q1");
+    assert_eq!(server.connections(), 1);
+    assert_eq!(server.messages().len(), 2);
+}
+
+#[tokio::test]
+async fn smtp_refusals_after_data_are_errors_that_quote_only_codes() {
+    let server = SmtpServer::start(|i| {
+        if i == 0 {
+            AfterData::Transient451
+        } else {
+            AfterData::Permanent550
+        }
+    })
+    .await;
+    let mail = mailer(&server.url(), json!({}));
+
+    let error = mail.send(lead_mail("lead-1")).await.expect_err("451");
+    assert!(
+        matches!(error, UpstreamError::Rejected { ref reply, permanent: false } if reply == "451 4.3.0"),
+        "{error:?}"
+    );
+    assert!(matches!(
+        error.into_aap("crm_mail"),
+        AapError::UpstreamUnavailable { .. }
+    ));
+
+    let error = mail.send(lead_mail("lead-2")).await.expect_err("550");
+    assert!(
+        matches!(error, UpstreamError::Rejected { ref reply, permanent: true } if reply == "550 5.7.1"),
+        "{error:?}"
+    );
+    assert!(!error.to_string().contains("jane"), "{error}");
+    assert_eq!(
+        server.messages().len(),
+        2,
+        "each lead was sent once, never retried"
+    );
+}
+
+#[tokio::test]
+async fn smtp_a_server_that_never_answers_data_times_out_within_the_request_timeout() {
+    let server = SmtpServer::start(|i| {
+        if i == 0 {
+            AfterData::NeverAnswer
+        } else {
+            AfterData::Accept
+        }
+    })
+    .await;
+    let mail = mailer(
+        &server.url(),
+        json!({ "timeouts": { "connect": "1s", "request": "300ms" } }),
+    );
+    let started = Instant::now();
+    let error = mail.send(lead_mail("lead-1")).await.expect_err("timeout");
+    let elapsed = started.elapsed();
+    assert!(
+        matches!(error, UpstreamError::Timeout { after } if after == Duration::from_millis(300)),
+        "{error:?}"
+    );
+    assert!(
+        elapsed >= Duration::from_millis(300) && elapsed < Duration::from_millis(1300),
+        "{elapsed:?}"
+    );
+
+    // The connection left mid-transaction is never reused: the late reply to lead-1 must not
+    // be read as the answer for lead-2. (The pause lets lettre hand the connection back first.)
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let receipt = mail.send(lead_mail("lead-2")).await.expect("accepted");
+    assert_eq!(receipt.server_reply, "250 2.0.0 Ok: queued as Q1");
+    assert_eq!(server.connections(), 2);
+}
+
+#[tokio::test]
+async fn smtp_a_refused_port_is_connect_and_trips_the_breaker() {
+    let dead = dead_port().await;
+    let mail = mailer(
+        &format!("smtp://{dead}"),
+        json!({ "circuit_breaker": { "failures": 1, "cool_down": "60s" } }),
+    );
+    let started = Instant::now();
+    let error = mail.send(lead_mail("lead-1")).await.expect_err("refused");
+    assert!(matches!(error, UpstreamError::Connect(_)), "{error:?}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(mail.breaker_state(), BreakerState::Open);
+    let error = mail.send(lead_mail("lead-1")).await.expect_err("open");
+    assert!(matches!(error, UpstreamError::CircuitOpen), "{error:?}");
+}
+
+#[tokio::test]
+async fn smtp_invalid_mail_is_refused_before_connecting() {
+    let server = SmtpServer::start(|_| AfterData::Accept).await;
+    let mail = mailer(&server.url(), json!({}));
+    let mut no_parts = lead_mail("lead-1");
+    no_parts.parts.clear();
+    let mut bad_id = lead_mail("lead-1");
+    bad_id.message_id = "<lead-1@x>\r\nBcc: evil@example.com".to_owned();
+    let mut bad_type = lead_mail("lead-1");
+    bad_type.parts[1].content_type = "not a type".to_owned();
+    for outgoing in [no_parts, bad_id, bad_type] {
+        let error = mail.send(outgoing).await.expect_err("invalid");
+        assert!(
+            matches!(error, UpstreamError::InvalidRequest(_)),
+            "{error:?}"
+        );
+    }
+    assert_eq!(server.connections(), 0);
+    assert_eq!(mail.breaker_state(), BreakerState::Closed);
+}
+
+#[tokio::test]
+async fn smtp_logs_carry_no_mail_content() {
+    let logs = LogBuffer::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer({
+            let logs = logs.clone();
+            move || logs.clone()
+        })
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let server = SmtpServer::start(|i| {
+        if i == 0 {
+            AfterData::Accept
+        } else {
+            AfterData::Permanent550
+        }
+    })
+    .await;
+    let mail = mailer(
+        &server.url(),
+        json!({ "auth": { "kind": "basic", "username": "demo-smtp", "password": "smtp-s3cret" } }),
+    );
+    mail.send(lead_mail("lead-1")).await.expect("accepted");
+    mail.send(lead_mail("lead-2")).await.expect_err("refused");
+
+    let text = String::from_utf8_lossy(&logs.0.lock().expect("lock")).into_owned();
+    assert!(text.contains("mail sent"), "{text}");
+    assert!(text.contains("crm_mail"), "{text}");
+    assert!(text.contains("550 5.7.1"), "{text}");
+    for secret in [
+        "Jane",
+        "jane",
+        "Civic",
+        "crm.demo-honda.example",
+        "consent",
+        "smtp-s3cret",
+        "lead-1@",
+    ] {
         assert!(!text.contains(secret), "{secret} leaked: {text}");
     }
 }

@@ -32,8 +32,8 @@ use super::{UpstreamError, UpstreamRequest, UpstreamResponse};
 /// keep-alive connections after 5–60 s; closing ours first avoids sending on a dead one.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// The `User-Agent` sent unless `headers` names another.
-const USER_AGENT: &str = concat!("aap-gateway/", env!("CARGO_PKG_VERSION"));
+/// The `User-Agent` sent unless `headers` names another (and on mail).
+pub(crate) const USER_AGENT: &str = concat!("aap-gateway/", env!("CARGO_PKG_VERSION"));
 
 /// One upstream system, ready to call. Cheap to clone (shared state: the connection pool, the
 /// breaker, the retry budget, the concurrency slots and the token cache).
@@ -57,8 +57,10 @@ struct Inner {
 }
 
 impl Upstream {
-    /// Validates one `upstreams.yaml` entry and builds its client (connection pool, TLS roots).
-    /// Every problem is reported at once, located by a JSON Pointer relative to the entry.
+    /// Validates one `upstreams.yaml` entry of an HTTP kind (`rest`, `soap`) and builds its
+    /// client (connection pool, TLS roots); `kind: smtp` is a problem here (see
+    /// [`super::build`]). Every problem is reported at once, located by a JSON Pointer relative
+    /// to the entry.
     pub fn build(name: &str, file: FileUpstream) -> Result<Upstream, Vec<UpstreamConfigProblem>> {
         let settings = file.validate()?;
         Upstream::from_settings(name, settings)
@@ -258,12 +260,15 @@ impl Upstream {
         }
     }
 
-    /// The full URL of a call: base URL (path as a prefix) + `path_and_query`.
+    /// The full URL of a call: base URL (path as a prefix) + `path_and_query`; an empty one or
+    /// one starting with `?` addresses the base URL itself.
     fn url(&self, path_and_query: &str) -> Result<Url, UpstreamError> {
         let invalid = |why: &str| UpstreamError::InvalidRequest(format!("request path {why}"));
-        if !path_and_query.starts_with('/') {
-            return Err(invalid("must start with `/`"));
-        }
+        let base = match path_and_query.bytes().next() {
+            Some(b'/') => self.inner.prefix.as_str(),
+            None | Some(b'?') => self.inner.base_url.as_str(),
+            Some(_) => return Err(invalid("must start with `/` or `?`, or be empty")),
+        };
         if path_and_query
             .bytes()
             .any(|b| b.is_ascii_control() || b == b' ' || b == b'#' || !b.is_ascii())
@@ -272,7 +277,7 @@ impl Upstream {
                 "must be percent-encoded (no spaces, control characters, `#` or non-ASCII)",
             ));
         }
-        let url = Url::parse(&format!("{}{path_and_query}", self.inner.prefix))
+        let url = Url::parse(&format!("{base}{path_and_query}"))
             .map_err(|_| invalid("does not form a valid URL"))?;
         let base = &self.inner.base_url;
         if url.scheme() != base.scheme()

@@ -1,21 +1,31 @@
 //! `FileUpstream`: one entry of a dealer's `upstreams.yaml` exactly as an operator writes it, and
-//! its validation into [`UpstreamSettings`].
+//! its validation into [`UpstreamSettings`] (HTTP: `rest` and `soap`) or [`SmtpSettings`]
+//! (`smtp`).
 //!
 //! The file types mirror the YAML one to one, reject unknown keys and hold every default in one
 //! place (the `Default` impls below). `${VAR}` references are expanded by the caller before these
 //! types see the values. Validation never stops at the first problem: every problem is reported
 //! with a JSON Pointer relative to the upstream's entry (e.g. `/timeouts/request`), so the caller
 //! can locate it in the file.
+//!
+//! Keys that mean nothing for a kind are refused rather than ignored (an operator who writes
+//! `retries` on an `smtp` upstream expects retries, and gets a located problem instead of a
+//! silent surprise): `soap` only with `kind: soap`, `smtp` only with `kind: smtp`, `ws_security`
+//! only with `kind: soap`, and `retries`, `headers` and `max_response_bytes` never with
+//! `kind: smtp`.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use base64::Engine as _;
 use http::{HeaderName, HeaderValue};
+use lettre::message::Mailbox;
 use reqwest::Url;
 use serde::Deserialize;
 
+use super::soap::{SoapSettings, SoapVersion, WsSecurity};
 use crate::settings::yaml::push_pointer;
 
 /// The largest `retries.attempts`: more tries only pile load onto a system that is already down.
@@ -26,6 +36,10 @@ pub const MAX_RESPONSE_BYTES_LIMIT: usize = 256 * 1024 * 1024;
 pub const MAX_CONCURRENCY_LIMIT: usize = 10_000;
 /// The longest timeout, backoff or cool-down accepted (10 minutes); longer is surely a typo.
 pub const MAX_DURATION: Duration = Duration::from_secs(600);
+/// The port of `smtps://` URLs without one (implicit TLS, RFC 8314).
+pub const SMTPS_PORT: u16 = 465;
+/// The port of `smtp://` URLs without one (message submission, RFC 6409).
+pub const SUBMISSION_PORT: u16 = 587;
 
 /// Headers the client owns: setting them by hand would break framing or routing.
 pub(crate) const RESERVED_HEADERS: [&str; 8] = [
@@ -65,37 +79,49 @@ impl fmt::Debug for Secret {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileUpstream {
-    /// `rest` (JSON or any body over HTTP) or `soap` (not supported yet).
+    /// `rest` (JSON or any body over HTTP), `soap` (SOAP 1.1/1.2 envelopes over HTTP) or `smtp`
+    /// (e-mail, e.g. ADF/XML leads to a CRM's intake address).
     #[serde(default)]
     pub kind: FileUpstreamKind,
-    /// Base URL, `http` or `https`, no query, fragment or credentials. Its path is a prefix of
-    /// every call's path: `https://x/api` + `/v2/vehicles` → `https://x/api/v2/vehicles`.
+    /// HTTP kinds: base URL, `http` or `https`, no query, fragment or credentials; its path is a
+    /// prefix of every call's path: `https://x/api` + `/v2/vehicles` → `https://x/api/v2/vehicles`
+    /// (an empty call path is the base URL itself, the usual case for a SOAP endpoint).
+    /// `smtp`: `smtp://host[:port]` (STARTTLS per `smtp.starttls`, port 587 by default) or
+    /// `smtps://host[:port]` (TLS from the first byte, port 465 by default).
     pub base_url: String,
     /// How long to wait for the upstream.
     #[serde(default)]
     pub timeouts: FileTimeouts,
-    /// Retries of idempotent calls.
+    /// Retries of idempotent calls (HTTP kinds only; absent = the defaults).
     #[serde(default)]
-    pub retries: FileRetries,
+    pub retries: Option<FileRetries>,
     /// Stops calling an upstream that keeps failing.
     #[serde(default)]
     pub circuit_breaker: FileCircuitBreaker,
-    /// Calls in flight to this upstream at most; more wait for a slot (the wait counts against
-    /// `timeouts.request`).
+    /// Calls (or mails) in flight to this upstream at most; more wait for a slot (the wait
+    /// counts against `timeouts.request`).
     #[serde(default = "default_max_concurrency")]
     pub max_concurrency: u64,
-    /// Largest reply body accepted (after decompression); larger replies fail.
-    #[serde(default = "default_max_response_bytes")]
-    pub max_response_bytes: u64,
-    /// TLS settings for `https` base URLs (and an `https` OAuth2 token URL).
+    /// Largest reply body accepted (after decompression); larger replies fail. HTTP kinds only;
+    /// absent = 4 MiB.
+    #[serde(default)]
+    pub max_response_bytes: Option<u64>,
+    /// TLS settings for `https` base URLs (and an `https` OAuth2 token URL), or for `smtps` and
+    /// STARTTLS.
     #[serde(default)]
     pub tls: FileTls,
-    /// Static headers sent with every call, e.g. `User-Agent`.
+    /// Static headers sent with every call, e.g. `User-Agent` (HTTP kinds only).
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// How the gateway authenticates to the upstream; absent = no authentication.
     #[serde(default)]
     pub auth: Option<FileAuth>,
+    /// SOAP settings (`kind: soap` only; absent = SOAP 1.1).
+    #[serde(default)]
+    pub soap: Option<FileSoap>,
+    /// Mail settings (`kind: smtp` only, and required there).
+    #[serde(default)]
+    pub smtp: Option<FileSmtp>,
 }
 
 fn default_max_concurrency() -> u64 {
@@ -112,6 +138,51 @@ pub enum FileUpstreamKind {
     #[default]
     Rest,
     Soap,
+    Smtp,
+}
+
+/// `soap:` of a `kind: soap` upstream.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileSoap {
+    /// `"1.1"` (default) or `"1.2"`; an unquoted YAML `1.1` / `1.2` is accepted too.
+    pub version: Option<FileSoapVersion>,
+}
+
+/// A SOAP version as written: quoted, or read by YAML as a number.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum FileSoapVersion {
+    Text(String),
+    Number(serde_json::Number),
+}
+
+/// `smtp:` of a `kind: smtp` upstream.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSmtp {
+    /// Sender mailbox, `Name <address>` or a bare address (required).
+    #[serde(default)]
+    pub from: Option<String>,
+    /// Recipient mailboxes, at least one.
+    #[serde(default)]
+    pub to: Vec<String>,
+    /// STARTTLS on `smtp://`: `required` (default; no credentials or mail before TLS),
+    /// `opportunistic` (TLS when offered: open to downgrade, development only) or `off` (plain
+    /// text). Not allowed with `smtps://`, which speaks TLS from the start.
+    #[serde(default)]
+    pub starttls: Option<FileStartTls>,
+    /// Name sent with `EHLO`; absent = `localhost`.
+    #[serde(default)]
+    pub hello_name: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileStartTls {
+    Required,
+    Opportunistic,
+    Off,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -251,6 +322,30 @@ pub enum FileAuth {
         #[serde(default)]
         client_auth: FileClientAuth,
     },
+    /// WS-Security UsernameToken (OASIS WSS 1.0) in the SOAP envelope's header; `kind: soap`
+    /// only.
+    WsSecurity {
+        /// User name.
+        username: String,
+        /// Password.
+        #[serde(default)]
+        password: Option<Secret>,
+        /// File holding the password (instead of `password`).
+        #[serde(default)]
+        password_file: Option<PathBuf>,
+        /// `digest` (default: the password travels as Base64(SHA-1(nonce + created +
+        /// password))) or `text` (the password itself; only over TLS).
+        #[serde(default)]
+        password_type: FilePasswordType,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FilePasswordType {
+    Text,
+    #[default]
+    Digest,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -297,6 +392,62 @@ pub struct UpstreamSettings {
     pub insecure_skip_verify: bool,
     pub headers: Vec<(HeaderName, HeaderValue)>,
     pub auth: Option<AuthSettings>,
+    /// `Some` for `kind: soap`.
+    pub soap: Option<SoapSettings>,
+}
+
+/// Validated settings of any kind of upstream.
+#[derive(Debug, Clone)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one short-lived value per upstream at load; boxing would buy nothing"
+)]
+pub enum EndpointSettings {
+    /// `rest` and `soap`.
+    Http(UpstreamSettings),
+    Smtp(SmtpSettings),
+}
+
+/// Validated settings of an `smtp` upstream.
+#[derive(Debug, Clone)]
+pub struct SmtpSettings {
+    pub host: String,
+    pub port: u16,
+    pub tls: SmtpTls,
+    pub from: Mailbox,
+    /// At least one.
+    pub to: Vec<Mailbox>,
+    pub hello_name: Option<String>,
+    pub credentials: Option<SmtpCredentials>,
+    pub connect_timeout: Duration,
+    /// Bounds a whole send: slot wait, connection, `AUTH`, the transaction and the reply.
+    pub request_timeout: Duration,
+    pub breaker_failures: u32,
+    pub breaker_cool_down: Duration,
+    pub max_concurrency: usize,
+    /// Certificates of `tls.ca_file`.
+    pub ca_certificates: Vec<lettre::transport::smtp::client::Certificate>,
+    pub insecure_skip_verify: bool,
+}
+
+/// How an SMTP connection is secured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmtpTls {
+    /// `smtps://`: TLS from the first byte.
+    Implicit,
+    /// `STARTTLS` or fail before sending credentials or mail.
+    StartTlsRequired,
+    /// `STARTTLS` when the server offers it.
+    StartTlsOpportunistic,
+    /// Plain text.
+    Off,
+}
+
+/// SMTP `AUTH` credentials (PLAIN or LOGIN, whichever the server offers).
+#[derive(Debug, Clone)]
+pub struct SmtpCredentials {
+    pub username: String,
+    pub password: Secret,
 }
 
 /// Validated authentication.
@@ -554,86 +705,307 @@ impl Check {
                     client_auth,
                 }))
             }
+            FileAuth::WsSecurity { .. } => {
+                self.problem(
+                    "/auth/kind",
+                    "`ws_security` travels in a SOAP envelope: only for `kind: soap`",
+                );
+                None
+            }
+        }
+    }
+
+    /// `auth`, with a catch-all problem when it failed without saying why.
+    fn http_auth(&mut self, auth: FileAuth) -> Option<AuthSettings> {
+        let before = self.problems.len();
+        let auth = self.auth(auth);
+        if auth.is_none() && self.problems.len() == before {
+            self.problem("/auth", "invalid authentication settings");
+        }
+        auth
+    }
+
+    fn ws_security(
+        &mut self,
+        username: String,
+        password: Option<Secret>,
+        password_file: Option<PathBuf>,
+        password_type: FilePasswordType,
+    ) -> Option<WsSecurity> {
+        let mut ok = true;
+        if username.is_empty() || username.chars().any(char::is_control) {
+            self.problem(
+                "/auth/username",
+                "must be non-empty and without control characters",
+            );
+            ok = false;
+        }
+        let password = self.secret("password", password, password_file)?;
+        if password.expose().chars().any(char::is_control) {
+            // XML cannot carry most control characters; never echo the value.
+            self.problem("/auth/password", "must not contain control characters");
+            ok = false;
+        }
+        ok.then_some(WsSecurity {
+            username,
+            password,
+            digest: password_type == FilePasswordType::Digest,
+        })
+    }
+
+    fn soap_version(&mut self, soap: Option<&FileSoap>) -> Option<SoapVersion> {
+        let text = match soap.and_then(|s| s.version.as_ref()) {
+            None => return Some(SoapVersion::V1_1),
+            Some(FileSoapVersion::Text(text)) => text.trim().to_owned(),
+            Some(FileSoapVersion::Number(number)) => number.to_string(),
+        };
+        match text.as_str() {
+            "1.1" => Some(SoapVersion::V1_1),
+            "1.2" => Some(SoapVersion::V1_2),
+            _ => {
+                self.problem(
+                    "/soap/version",
+                    format!("`{text}` is not a SOAP version; expected \"1.1\" or \"1.2\""),
+                );
+                None
+            }
+        }
+    }
+
+    /// `tls.ca_file`: the PEM text, when it holds at least one certificate.
+    fn ca_file(&mut self, tls: &FileTls) -> Option<(Vec<u8>, Vec<reqwest::Certificate>)> {
+        let path = tls.ca_file.as_ref()?;
+        match std::fs::read(path) {
+            Ok(pem) => match reqwest::Certificate::from_pem_bundle(&pem) {
+                Ok(certs) if certs.is_empty() => {
+                    self.problem(
+                        "/tls/ca_file",
+                        format!("{} holds no PEM certificate", path.display()),
+                    );
+                    None
+                }
+                Ok(certs) => Some((pem, certs)),
+                Err(e) => {
+                    self.problem(
+                        "/tls/ca_file",
+                        format!("{} is not a PEM certificate bundle: {e}", path.display()),
+                    );
+                    None
+                }
+            },
+            Err(e) => {
+                self.problem(
+                    "/tls/ca_file",
+                    format!("cannot read {}: {e}", path.display()),
+                );
+                None
+            }
+        }
+    }
+
+    /// An `smtp://` or `smtps://` URL.
+    fn smtp_url(&mut self, pointer: &str, text: &str) -> Option<SmtpEndpoint> {
+        let url = match Url::parse(text.trim()) {
+            Ok(url) => url,
+            Err(e) => {
+                self.problem(pointer, format!("not a valid URL: {e}"));
+                return None;
+            }
+        };
+        let implicit_tls = match url.scheme() {
+            "smtps" => true,
+            "smtp" => false,
+            _ => {
+                self.problem(
+                    pointer,
+                    "base_url of `kind: smtp` must be smtp:// or smtps://",
+                );
+                return None;
+            }
+        };
+        let mut ok = true;
+        // An IPv6 literal comes bracketed; the connection wants the bare address.
+        let host = url
+            .host_str()
+            .unwrap_or_default()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        if host.is_empty() {
+            self.problem(pointer, "base_url needs a host");
+            ok = false;
+        }
+        let port = url.port().unwrap_or(if implicit_tls {
+            SMTPS_PORT
+        } else {
+            SUBMISSION_PORT
+        });
+        if port == 0 {
+            self.problem(pointer, "port 0 is not a port");
+            ok = false;
+        }
+        if !matches!(url.path(), "" | "/") || url.query().is_some() || url.fragment().is_some() {
+            self.problem(
+                pointer,
+                "base_url of `kind: smtp` is only scheme, host and port (EHLO name: \
+                 `smtp.hello_name`)",
+            );
+            ok = false;
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            self.problem(
+                pointer,
+                "base_url must not carry credentials; use `auth` instead",
+            );
+            ok = false;
+        }
+        ok.then_some(SmtpEndpoint {
+            host,
+            port,
+            implicit_tls,
+        })
+    }
+
+    fn mailbox(&mut self, pointer: &str, text: &str) -> Option<Mailbox> {
+        match text.trim().parse::<Mailbox>() {
+            Ok(mailbox) => Some(mailbox),
+            Err(e) => {
+                self.problem(
+                    pointer,
+                    format!("`{text}` is not a mailbox like `Name <user@example.com>`: {e}"),
+                );
+                None
+            }
         }
     }
 }
 
+/// Where a mail server listens, from `base_url`.
+struct SmtpEndpoint {
+    host: String,
+    port: u16,
+    /// `smtps://`: TLS from the first byte.
+    implicit_tls: bool,
+}
+
+/// What every kind shares, each `None` when invalid.
+struct Common {
+    connect_timeout: Option<Duration>,
+    request_timeout: Option<Duration>,
+    breaker_failures: Option<u32>,
+    breaker_cool_down: Option<Duration>,
+    max_concurrency: Option<usize>,
+    /// `tls.ca_file`, parsed.
+    ca: Option<(Vec<u8>, Vec<reqwest::Certificate>)>,
+}
+
 impl FileUpstream {
-    /// Validates every field, reporting all problems at once.
+    /// Validates an HTTP entry (`rest` or `soap`), reporting all problems at once. An `smtp`
+    /// entry is refused: it is no HTTP upstream (see [`FileUpstream::validate_endpoint`]).
     pub fn validate(self) -> Result<UpstreamSettings, Vec<UpstreamConfigProblem>> {
-        let mut c = Check::default();
-        if self.kind == FileUpstreamKind::Soap {
-            c.problem(
-                "/kind",
-                "SOAP upstreams are not supported yet; only `rest` is available",
-            );
+        if self.kind == FileUpstreamKind::Smtp {
+            return Err(vec![UpstreamConfigProblem {
+                pointer: "/kind".to_owned(),
+                message: "an `smtp` upstream sends mail and cannot serve HTTP calls here"
+                    .to_owned(),
+            }]);
         }
-        let base_url = c.http_url("/base_url", &self.base_url, "base_url");
-        let connect_timeout = c.duration("/timeouts/connect", &self.timeouts.connect);
-        let request_timeout = c.duration("/timeouts/request", &self.timeouts.request);
-        let attempts = c.range("/retries/attempts", self.retries.attempts, 1, MAX_ATTEMPTS);
-        let backoff = c.duration("/retries/backoff", &self.retries.backoff);
-        let max_backoff = c.duration("/retries/max_backoff", &self.retries.max_backoff);
+        match self.validate_endpoint()? {
+            EndpointSettings::Http(settings) => Ok(settings),
+            EndpointSettings::Smtp(_) => Err(invalid_settings()),
+        }
+    }
+
+    /// Validates an entry of any kind, reporting all problems at once.
+    pub fn validate_endpoint(self) -> Result<EndpointSettings, Vec<UpstreamConfigProblem>> {
+        let mut c = Check::default();
+        // Problems come in the order of the keys in the documentation's example.
+        let settings = match self.kind {
+            FileUpstreamKind::Rest | FileUpstreamKind::Soap => {
+                let base_url = c.http_url("/base_url", &self.base_url, "base_url");
+                let common = self.common(&mut c);
+                self.http(&mut c, base_url, common)
+                    .map(EndpointSettings::Http)
+            }
+            FileUpstreamKind::Smtp => {
+                let endpoint = c.smtp_url("/base_url", &self.base_url);
+                let common = self.common(&mut c);
+                self.smtp(&mut c, endpoint, common)
+                    .map(EndpointSettings::Smtp)
+            }
+        };
+        match settings {
+            _ if !c.problems.is_empty() => Err(c.problems),
+            Some(settings) => Ok(settings),
+            None => Err(invalid_settings()),
+        }
+    }
+
+    fn common(&self, c: &mut Check) -> Common {
+        Common {
+            connect_timeout: c.duration("/timeouts/connect", &self.timeouts.connect),
+            request_timeout: c.duration("/timeouts/request", &self.timeouts.request),
+            breaker_failures: c.range(
+                "/circuit_breaker/failures",
+                self.circuit_breaker.failures,
+                1,
+                10_000,
+            ),
+            breaker_cool_down: c.duration(
+                "/circuit_breaker/cool_down",
+                &self.circuit_breaker.cool_down,
+            ),
+            max_concurrency: c
+                .range(
+                    "/max_concurrency",
+                    self.max_concurrency,
+                    1,
+                    MAX_CONCURRENCY_LIMIT as u64,
+                )
+                .and_then(|n| usize::try_from(n).ok()),
+            ca: c.ca_file(&self.tls),
+        }
+    }
+
+    /// `rest` and `soap`.
+    fn http(
+        self,
+        c: &mut Check,
+        base_url: Option<Url>,
+        common: Common,
+    ) -> Option<UpstreamSettings> {
+        let soap_kind = self.kind == FileUpstreamKind::Soap;
+        if self.smtp.is_some() {
+            c.problem("/smtp", "only for `kind: smtp`");
+        }
+        if !soap_kind && self.soap.is_some() {
+            c.problem("/soap", "only for `kind: soap`");
+        }
+        let retries = self.retries.unwrap_or_default();
+        let attempts = c.range("/retries/attempts", retries.attempts, 1, MAX_ATTEMPTS);
+        let backoff = c.duration("/retries/backoff", &retries.backoff);
+        let max_backoff = c.duration("/retries/max_backoff", &retries.max_backoff);
         if let (Some(b), Some(m)) = (backoff, max_backoff)
             && m < b
         {
             c.problem("/retries/max_backoff", "must be at least `retries.backoff`");
         }
-        let budget_percent = c.range(
-            "/retries/budget_percent",
-            self.retries.budget_percent,
-            0,
-            100,
-        );
+        let budget_percent = c.range("/retries/budget_percent", retries.budget_percent, 0, 100);
         let budget_min_per_sec = c.range(
             "/retries/budget_min_per_sec",
-            self.retries.budget_min_per_sec,
+            retries.budget_min_per_sec,
             0,
             1000,
         );
-        let breaker_failures = c.range(
-            "/circuit_breaker/failures",
-            self.circuit_breaker.failures,
-            1,
-            10_000,
-        );
-        let breaker_cool_down = c.duration(
-            "/circuit_breaker/cool_down",
-            &self.circuit_breaker.cool_down,
-        );
-        let max_concurrency = c.range(
-            "/max_concurrency",
-            self.max_concurrency,
-            1,
-            MAX_CONCURRENCY_LIMIT as u64,
-        );
-        let max_response_bytes = c.range(
-            "/max_response_bytes",
-            self.max_response_bytes,
-            1024,
-            MAX_RESPONSE_BYTES_LIMIT as u64,
-        );
-
-        let mut ca_certificates = Vec::new();
-        if let Some(path) = &self.tls.ca_file {
-            match std::fs::read(path) {
-                Ok(pem) => match reqwest::Certificate::from_pem_bundle(&pem) {
-                    Ok(certs) if certs.is_empty() => c.problem(
-                        "/tls/ca_file",
-                        format!("{} holds no PEM certificate", path.display()),
-                    ),
-                    Ok(certs) => ca_certificates = certs,
-                    Err(e) => c.problem(
-                        "/tls/ca_file",
-                        format!("{} is not a PEM certificate bundle: {e}", path.display()),
-                    ),
-                },
-                Err(e) => c.problem(
-                    "/tls/ca_file",
-                    format!("cannot read {}: {e}", path.display()),
-                ),
-            }
-        }
+        let max_response_bytes = c
+            .range(
+                "/max_response_bytes",
+                self.max_response_bytes
+                    .unwrap_or_else(default_max_response_bytes),
+                1024,
+                MAX_RESPONSE_BYTES_LIMIT as u64,
+            )
+            .and_then(|n| usize::try_from(n).ok());
 
         let mut headers = Vec::new();
         for (name, value) in &self.headers {
@@ -645,70 +1017,190 @@ impl FileUpstream {
             }
         }
 
-        let auth = match self.auth {
-            Some(auth) => {
-                let before = c.problems.len();
-                let auth = c.auth(auth);
-                if auth.is_none() && c.problems.len() == before {
-                    c.problem("/auth", "invalid authentication settings");
-                }
-                auth
+        // `ws_security` is no HTTP authentication: it travels in the envelope.
+        let mut ws_security_ok = true;
+        let (auth, security) = match self.auth {
+            Some(FileAuth::WsSecurity {
+                username,
+                password,
+                password_file,
+                password_type,
+            }) if soap_kind => {
+                let security = c.ws_security(username, password, password_file, password_type);
+                ws_security_ok = security.is_some();
+                (None, security)
             }
-            None => None,
+            Some(auth) => (c.http_auth(auth), None),
+            None => (None, None),
+        };
+        let soap = if soap_kind {
+            let version = c.soap_version(self.soap.as_ref());
+            ws_security_ok.then_some(())?;
+            Some(SoapSettings {
+                version: version?,
+                security,
+            })
+        } else {
+            None
         };
 
-        if !c.problems.is_empty() {
-            return Err(c.problems);
-        }
-        let missing = || {
-            vec![UpstreamConfigProblem {
-                pointer: String::new(),
-                message: "invalid upstream settings".to_owned(),
-            }]
-        };
-        Ok(UpstreamSettings {
-            base_url: base_url.ok_or_else(missing)?,
-            connect_timeout: connect_timeout.ok_or_else(missing)?,
-            request_timeout: request_timeout.ok_or_else(missing)?,
-            attempts: attempts.ok_or_else(missing)?,
-            backoff: backoff.ok_or_else(missing)?,
-            max_backoff: max_backoff.ok_or_else(missing)?,
-            budget_percent: budget_percent.ok_or_else(missing)?,
-            budget_min_per_sec: budget_min_per_sec.ok_or_else(missing)?,
-            breaker_failures: breaker_failures.ok_or_else(missing)?,
-            breaker_cool_down: breaker_cool_down.ok_or_else(missing)?,
-            max_concurrency: usize::try_from(max_concurrency.ok_or_else(missing)?)
-                .map_err(|_| missing())?,
-            max_response_bytes: usize::try_from(max_response_bytes.ok_or_else(missing)?)
-                .map_err(|_| missing())?,
-            ca_certificates,
+        Some(UpstreamSettings {
+            base_url: base_url?,
+            connect_timeout: common.connect_timeout?,
+            request_timeout: common.request_timeout?,
+            attempts: attempts?,
+            backoff: backoff?,
+            max_backoff: max_backoff?,
+            budget_percent: budget_percent?,
+            budget_min_per_sec: budget_min_per_sec?,
+            breaker_failures: common.breaker_failures?,
+            breaker_cool_down: common.breaker_cool_down?,
+            max_concurrency: common.max_concurrency?,
+            max_response_bytes: max_response_bytes?,
+            ca_certificates: common.ca.map(|(_, certs)| certs).unwrap_or_default(),
             insecure_skip_verify: self.tls.insecure_skip_verify,
             headers,
             auth,
+            soap,
+        })
+    }
+
+    fn smtp(
+        self,
+        c: &mut Check,
+        endpoint: Option<SmtpEndpoint>,
+        common: Common,
+    ) -> Option<SmtpSettings> {
+        if self.soap.is_some() {
+            c.problem("/soap", "only for `kind: soap`");
+        }
+        // A lead must not be mailed twice, and a mail server's reply is one line: these HTTP
+        // settings would only mislead.
+        if self.retries.is_some() {
+            c.problem(
+                "/retries",
+                "not used by `kind: smtp`: a message is never sent twice",
+            );
+        }
+        if !self.headers.is_empty() {
+            c.problem("/headers", "not used by `kind: smtp`");
+        }
+        if self.max_response_bytes.is_some() {
+            c.problem("/max_response_bytes", "not used by `kind: smtp`");
+        }
+        let smtp = self.smtp.unwrap_or_else(|| {
+            c.problem("/smtp", "missing: `kind: smtp` needs `smtp: { from, to }`");
+            FileSmtp::default()
+        });
+
+        let from = match &smtp.from {
+            Some(from) => c.mailbox("/smtp/from", from),
+            None => {
+                c.problem("/smtp/from", "missing: the sender's mailbox");
+                None
+            }
+        };
+        if smtp.to.is_empty() {
+            c.problem("/smtp/to", "needs at least one recipient");
+        }
+        let mut to = Vec::with_capacity(smtp.to.len());
+        let mut to_ok = true;
+        for (i, text) in smtp.to.iter().enumerate() {
+            match c.mailbox(&format!("/smtp/to/{i}"), text) {
+                Some(mailbox) => to.push(mailbox),
+                None => to_ok = false,
+            }
+        }
+        let tls = match (endpoint.as_ref().map(|e| e.implicit_tls), smtp.starttls) {
+            (Some(true), Some(_)) => {
+                c.problem(
+                    "/smtp/starttls",
+                    "only for smtp://; smtps:// speaks TLS from the start",
+                );
+                None
+            }
+            (Some(true), None) => Some(SmtpTls::Implicit),
+            (Some(false), None | Some(FileStartTls::Required)) => Some(SmtpTls::StartTlsRequired),
+            (Some(false), Some(FileStartTls::Opportunistic)) => {
+                Some(SmtpTls::StartTlsOpportunistic)
+            }
+            (Some(false), Some(FileStartTls::Off)) => Some(SmtpTls::Off),
+            (None, _) => None,
+        };
+        let hello_name = smtp.hello_name.filter(|name| {
+            let ok = !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic());
+            if !ok {
+                c.problem(
+                    "/smtp/hello_name",
+                    "must be a host name or address literal (visible ASCII, no spaces)",
+                );
+            }
+            ok
+        });
+        let mut auth_ok = true;
+        let credentials = match self.auth {
+            None => None,
+            Some(FileAuth::Basic {
+                username,
+                password,
+                password_file,
+            }) => {
+                if username.is_empty() {
+                    c.problem("/auth/username", "must not be empty");
+                    auth_ok = false;
+                }
+                let password = c.secret("password", password, password_file);
+                auth_ok &= password.is_some();
+                password.map(|password| SmtpCredentials { username, password })
+            }
+            Some(_) => {
+                c.problem(
+                    "/auth/kind",
+                    "`kind: smtp` supports only `basic` (SMTP AUTH PLAIN or LOGIN)",
+                );
+                auth_ok = false;
+                None
+            }
+        };
+        let mut ca_certificates = Vec::new();
+        if let Some((pem, _)) = &common.ca {
+            match lettre::transport::smtp::client::Certificate::from_pem(pem) {
+                Ok(cert) => ca_certificates.push(cert),
+                Err(e) => c.problem("/tls/ca_file", format!("not usable for SMTP: {e}")),
+            }
+        }
+
+        let endpoint = endpoint?;
+        (to_ok && auth_ok).then_some(())?;
+        Some(SmtpSettings {
+            host: endpoint.host,
+            port: endpoint.port,
+            tls: tls?,
+            from: from?,
+            to,
+            hello_name,
+            credentials,
+            connect_timeout: common.connect_timeout?,
+            request_timeout: common.request_timeout?,
+            breaker_failures: common.breaker_failures?,
+            breaker_cool_down: common.breaker_cool_down?,
+            max_concurrency: common.max_concurrency?,
+            ca_certificates,
+            insecure_skip_verify: self.tls.insecure_skip_verify,
         })
     }
 }
 
+fn invalid_settings() -> Vec<UpstreamConfigProblem> {
+    vec![UpstreamConfigProblem {
+        pointer: String::new(),
+        message: "invalid upstream settings".to_owned(),
+    }]
+}
+
 /// Standard base64 with padding (RFC 4648 §4), for HTTP Basic credentials.
 pub(crate) fn base64_encode(input: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
-    for chunk in input.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[((n >> shift) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    base64::engine::general_purpose::STANDARD.encode(input)
 }
 
 #[cfg(test)]
@@ -750,7 +1242,6 @@ mod tests {
     fn every_problem_is_reported_with_its_pointer() {
         let file = parse(
             r#"{
-              "kind": "soap",
               "base_url": "ftp://user:pw@x/?q=1",
               "timeouts": {"connect": "0s", "request": "soon"},
               "retries": {"attempts": 9, "backoff": "2s", "max_backoff": "1s", "budget_percent": 101},
@@ -759,12 +1250,15 @@ mod tests {
               "max_response_bytes": 10,
               "tls": {"ca_file": "/nonexistent/ca.pem"},
               "headers": {"Bad Header": "x", "X-Ok": "line\nbreak", "Host": "h"},
-              "auth": {"kind": "api_key", "header": "X-Api-Key"}
+              "auth": {"kind": "api_key", "header": "X-Api-Key"},
+              "soap": {"version": "1.1"},
+              "smtp": {"from": "a@b", "to": ["c@d"]}
             }"#,
         );
         let got = pointers(file.validate());
         for expected in [
-            "/kind",
+            "/soap",
+            "/smtp",
             "/base_url",
             "/timeouts/connect",
             "/timeouts/request",
@@ -783,6 +1277,227 @@ mod tests {
         ] {
             assert!(got.contains(&expected.to_owned()), "{expected} in {got:?}");
         }
+    }
+
+    fn endpoint_pointers(json: &str) -> Vec<String> {
+        match parse(json).validate_endpoint() {
+            Ok(_) => panic!("expected problems in {json}"),
+            Err(problems) => problems.into_iter().map(|p| p.pointer).collect(),
+        }
+    }
+
+    #[test]
+    fn soap_upstreams_carry_their_version_and_ws_security() {
+        let settings = parse(
+            r#"{"kind": "soap", "base_url": "http://crm/LeadService.asmx",
+                "auth": {"kind": "ws_security", "username": "demo-crm", "password": "pw"}}"#,
+        )
+        .validate()
+        .expect("valid");
+        let soap = settings.soap.expect("soap settings");
+        assert_eq!(soap.version, SoapVersion::V1_1, "1.1 by default");
+        let security = soap.security.expect("ws_security");
+        assert_eq!(security.username, "demo-crm");
+        assert_eq!(security.password.expose(), "pw");
+        assert!(security.digest, "digest by default");
+        assert!(settings.auth.is_none(), "no HTTP authentication");
+        assert_eq!(
+            settings.attempts, 2,
+            "retries still default (idempotent calls only)"
+        );
+
+        // YAML reads an unquoted 1.2 as a number.
+        for version in [r#""1.2""#, "1.2"] {
+            let settings = parse(&format!(
+                r#"{{"kind": "soap", "base_url": "http://crm/svc", "soap": {{"version": {version}}},
+                    "auth": {{"kind": "ws_security", "username": "u", "password": "p",
+                              "password_type": "text"}}}}"#
+            ))
+            .validate()
+            .expect("valid");
+            let soap = settings.soap.expect("soap settings");
+            assert_eq!(soap.version, SoapVersion::V1_2);
+            assert!(!soap.security.expect("ws_security").digest);
+        }
+
+        // A SOAP upstream may use HTTP authentication instead.
+        let settings = parse(
+            r#"{"kind": "soap", "base_url": "http://crm/svc",
+                "auth": {"kind": "basic", "username": "u", "password": "p"}}"#,
+        )
+        .validate()
+        .expect("valid");
+        assert!(settings.auth.is_some());
+        assert!(settings.soap.expect("soap").security.is_none());
+        let rest = parse(r#"{"base_url": "http://x"}"#)
+            .validate()
+            .expect("valid");
+        assert!(rest.soap.is_none());
+    }
+
+    #[test]
+    fn soap_settings_problems_are_located() {
+        assert_eq!(
+            endpoint_pointers(r#"{"base_url": "http://x", "soap": {"version": "1.1"}}"#),
+            ["/soap"],
+            "soap on a rest upstream"
+        );
+        assert_eq!(
+            endpoint_pointers(
+                r#"{"base_url": "http://x",
+                    "auth": {"kind": "ws_security", "username": "u", "password": "p"}}"#
+            ),
+            ["/auth/kind"],
+            "ws_security on a rest upstream"
+        );
+        assert_eq!(
+            endpoint_pointers(
+                r#"{"kind": "soap", "base_url": "http://x", "soap": {"version": "1.3"}}"#
+            ),
+            ["/soap/version"]
+        );
+        assert_eq!(
+            endpoint_pointers(
+                r#"{"kind": "soap", "base_url": "http://x",
+                    "auth": {"kind": "ws_security", "username": "", "password_file": "/nonexistent"}}"#
+            ),
+            ["/auth/username", "/auth/password_file"]
+        );
+        assert!(
+            serde_json::from_str::<FileUpstream>(
+                r#"{"kind": "soap", "base_url": "http://x", "soap": {"version": "1.1", "style": "rpc"}}"#
+            )
+            .is_err(),
+            "unknown soap keys"
+        );
+    }
+
+    const SMTP: &str = r#""kind": "smtp", "base_url": "smtp://127.0.0.1:2525""#;
+
+    #[test]
+    fn smtp_upstreams_validate_into_mail_settings() {
+        let settings = parse(&format!(
+            r#"{{{SMTP},
+                "smtp": {{"from": "Demo Honda Leads <leads@gateway.demo-honda.example>",
+                          "to": ["leads@crm.demo-honda.example", "Backup <b@crm.example>"],
+                          "hello_name": "gateway.example"}},
+                "timeouts": {{"connect": "1s", "request": "10s"}},
+                "auth": {{"kind": "basic", "username": "demo-smtp", "password": "pw"}}}}"#
+        ))
+        .validate_endpoint()
+        .expect("valid");
+        let EndpointSettings::Smtp(smtp) = settings else {
+            panic!("smtp settings expected");
+        };
+        assert_eq!((smtp.host.as_str(), smtp.port), ("127.0.0.1", 2525));
+        assert_eq!(
+            smtp.tls,
+            SmtpTls::StartTlsRequired,
+            "STARTTLS required by default"
+        );
+        assert_eq!(
+            smtp.from.to_string(),
+            "Demo Honda Leads <leads@gateway.demo-honda.example>"
+        );
+        assert_eq!(smtp.to.len(), 2);
+        assert_eq!(smtp.to[1].email.to_string(), "b@crm.example");
+        assert_eq!(smtp.hello_name.as_deref(), Some("gateway.example"));
+        let credentials = smtp.credentials.expect("credentials");
+        assert_eq!(credentials.username, "demo-smtp");
+        assert_eq!(credentials.password.expose(), "pw");
+        assert_eq!(smtp.request_timeout, Duration::from_secs(10));
+
+        for (url, port, tls) in [
+            (
+                "smtp://mail.example",
+                SUBMISSION_PORT,
+                SmtpTls::StartTlsRequired,
+            ),
+            ("smtps://mail.example", SMTPS_PORT, SmtpTls::Implicit),
+            ("smtps://[::1]:1465/", 1465, SmtpTls::Implicit),
+        ] {
+            let settings = parse(&format!(
+                r#"{{"kind": "smtp", "base_url": "{url}", "smtp": {{"from": "a@b.example", "to": ["c@d.example"]}}}}"#
+            ))
+            .validate_endpoint()
+            .expect("valid");
+            let EndpointSettings::Smtp(smtp) = settings else {
+                panic!("smtp settings expected");
+            };
+            assert_eq!((smtp.port, smtp.tls), (port, tls), "{url}");
+            assert!(!smtp.host.contains('['), "bare IPv6 address");
+        }
+    }
+
+    #[test]
+    fn smtp_problems_are_located() {
+        let cases: [(&str, &[&str]); 8] = [
+            (r#""smtp": {"from": "a@b.example"}"#, &["/smtp/to"]),
+            (
+                r#"
+                "smtp": {"from": "not a mailbox", "to": ["c@d.example", "jane at example"]}"#,
+                &["/smtp/from", "/smtp/to/1"],
+            ),
+            ("", &["/smtp", "/smtp/from", "/smtp/to"]),
+            (
+                r#""smtp": {"to": ["c@d.example"], "hello_name": "has space"}"#,
+                &["/smtp/from", "/smtp/hello_name"],
+            ),
+            (
+                r#""smtp": {"from": "a@b.example", "to": ["c@d.example"]},
+                   "retries": {"attempts": 1}, "headers": {"X-A": "1"}, "max_response_bytes": 2048,
+                   "soap": {}"#,
+                &["/soap", "/retries", "/headers", "/max_response_bytes"],
+            ),
+            (
+                r#""smtp": {"from": "a@b.example", "to": ["c@d.example"]},
+                   "auth": {"kind": "bearer", "token": "t"}"#,
+                &["/auth/kind"],
+            ),
+            (
+                r#""smtp": {"from": "a@b.example", "to": ["c@d.example"]},
+                   "auth": {"kind": "basic", "username": "u"}"#,
+                &["/auth/password"],
+            ),
+            (
+                r#""smtp": {"from": "a@b.example", "to": ["c@d.example"]},
+                   "timeouts": {"request": "0s"}"#,
+                &["/timeouts/request"],
+            ),
+        ];
+        for (extra, expected) in cases {
+            let separator = if extra.is_empty() { "" } else { "," };
+            assert_eq!(
+                endpoint_pointers(&format!("{{{SMTP}{separator}{extra}}}")),
+                expected,
+                "{extra}"
+            );
+        }
+
+        let mail = r#""smtp": {"from": "a@b.example", "to": ["c@d.example"], "starttls": "off"}"#;
+        for (url, expected) in [
+            ("smtps://mail.example", "/smtp/starttls"),
+            ("http://mail.example", "/base_url"),
+            ("smtp://mail.example:0", "/base_url"),
+            ("smtp://mail.example/ehlo-name", "/base_url"),
+            ("smtp://user:pw@mail.example", "/base_url"),
+        ] {
+            assert_eq!(
+                endpoint_pointers(&format!(
+                    r#"{{"kind": "smtp", "base_url": "{url}", {mail}}}"#
+                )),
+                [expected],
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn http_validation_refuses_smtp_entries() {
+        let file = parse(&format!(
+            r#"{{{SMTP}, "smtp": {{"from": "a@b.example", "to": ["c@d.example"]}}}}"#
+        ));
+        assert_eq!(pointers(file.validate()), ["/kind"]);
     }
 
     #[test]

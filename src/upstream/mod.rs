@@ -1,13 +1,21 @@
 //! Upstream: the client stack between a mapping and a dealer's legacy system.
 //!
 //! ```text
-//!  mapping::execute ── UpstreamRequest ──▶ Upstream::call
+//!  upstream::build(name, FileUpstream) ──▶ Endpoint::Http(Upstream) | Endpoint::Smtp(Mailer)
+//!
+//!  mapping::execute ── UpstreamRequest ──▶ Upstream::call              (kind: rest)
+//!    soap::request ── envelope + headers ─▶   (same call)               (kind: soap)
 //!                                            breaker ─ open? fail fast (CircuitOpen)
 //!                                            auth    ─ static header / OAuth2 token (cached)
 //!                                            attempt ─ under timeouts.request:
 //!                                                      concurrency slot → send → body ≤ limit
 //!                                            retry   ─ idempotent only, backoff + budget
 //!                                          ◀── UpstreamResponse (any status) | UpstreamError
+//!                                              soap::decode_reply ─▶ Body as JSON | Fault
+//!
+//!  mapping ── OutgoingMail ──▶ Mailer::send                            (kind: smtp)
+//!                                breaker, slot, lettre pool, under timeouts.request, no retry
+//!                              ◀── MailReceipt (250 after DATA) | UpstreamError
 //! ```
 //!
 //! The systems behind the gateway are fragile: decades-old DMS and CRM servers sized for a
@@ -28,8 +36,8 @@
 //!   gigabytes (checked on `Content-Length`, while streaming, and after gzip decompression).
 //!
 //! Logging: one `debug` event per attempt (upstream, method, path without the query string,
-//! attempt, status or error, elapsed) and a `warn` when the breaker opens or closes. Header
-//! values and bodies are never logged.
+//! attempt, status or error, elapsed; for mail: upstream, outcome, elapsed) and a `warn` when the
+//! breaker opens or closes. Header values, bodies, recipients and subjects are never logged.
 //!
 //! Trace propagation: the caller adds `traceparent` (and any other per-call header) to
 //! [`UpstreamRequest::headers`]; per-call headers replace static `headers` of the same name.
@@ -39,6 +47,8 @@ mod breaker;
 mod client;
 pub mod config;
 mod retry;
+pub mod smtp;
+pub mod soap;
 
 use std::time::Duration;
 
@@ -48,19 +58,63 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 pub use breaker::BreakerState;
 pub use client::Upstream;
 pub use config::{
-    AuthSettings, FileAuth, FileCircuitBreaker, FileClientAuth, FileRetries, FileTimeouts, FileTls,
-    FileUpstream, FileUpstreamKind, OAuth2Settings, Secret, UpstreamConfigProblem,
-    UpstreamSettings,
+    AuthSettings, EndpointSettings, FileAuth, FileCircuitBreaker, FileClientAuth, FilePasswordType,
+    FileRetries, FileSmtp, FileSoap, FileSoapVersion, FileStartTls, FileTimeouts, FileTls,
+    FileUpstream, FileUpstreamKind, OAuth2Settings, Secret, SmtpCredentials, SmtpSettings, SmtpTls,
+    UpstreamConfigProblem, UpstreamSettings,
 };
+pub use smtp::{MailPart, MailReceipt, Mailer, OutgoingMail};
+pub use soap::{SoapFault, SoapReply, SoapSettings, SoapVersion, WsSecurity};
 
 use crate::error::AapError;
+
+/// A built upstream of any kind: what the mapping loader keeps per `upstreams.yaml` entry.
+#[derive(Debug, Clone)]
+pub enum Endpoint {
+    /// `kind: rest` and `kind: soap` (see [`Upstream::soap`]).
+    Http(Upstream),
+    /// `kind: smtp`.
+    Smtp(Mailer),
+}
+
+/// Validates one `upstreams.yaml` entry of any kind and builds it. Every problem is reported at
+/// once, located by a JSON Pointer relative to the entry.
+pub fn build(name: &str, file: FileUpstream) -> Result<Endpoint, Vec<UpstreamConfigProblem>> {
+    match file.validate_endpoint()? {
+        EndpointSettings::Http(settings) => {
+            Upstream::from_settings(name, settings).map(Endpoint::Http)
+        }
+        EndpointSettings::Smtp(settings) => {
+            Mailer::from_settings(name, settings).map(Endpoint::Smtp)
+        }
+    }
+}
+
+impl Endpoint {
+    /// The upstream's name (its key in `upstreams.yaml`).
+    pub fn name(&self) -> &str {
+        match self {
+            Endpoint::Http(upstream) => upstream.name(),
+            Endpoint::Smtp(mailer) => mailer.name(),
+        }
+    }
+
+    /// The circuit breaker's state, for health reports.
+    pub fn breaker_state(&self) -> BreakerState {
+        match self {
+            Endpoint::Http(upstream) => upstream.breaker_state(),
+            Endpoint::Smtp(mailer) => mailer.breaker_state(),
+        }
+    }
+}
 
 /// One call to an upstream, fully rendered by the mapping.
 #[derive(Debug, Clone)]
 pub struct UpstreamRequest {
     pub method: Method,
-    /// Path and query, already percent-encoded, starting with `/`; appended to the base URL's
-    /// path.
+    /// Path and query, already percent-encoded, starting with `/` (appended to the base URL's
+    /// path) or `?` (a query on the base URL itself), or empty (the base URL itself, as for most
+    /// SOAP endpoints).
     pub path_and_query: String,
     /// Per-call headers (content type, `traceparent` …); they replace static headers of the
     /// same name. Authentication headers are added by the client.
@@ -119,9 +173,14 @@ pub enum UpstreamError {
     /// Malformed HTTP, a TLS failure, a broken connection mid-reply, a corrupt gzip stream.
     #[error("protocol error: {0}")]
     Protocol(String),
-    /// Authentication could not be obtained (OAuth2 token fetch failed).
+    /// Authentication could not be obtained (OAuth2 token fetch failed) or was refused (SMTP
+    /// `AUTH`).
     #[error("authentication failed: {0}")]
     Auth(String),
+    /// The mail server refused the message: a 4xx (transient) or 5xx (permanent) reply. `reply`
+    /// holds the codes only (e.g. `451 4.3.0`), never the server's text.
+    #[error("mail refused ({}): {reply}", if *permanent { "permanent" } else { "transient" })]
+    Rejected { reply: String, permanent: bool },
     /// The caller built an invalid request (a bug in a mapping, not an upstream failure).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
@@ -134,12 +193,13 @@ impl UpstreamError {
         let upstream = upstream.to_owned();
         match self {
             UpstreamError::Timeout { after } => AapError::UpstreamTimeout { upstream, after },
-            UpstreamError::Connect(_) | UpstreamError::CircuitOpen | UpstreamError::Auth(_) => {
-                AapError::UpstreamUnavailable {
-                    upstream,
-                    cause: self.to_string(),
-                }
-            }
+            UpstreamError::Connect(_)
+            | UpstreamError::CircuitOpen
+            | UpstreamError::Auth(_)
+            | UpstreamError::Rejected { .. } => AapError::UpstreamUnavailable {
+                upstream,
+                cause: self.to_string(),
+            },
             UpstreamError::TooLarge { .. } | UpstreamError::Protocol(_) => {
                 AapError::InvalidUpstreamResponse {
                     upstream,
@@ -178,6 +238,20 @@ mod tests {
             ),
             (UpstreamError::CircuitOpen, "UpstreamUnavailable"),
             (UpstreamError::Auth("401".into()), "UpstreamUnavailable"),
+            (
+                UpstreamError::Rejected {
+                    reply: "451 4.3.0".into(),
+                    permanent: false,
+                },
+                "UpstreamUnavailable",
+            ),
+            (
+                UpstreamError::Rejected {
+                    reply: "550 5.1.1".into(),
+                    permanent: true,
+                },
+                "UpstreamUnavailable",
+            ),
             (
                 UpstreamError::TooLarge { limit: 1 },
                 "InvalidUpstreamResponse",
