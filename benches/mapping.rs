@@ -82,6 +82,7 @@ fn jq_vars(mapped: &Mapped, request: &Value) -> JqVars {
         request: JqValue::from_json(request),
         tables: mapped.shared.tables_jq.clone(),
         dealer: mapped.shared.dealer_jq.clone(),
+        lead: JqValue::null(),
     }
 }
 

@@ -9,6 +9,7 @@ use std::time::SystemTime;
 use crate::error::AapError;
 use std::sync::Arc;
 
+use crate::idempotency::Store;
 use crate::mapping::feed::Feed;
 use crate::mapping::load::{LoadContext, load_folder};
 use crate::mapping::{Example, Handler};
@@ -23,6 +24,8 @@ pub struct App {
     pub schemas: Schemas,
     /// Most specific first (see `router`).
     pub dealers: Vec<Dealer>,
+    /// `lead.submit` idempotency keys and their replies.
+    pub idempotency: Arc<Store>,
     pub loaded_at: SystemTime,
 }
 
@@ -77,10 +80,15 @@ impl App {
             return Err(problems);
         }
         crate::router::sort_by_specificity(&mut dealers);
+        let idempotency = Arc::new(Store::new(
+            settings.idempotency.ttl,
+            settings.idempotency.max_entries,
+        ));
         Ok(App {
             settings,
             schemas,
             dealers,
+            idempotency,
             loaded_at,
         })
     }
@@ -160,6 +168,18 @@ fn build_dealer(
             }
             handlers.insert(Skill::DealerInformation, handler);
         }
+    }
+    if let Some(Handler::Lead(lead)) = handlers.get(&Skill::LeadSubmit)
+        && lead.policy.check_vehicle
+        && !handlers.contains_key(&Skill::InventoryVehicle)
+    {
+        problems.push(settings.source.problem(
+            &dealer.pointer,
+            format!(
+                "{}: `lead.check_vehicle` needs this dealer to serve inventory.vehicle",
+                lead.file
+            ),
+        ));
     }
     if handlers.is_empty() && problems.is_empty() {
         problems.push(settings.source.problem(

@@ -27,8 +27,10 @@
 
 pub mod app;
 pub mod binding;
+pub mod consent;
 pub mod demo;
 pub mod error;
+pub mod idempotency;
 pub mod mapping;
 pub mod pipeline;
 pub mod protocol;

@@ -1,19 +1,57 @@
 //! `handle`: every stage of a skill call, in order, one line each (DESIGN §3 step 9 onwards).
 //! Stage logic lives in the stage's module; this function only shows the path.
 
+use jiff::Timestamp;
+
 use crate::app::{App, Dealer};
 use crate::error::AapError;
+use crate::idempotency::{self, Claim, Scope};
+use crate::mapping::lead::LeadMapping;
 use crate::mapping::{Answer, Handler};
-use crate::protocol::{Call, Reply};
+use crate::protocol::{Call, Reply, Skill};
 
 /// Runs one decoded `SendMessage` call for `dealer`.
 pub async fn handle(app: &App, dealer: &Dealer, call: Call) -> Result<Reply, AapError> {
     let (skill, handler) = dealer.handler(&call.skill)?; // UNSUPPORTED_SKILL
     app.schemas.validate_call(skill, &call)?; // request schema, every failure at once
+    if let Handler::Lead(lead) = handler {
+        return submit_lead(app, dealer, handler, lead, &call).await;
+    }
     match handler.execute(&call).await? {
         Answer::Prebuilt(reply) => Ok(reply), // built and checked at load
         Answer::Data(data) => check_reply(app, handler, Reply::new(skill, data, None)), // response schema
     }
+}
+
+/// `lead.submit`: the gateway's rules, all before the CRM sees anything (DESIGN §6).
+async fn submit_lead(
+    app: &App,
+    dealer: &Dealer,
+    handler: &Handler,
+    lead: &LeadMapping,
+    call: &Call,
+) -> Result<Reply, AapError> {
+    let request = &call.data;
+    let fingerprint = idempotency::fingerprint(request); // canonical JSON
+    let ticket = match Scope::of(dealer.id(), request) {
+        Some(scope) => match app.idempotency.claim(scope, fingerprint).await? {
+            Claim::Replay(reply) => return Ok(reply), // same key, same payload: same reply
+            Claim::Fresh(ticket) => Some(ticket),     // IDEMPOTENCY_CONFLICT is the `?` above
+        },
+        None => None,
+    };
+    let now = Timestamp::now();
+    crate::consent::check(request, now, &lead.policy.follow_up)?; // expired, future, channels
+    lead.check_request(request)?; // dealer rules on the request
+    let inventory = dealer.handler_for(Skill::InventoryVehicle);
+    lead.verify_vehicle(inventory, request).await?; // VEHICLE_NOT_FOUND / _UNAVAILABLE
+    let facts = lead.facts(request, &fingerprint, now); // stable reference, ADF
+    let data = lead.deliver(None, request, &facts).await?; // acknowledged by the CRM, or an error
+    let reply = check_reply(app, handler, lead.reply(data, request))?; // response schema
+    if let Some(ticket) = ticket {
+        ticket.complete(&reply); // replayed for the key from now on
+    }
+    Ok(reply)
 }
 
 /// Never emit a non-conforming payload: a mapping that builds one is an internal error.

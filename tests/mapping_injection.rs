@@ -11,10 +11,13 @@
 //! - the query's parameter names are the mapping's declared names (plus the paging ones), each
 //!   at most once, and each value percent-decodes back to exactly the value the template
 //!   produced from the request (lists joined with `,`);
-//! - headers are exactly the declared ones, without CR or LF.
+//! - headers are exactly the declared ones, without CR or LF;
+//! - in a SOAP body (the demo's vehicle lookup over the DMS's SOAP service) the identifier stays
+//!   the text of its one element: the body parses, and nothing but the value changed.
 //!
-//! A live test sends the same kind of values through the running gateway to the DMS simulator
-//! and checks what the DMS received.
+//! The REST vehicle lookup is the demo's former `inventory.vehicle.yaml`, kept as a fixture
+//! (`tests/fixtures/mappings/rest-inventory.vehicle.yaml`). A live test sends the same kind of
+//! values through the running gateway to the DMS simulators and checks what they received.
 
 mod common;
 
@@ -39,29 +42,107 @@ const PAGING: [&str; 2] = ["page", "pageSize"];
 
 struct Loaded {
     search: Arc<Mapped>,
+    /// The REST lookup (fixture).
     vehicle: Arc<Mapped>,
+    /// The SOAP lookup (the demo's).
+    soap_vehicle: Arc<Mapped>,
 }
 
-static LOADED: LazyLock<Loaded> = LazyLock::new(|| {
-    let schemas = Schemas::load().expect("schemas");
-    let ctx = LoadContext {
-        schemas: &schemas,
-        vars: &|_| None,
-        dealer_id: "demo_toyota",
-        dealer_name: "Demo Toyota",
-    };
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("mappings/demo-toyota");
-    let mut mappings =
-        load_folder(&dir, &ctx).unwrap_or_else(|p| panic!("demo-toyota does not load: {p:?}"));
-    let mut proxy = |skill: Skill| match mappings.handlers.remove(&skill) {
-        Some(Handler::Proxy(mapped)) => mapped,
-        other => panic!("{skill:?} is not a proxy mapping: {other:?}"),
-    };
-    Loaded {
-        search: proxy(Skill::InventorySearch),
-        vehicle: proxy(Skill::InventoryVehicle),
+static LOADED: LazyLock<Loaded> =
+    LazyLock::new(|| {
+        let schemas = Schemas::load().expect("schemas");
+        let ctx = LoadContext {
+            schemas: &schemas,
+            vars: &|_| None,
+            dealer_id: "demo_toyota",
+            dealer_name: "Demo Toyota",
+        };
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dir = root.join("mappings/demo-toyota");
+        let load = |dir: &Path| {
+            load_folder(dir, &ctx).unwrap_or_else(|p| panic!("demo-toyota does not load: {p:?}"))
+        };
+        let proxy = |mappings: &mut aap_gateway::mapping::load::DealerMappings, skill: Skill| {
+            match mappings.handlers.remove(&skill) {
+                Some(Handler::Proxy(mapped)) => mapped,
+                other => panic!("{skill:?} is not a proxy mapping: {other:?}"),
+            }
+        };
+        let mut demo = load(&dir);
+        // The same folder with the REST vehicle lookup.
+        let copy = tempfile::tempdir().expect("temp dir");
+        for entry in std::fs::read_dir(&dir).expect("read dir") {
+            let entry = entry.expect("entry");
+            if entry.file_type().expect("type").is_file() {
+                std::fs::copy(entry.path(), copy.path().join(entry.file_name())).expect("copy");
+            }
+        }
+        std::fs::copy(
+            root.join("tests/fixtures/mappings/rest-inventory.vehicle.yaml"),
+            copy.path().join("inventory.vehicle.yaml"),
+        )
+        .expect("copy fixture");
+        let mut rest = load(copy.path());
+        Loaded {
+            search: proxy(&mut demo, Skill::InventorySearch),
+            vehicle: proxy(&mut rest, Skill::InventoryVehicle),
+            soap_vehicle: proxy(&mut demo, Skill::InventoryVehicle),
+        }
+    });
+
+/// What XML 1.0 can carry of `text` (the escaper drops the rest).
+fn xml_carried(text: &str) -> String {
+    text.chars()
+        .filter(|c| (*c as u32) >= 0x20 || matches!(c, '\t' | '\n' | '\r'))
+        .collect()
+}
+
+/// The text of every element of an XML fragment, in order: (local name, text).
+fn xml_elements(fragment: &str) -> Option<Vec<(String, String)>> {
+    use quick_xml::events::Event;
+    let mut reader = quick_xml::Reader::from_str(fragment);
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut open: Vec<usize> = Vec::new();
+    loop {
+        match reader.read_event().ok()? {
+            Event::Start(e) => {
+                let name = String::from_utf8_lossy(e.local_name().as_ref()).into_owned();
+                open.push(out.len());
+                out.push((name, String::new()));
+            }
+            Event::End(_) => {
+                open.pop()?;
+            }
+            Event::Text(t) => {
+                let raw = t.decode().ok()?;
+                let text = quick_xml::escape::unescape(&raw).ok()?;
+                out.get_mut(*open.last()?)?.1.push_str(&text);
+            }
+            Event::GeneralRef(r) => {
+                let name = String::from_utf8_lossy(&r).into_owned();
+                let c = match name.as_str() {
+                    "lt" => '<',
+                    "gt" => '>',
+                    "amp" => '&',
+                    "quot" => '"',
+                    "apos" => '\'',
+                    _ => return None,
+                };
+                out.get_mut(*open.last()?)?.1.push(c);
+            }
+            Event::Eof => break,
+            Event::Decl(_) | Event::PI(_) | Event::Comment(_) => {}
+            Event::Empty(e) => {
+                out.push((
+                    String::from_utf8_lossy(e.local_name().as_ref()).into_owned(),
+                    String::new(),
+                ));
+            }
+            _ => return None,
+        }
     }
-});
+    open.is_empty().then_some(out)
+}
 
 static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
     tokio::runtime::Builder::new_current_thread()
@@ -327,6 +408,38 @@ proptest! {
         );
         assert_path_survives_url_parsing(call);
     }
+
+    #[test]
+    fn soap_vehicle_identifiers_stay_the_text_of_their_element(
+        vin in nasty(),
+        stock in nasty(),
+        which in 0u8..3,
+    ) {
+        let mapped = &LOADED.soap_vehicle;
+        let mut request = json!({ "type": "inventory.vehicle.request" });
+        if which == 0 { request["vin"] = json!(vin); }
+        if which == 1 { request["stock"] = json!(stock); }
+        if which == 2 { request["vehicle_id"] = json!(stock); }
+        let calls = rendered(mapped, StatusCode::BAD_REQUEST, "", &request);
+        prop_assert_eq!(calls.len(), 1);
+        let call = &calls[0];
+        prop_assert_eq!(call.method.as_str(), "POST");
+        prop_assert_eq!(call.path_and_query.as_str(), "");
+        prop_assert_eq!(call.action.as_deref(), Some("urn:demo-dms:inventory/GetVehicle"));
+        let body = call.body.as_deref().unwrap_or_default();
+        let elements = xml_elements(body);
+        prop_assert!(elements.is_some(), "the body is not well-formed: {:?}", body);
+        let elements = elements.unwrap_or_default();
+        let (name, value) = match which {
+            0 if !vin.is_empty() => ("Vin", vin.clone()),
+            0 => ("StockNumber", String::new()),
+            _ => ("StockNumber", stock.clone()),
+        };
+        prop_assert_eq!(elements.len(), 2, "{:?}", elements);
+        prop_assert_eq!(elements[0].0.as_str(), "GetVehicle");
+        prop_assert_eq!(elements[1].0.as_str(), name);
+        prop_assert_eq!(elements[1].1.clone(), xml_carried(&value), "{:?}", body);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -391,37 +504,29 @@ async fn live_calls_keep_their_path_and_parameters() {
                 failures.push(format!("search {value:?}: paging altered: {call}"));
             }
         }
-        // inventory.vehicle by stock: exactly the by-stock resource, the value one segment.
-        sims.dms.clear_received();
+        // inventory.vehicle by stock, over SOAP: one call to the service, the value the text
+        // of the StockNumber element of a well-formed envelope.
+        sims.soap_dms.clear_received();
         let reply = gw
             .send(
                 "/a2a",
                 json!({ "type": "inventory.vehicle.request", "stock": value }),
             )
             .await;
-        let received = sims.dms.received();
-        // Either no call at all (the value refused as a path segment) or exactly the by-stock
-        // resource with the value as its one segment.
-        let one_segment = |call: &Value| {
-            call["path"]
-                .as_str()
-                .and_then(|p| p.strip_prefix("/api/v2/vehicles/by-stock/"))
-                .is_some_and(|seg| {
-                    !seg.contains('/') && strict_decode(seg).as_deref() == Some(value)
-                })
+        let received = sims.soap_dms.received();
+        let carried = |call: &Value| {
+            call["path"] == "/dms/VehicleService.svc"
+                && call["body"]
+                    .as_str()
+                    .and_then(xml_elements)
+                    .is_some_and(|els| {
+                        els.iter()
+                            .any(|(name, text)| name == "StockNumber" && text == value)
+                    })
         };
-        let ok_path = match received.as_slice() {
-            [] => true,
-            [call] => one_segment(call),
-            _ => false,
-        };
-        if !ok_path {
+        if !matches!(received.as_slice(), [call] if carried(call)) {
             failures.push(format!(
-                "vehicle stock {value:?}: DMS got {:?}",
-                received
-                    .iter()
-                    .map(|r| r["path"].clone())
-                    .collect::<Vec<_>>()
+                "vehicle stock {value:?}: the SOAP DMS got {received:?}"
             ));
         }
         if reply.body.get("error").is_none() || reply.aap_code() != "VEHICLE_NOT_FOUND" {

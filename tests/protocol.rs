@@ -1143,7 +1143,7 @@ async fn replies_echo_the_activated_extension() {
     let reply = post(
         &gw,
         &headers,
-        &send_message(json!({"type": "lead.submit.request"})),
+        &send_message(json!({"type": "inventory.compare.request"})),
     )
     .await;
     assert_eq!(reply.aap_code(), "UNSUPPORTED_SKILL");
@@ -1496,6 +1496,7 @@ async fn unknown_data_type_with_its_own_output_mode_is_unsupported_skill() {
     let reply = gw.rpc("/a2a", &body).await;
     assert_aap_error(&reply, -32004, "UNSUPPORTED_SKILL");
     // A known but unserved skill with its own output mode, likewise.
+    let gw = profile_only().await;
     let mut body = send_message(json!({ "type": "lead.submit.request" }));
     body["params"]["configuration"] =
         json!({ "acceptedOutputModes": [Skill::LeadSubmit.response_media_type()] });
@@ -1503,16 +1504,55 @@ async fn unknown_data_type_with_its_own_output_mode_is_unsupported_skill() {
     assert_aap_error(&reply, -32004, "UNSUPPORTED_SKILL");
 }
 
+/// A dealer with a profile and no mappings: it serves `dealer.information` only.
+async fn profile_only() -> Gateway {
+    common::start_yaml(
+        r#"
+dealers:
+  - id: info_only
+    card: { name: Info Only Motors, description: Answers dealer.information only. }
+    profile:
+      name: Info Only Motors
+      rooftops:
+        - name: Info Only Motors
+          phones: [{ name: Sales, value: "+14085550100" }]
+          address: { address_line_1: 1 Main St, city: San Jose, state: CA, zip: "95128" }
+          timezone: America/Los_Angeles
+          capabilities: [sales]
+"#,
+    )
+    .await
+}
+
 #[tokio::test]
 async fn unconfigured_known_skill_is_unsupported_skill() {
-    let gw = common::demo().await;
-    // The demo maps every skill but lead.submit.
-    for skill in [Skill::LeadSubmit] {
-        for path in ["/a2a", HONDA] {
-            let reply = gw.send(path, json!({ "type": skill.request_type() })).await;
-            let payload = assert_aap_error(&reply, -32004, "UNSUPPORTED_SKILL");
-            assert_eq!(payload["retryable"], false, "{}", reply.text);
-        }
+    let gw = profile_only().await;
+    let reply = gw
+        .send("/a2a", json!({ "type": "dealer.information.request" }))
+        .await;
+    assert_eq!(
+        reply.payload()["type"],
+        "dealer.information.response",
+        "{}",
+        reply.text
+    );
+    for skill in [
+        Skill::InventorySearch,
+        Skill::InventoryVehicle,
+        Skill::InventoryFacets,
+        Skill::LeadSubmit,
+    ] {
+        let reply = gw
+            .send("/a2a", json!({ "type": skill.request_type() }))
+            .await;
+        let payload = assert_aap_error(&reply, -32004, "UNSUPPORTED_SKILL");
+        assert_eq!(payload["retryable"], false, "{}", reply.text);
+        assert_eq!(
+            payload["details"]["supported_skills"],
+            json!(["dealer.information"]),
+            "{}",
+            reply.text
+        );
     }
 }
 
@@ -1758,6 +1798,7 @@ fn assert_card_shape(card: &Value, url: &str, name: &str) {
         Skill::InventoryFacets,
         Skill::InventorySearch,
         Skill::InventoryVehicle,
+        Skill::LeadSubmit,
     ];
     let mut schema_urls = serde_json::Map::new();
     for s in served {

@@ -54,6 +54,7 @@ struct Copy {
     feed_refresh: &'static str,
     feed_max_stale: &'static str,
     dms_url: Option<String>,
+    soap_dms_url: Option<String>,
     feed_url: Option<String>,
 }
 
@@ -63,6 +64,7 @@ impl Default for Copy {
             feed_refresh: "5m",
             feed_max_stale: "1h",
             dms_url: None,
+            soap_dms_url: None,
             feed_url: None,
         }
     }
@@ -81,14 +83,10 @@ async fn start(sims: &Simulators, copy: Copy) -> Gateway {
     // behaviour under test; a production refresh (minutes) takes far longer to get there.
     // The demo feed is ~150 KB; 1 MiB makes the simulator's 8 MiB `huge` reply a fault for
     // the feed too (the shipped 16 MiB would accept it).
-    files.set_key(
+    files.edit(
         "mappings/demo-honda/upstreams.yaml",
-        "max_response_bytes",
-        "1048576",
-    );
-    files.append(
-        "mappings/demo-honda/upstreams.yaml",
-        "  circuit_breaker: { failures: 1000, cool_down: 1s }\n",
+        "  max_response_bytes: 16777216\n",
+        "  max_response_bytes: 1048576\n  circuit_breaker: { failures: 1000, cool_down: 1s }\n",
     );
     files.set_key(
         "mappings/demo-honda/feed.yaml",
@@ -103,6 +101,9 @@ async fn start(sims: &Simulators, copy: Copy) -> Gateway {
     let mut vars: HashMap<String, String> = common::simulator_vars(sims);
     if let Some(url) = copy.dms_url {
         vars.insert("DMS_URL".into(), url);
+    }
+    if let Some(url) = copy.soap_dms_url {
+        vars.insert("SOAP_DMS_URL".into(), url);
     }
     if let Some(url) = copy.feed_url {
         vars.insert("FEED_URL".into(), url);
@@ -196,8 +197,10 @@ async fn toyota_fault(mode: Mode, delay_ms: u64, min: Duration) {
         let reply = gw.send(TOYOTA, data.clone()).await;
         assert_success(&reply, kind, "before the fault");
     }
+    // The DMS in both its interfaces: REST (search, facets) and SOAP (vehicle detail).
     sims.dms.set_mode(mode, delay_ms);
-    let before = sims.dms.received().len();
+    sims.soap_dms.set_mode(mode, delay_ms);
+    let before = (sims.dms.received().len(), sims.soap_dms.received().len());
     for (data, _) in &calls {
         let context = format!("{mode:?} {}", data["type"]);
         let (reply, elapsed) = timed(&gw, TOYOTA, data.clone()).await;
@@ -209,10 +212,11 @@ async fn toyota_fault(mode: Mode, delay_ms: u64, min: Duration) {
         assert!(elapsed >= min, "{context}: answered after only {elapsed:?}");
     }
     assert!(
-        sims.dms.received().len() > before,
-        "{mode:?}: the DMS was really called"
+        sims.dms.received().len() > before.0 && sims.soap_dms.received().len() > before.1,
+        "{mode:?}: both DMS interfaces were really called"
     );
     sims.dms.set_mode(Mode::Normal, 0);
+    sims.soap_dms.set_mode(Mode::Normal, 0);
     for (data, kind) in &calls {
         let reply = gw.send(TOYOTA, data.clone()).await;
         assert_success(&reply, kind, &format!("after {mode:?}"));
@@ -272,7 +276,8 @@ async fn dms_connection_refused_is_a_retryable_internal_error() {
     let gw = start(
         &sims,
         Copy {
-            dms_url: Some(dead),
+            dms_url: Some(dead.clone()),
+            soap_dms_url: Some(dead),
             feed_url: Some(format!("http://127.0.0.1:{}", dead_port().await)),
             ..Copy::default()
         },

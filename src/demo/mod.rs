@@ -3,10 +3,15 @@
 //! Binds the listeners first (port 0 allowed), builds the app against the real addresses so the
 //! cards advertise URLs that work, then writes the endpoints file and prints ready-to-paste calls.
 
+pub mod adf_parse;
+pub mod crm;
 pub mod dms;
 pub mod feed;
+pub mod intake;
 pub mod inventory;
 pub mod sim;
+pub mod smtp_intake;
+pub mod soap_dms;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -28,15 +33,26 @@ pub fn default_config() -> PathBuf {
 
 /// The legacy systems the demo dealers sit in front of, on loopback ephemeral ports.
 pub struct Simulators {
+    /// Demo Toyota's REST DMS (search, facets).
     pub dms: sim::SimHandle,
+    /// Demo Toyota's SOAP 1.2 vehicle service (vehicle detail).
+    pub soap_dms: sim::SimHandle,
+    /// Demo Toyota's SOAP 1.1 CRM (leads, appointments).
+    pub crm: sim::SimHandle,
+    /// Demo Honda's CSV inventory feed.
     pub feed: sim::SimHandle,
+    /// Demo Honda's CRM intake mailbox (ADF/XML by SMTP).
+    pub smtp: smtp_intake::SmtpIntake,
 }
 
 impl Simulators {
     pub async fn start() -> std::io::Result<Simulators> {
         Ok(Simulators {
             dms: dms::start_dms().await?,
+            soap_dms: soap_dms::start_soap_dms().await?,
+            crm: crm::start_crm().await?,
             feed: feed::start_feed().await?,
+            smtp: smtp_intake::start_smtp_intake().await?,
         })
     }
 
@@ -44,13 +60,27 @@ impl Simulators {
     pub fn var(&self, name: &str) -> Option<String> {
         match name {
             "DMS_URL" => Some(self.dms.base_url()),
+            "SOAP_DMS_URL" => Some(self.soap_dms.base_url()),
+            "CRM_URL" => Some(self.crm.base_url()),
             "FEED_URL" => Some(self.feed.base_url()),
+            "SMTP_URL" => Some(self.smtp.smtp_url()),
             _ => None,
         }
     }
 
+    /// Every `${NAME}` [`Simulators::var`] answers.
+    pub const VARS: [&'static str; 5] =
+        ["DMS_URL", "SOAP_DMS_URL", "CRM_URL", "FEED_URL", "SMTP_URL"];
+
     pub fn endpoints(&self) -> Value {
-        json!({ "dms": self.dms.base_url(), "feed": self.feed.base_url() })
+        json!({
+            "dms": self.dms.base_url(),
+            "soap_dms": self.soap_dms.base_url(),
+            "crm": self.crm.base_url(),
+            "feed": self.feed.base_url(),
+            "smtp": self.smtp.smtp_url(),
+            "smtp_control": self.smtp.control.base_url(),
+        })
     }
 }
 

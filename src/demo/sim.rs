@@ -12,10 +12,16 @@
 //! | `GET /_sim/mode` | `{"mode": "normal", "delay_ms": 0}` |
 //! | `PUT /_sim/mode` | Body `{"mode": M, "delay_ms": N}`; answers the new mode. `normal`; `fail` = HTTP 500 with the system's legacy error body; `slow` = wait `delay_ms` (default 1000) then answer normally; `hang` = read the request and never answer (the task ends when the client goes away, the simulator shuts down, or after [`HANG_CAP`]); `garbage` = 200 with an undecodable body of the right content type; `huge` = 200 with a valid-looking body of about 8 MiB |
 //! | `GET /_sim/fixtures` | Facts tests need (sold VINs, an unknown VIN, counts …), per simulator |
-//! | `POST /_sim/reset` | Mode back to `normal` and the recording cleared (204) |
+//! | `POST /_sim/reset` | Mode back to `normal`, the recording cleared and the simulator's own state reset ([`SimApp::reset`]: stored leads, for the intakes) (204) |
 //!
 //! The mode applies to every request outside `/_sim/`, before authentication. Simulators never
 //! log: what they record stays in memory and is only returned by `/_sim/received`.
+//!
+//! A simulator that also speaks something other than HTTP (the SMTP intake) serves these controls
+//! on an HTTP listener of its own and reaches the same state through a [`SimControl`]: it reads
+//! the mode from there and [records](SimControl::record) its own transactions, which then appear
+//! in `/_sim/received` next to the HTTP requests. Its tasks are [adopted](SimHandle::adopt) by
+//! the [`SimHandle`], so they end with it.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -63,6 +69,9 @@ pub trait SimApp: Send + Sync + 'static {
     fn garbage(&self) -> SimResponse;
     /// The `huge` answer: 200 with a valid-looking body of at least [`HUGE_BYTES`].
     fn huge(&self) -> SimResponse;
+    /// Forgets what the simulator stored (`POST /_sim/reset`); simulators without state keep
+    /// this default, which does nothing.
+    fn reset(&self) {}
 }
 
 /// A request as a simulator sees it: body read in full, query decoded.
@@ -204,6 +213,43 @@ impl Shared {
     fn mode(&self) -> ModeSetting {
         *lock(&self.mode)
     }
+
+    /// Appends to `/_sim/received`, dropping the oldest entry beyond [`RECEIVED_CAP`].
+    fn record(&self, entry: Value) {
+        let mut received = lock(&self.received);
+        if received.len() >= RECEIVED_CAP {
+            received.pop_front();
+        }
+        received.push_back(entry);
+    }
+}
+
+/// A cloneable way into a running simulator's controls, for the parts of it that do not go
+/// through [`serve`] (the SMTP side of the SMTP intake).
+#[derive(Clone)]
+pub struct SimControl {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for SimControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimControl")
+            .field("mode", &self.shared.mode())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimControl {
+    /// The mode `PUT /_sim/mode` set last.
+    pub fn mode(&self) -> ModeSetting {
+        self.shared.mode()
+    }
+
+    /// Records a transaction as `/_sim/received` reports it. Entries should have the shape of
+    /// the HTTP ones (`method`, `path`, `query`, `headers`, `body`, `raw_query`).
+    pub fn record(&self, entry: Value) {
+        self.shared.record(entry);
+    }
 }
 
 /// A running simulator. Dropping it (or [`SimHandle::shutdown`]) stops the server and every
@@ -213,6 +259,8 @@ pub struct SimHandle {
     pub addr: SocketAddr,
     shared: Arc<Shared>,
     task: JoinHandle<()>,
+    /// Further tasks of the same simulator (another protocol's listener), stopped with it.
+    adopted: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for SimHandle {
@@ -254,16 +302,43 @@ impl SimHandle {
         self.shared.app.fixtures()
     }
 
-    /// Stops the server and waits until its task is gone.
+    /// Adds an entry to `/_sim/received` (see [`SimControl::record`]).
+    pub fn record(&self, entry: Value) {
+        self.shared.record(entry);
+    }
+
+    /// A cloneable handle on the mode and the recorder, for tasks outside the HTTP server.
+    pub fn control(&self) -> SimControl {
+        SimControl {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Ties `task` to this simulator: it is aborted when the handle is dropped or shut down.
+    /// A task that owns its connections (in a `JoinSet`) thereby ends them all.
+    pub fn adopt(&mut self, task: JoinHandle<()>) {
+        self.adopted.push(task);
+    }
+
+    /// Stops the server (and every adopted task) and waits until they are gone.
     pub async fn shutdown(mut self) {
         self.task.abort();
+        for task in &self.adopted {
+            task.abort();
+        }
         let _ = (&mut self.task).await;
+        for task in &mut self.adopted {
+            let _ = task.await;
+        }
     }
 }
 
 impl Drop for SimHandle {
     fn drop(&mut self) {
         self.task.abort();
+        for task in &self.adopted {
+            task.abort();
+        }
     }
 }
 
@@ -285,7 +360,12 @@ pub fn serve(listener: TcpListener, app: Arc<dyn SimApp>) -> std::io::Result<Sim
         received: Mutex::new(VecDeque::new()),
     });
     let task = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
-    Ok(SimHandle { addr, shared, task })
+    Ok(SimHandle {
+        addr,
+        shared,
+        task,
+        adopted: Vec::new(),
+    })
 }
 
 /// Accepts until aborted. Connections live in a `JoinSet` owned by this task, so aborting the
@@ -334,13 +414,7 @@ async fn dispatch(shared: &Shared, req: Request<Incoming>) -> SimResponse {
     if let Some(control) = req.path.strip_prefix("/_sim/") {
         return controls(shared, control.trim_end_matches('/'), &req);
     }
-    {
-        let mut received = lock(&shared.received);
-        if received.len() >= RECEIVED_CAP {
-            received.pop_front();
-        }
-        received.push_back(req.record());
-    }
+    shared.record(req.record());
     let setting = shared.mode();
     match setting.mode {
         Mode::Normal => shared.app.handle(&req),
@@ -383,6 +457,7 @@ fn controls(shared: &Shared, control: &str, req: &SimRequest) -> SimResponse {
                 mode: Mode::Normal,
                 delay_ms: 0,
             };
+            shared.app.reset();
             empty(StatusCode::NO_CONTENT)
         }
         ("received" | "mode" | "fixtures" | "reset", _) => json_response(
@@ -502,8 +577,9 @@ fn empty(status: StatusCode) -> SimResponse {
     response
 }
 
-/// Locks, recovering from poisoning (a panicked handler never leaves these half-updated).
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+/// Locks, recovering from poisoning (a panicked handler never leaves these half-updated; the
+/// simulators keep their state consistent under every lock they take).
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -746,5 +822,109 @@ mod tests {
             .expect("task");
         assert!(outcome.is_err());
         assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    }
+
+    /// An app with state, to see `POST /_sim/reset` reach it.
+    #[derive(Default)]
+    struct Stateful {
+        resets: std::sync::atomic::AtomicUsize,
+    }
+
+    impl SimApp for Stateful {
+        fn handle(&self, _: &SimRequest) -> SimResponse {
+            empty(StatusCode::NO_CONTENT)
+        }
+        fn fixtures(&self) -> Value {
+            json!({ "resets": self.resets.load(std::sync::atomic::Ordering::SeqCst) })
+        }
+        fn fail(&self) -> SimResponse {
+            empty(StatusCode::INTERNAL_SERVER_ERROR)
+        }
+        fn garbage(&self) -> SimResponse {
+            empty(StatusCode::OK)
+        }
+        fn huge(&self) -> SimResponse {
+            empty(StatusCode::OK)
+        }
+        fn reset(&self) {
+            self.resets
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn side_channels_record_and_read_the_mode() {
+        let sim = start().await;
+        let control = sim.control();
+        control.record(
+            json!({"method": "SMTP", "path": "", "query": {}, "headers": {},
+            "body": "hi", "raw_query": ""}),
+        );
+        sim.record(json!({"method": "OTHER"}));
+        let client = reqwest::Client::new();
+        let received: Value = client
+            .get(format!("{}/_sim/received", sim.base_url()))
+            .send()
+            .await
+            .expect("send")
+            .json()
+            .await
+            .expect("json");
+        assert_eq!(received[0]["method"], "SMTP");
+        assert_eq!(received[0]["body"], "hi");
+        assert_eq!(received[1]["method"], "OTHER");
+
+        let r = client
+            .put(format!("{}/_sim/mode", sim.base_url()))
+            .body(r#"{"mode": "slow", "delay_ms": 5}"#)
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            control.mode(),
+            ModeSetting {
+                mode: Mode::Slow,
+                delay_ms: 5
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn reset_reaches_the_app() {
+        let listener = bind_loopback().await.expect("bind");
+        let sim = serve(listener, Arc::new(Stateful::default())).expect("serve");
+        let r = reqwest::Client::new()
+            .post(format!("{}/_sim/reset", sim.base_url()))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(r.status(), 204);
+        assert_eq!(sim.fixtures(), json!({ "resets": 1 }));
+    }
+
+    #[tokio::test]
+    async fn adopted_tasks_end_with_the_handle() {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let mut sim = start().await;
+        sim.adopt(tokio::spawn(async move {
+            let _keep = tx;
+            std::future::pending::<()>().await;
+        }));
+        drop(sim);
+        // The sender is dropped with the aborted task, so the receiver learns of it.
+        let outcome = tokio::time::timeout(Duration::from_secs(5), rx)
+            .await
+            .expect("task ended");
+        assert!(outcome.is_err());
+
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let mut sim = start().await;
+        sim.adopt(tokio::spawn(async move {
+            let _keep = tx;
+            std::future::pending::<()>().await;
+        }));
+        sim.shutdown().await;
+        assert!(rx.await.is_err());
     }
 }

@@ -10,6 +10,7 @@ use http::StatusCode;
 use serde_json::{Map, Value, json};
 
 use super::execute::{Canned, Transport};
+use super::lead::LeadMapping;
 use super::{Example, Handler};
 use crate::error::AapError;
 use crate::protocol::Reply;
@@ -64,6 +65,7 @@ pub async fn run(example: &Example, handler: &Handler, schemas: &Schemas) -> Res
             Ok(snapshot) => snapshot.answer(*skill, &request),
             Err(e) => Err(e),
         },
+        Handler::Lead(lead) => run_lead(lead, &canned, &request).await,
     };
     let mut diffs = Vec::new();
     if let Some(expected) = &case.expect_upstream {
@@ -128,6 +130,19 @@ pub async fn run(example: &Example, handler: &Handler, schemas: &Schemas) -> Res
     } else {
         Err(Failure::Mismatch(diffs))
     }
+}
+
+/// A lead example: the gateway's consent and dealer rules, then delivery to the canned CRM; the
+/// data is completed as the live reply would be (dealer contact).
+async fn run_lead(lead: &LeadMapping, canned: &Canned, request: &Value) -> Result<Value, AapError> {
+    let now = jiff::Timestamp::now();
+    crate::consent::check(request, now, &lead.policy.follow_up)?;
+    lead.check_request(request)?;
+    let fingerprint = crate::idempotency::fingerprint(request);
+    let facts = lead.facts(request, &fingerprint, now);
+    let data = lead.deliver(Some(canned), request, &facts).await?;
+    let reply = lead.reply(data, request);
+    Ok(reply.payload.get("data").cloned().unwrap_or(Value::Null))
 }
 
 fn canned(example: &Example) -> Result<Canned, Failure> {

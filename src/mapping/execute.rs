@@ -22,6 +22,7 @@ use super::request::{PageRef, Rendered, RequestSpec, plan};
 use super::search::{self, Inventory, Listing};
 use crate::error::{AapCode, AapError};
 use crate::protocol::Skill;
+use crate::upstream::soap::{self, SoapFault};
 use crate::upstream::{Upstream, UpstreamRequest, UpstreamResponse};
 
 /// Statuses a listing may have to be shown to a buyer (SPEC §6.9).
@@ -49,10 +50,12 @@ pub enum ResponseSpec {
     },
 }
 
-/// `when: { status, jq }` → code.
+/// `when: { status, fault, jq }` → code.
 #[derive(Debug)]
 pub struct ErrorRule {
     pub status: Option<StatusMatch>,
+    /// SOAP fault code or subcode (local name).
+    pub fault: Option<String>,
     pub jq: Option<Jq>,
     pub code: AapCode,
     pub message: String,
@@ -141,6 +144,23 @@ impl Mapped {
         }
     }
 
+    /// `lead.submit`: delivers the lead (`lead` = the gateway's facts, `mapping::lead`) and maps
+    /// the acknowledgement to reply data.
+    pub async fn execute_lead(
+        &self,
+        transport: Transport<'_>,
+        request: &Value,
+        lead: &Value,
+    ) -> Result<Value, AapError> {
+        let ResponseSpec::Object { jq } = &self.response else {
+            return Err(AapError::Internal(format!(
+                "{}: lead.submit takes one `jq` program",
+                self.file
+            )));
+        };
+        self.object_with(transport, request, jq, Some(lead)).await
+    }
+
     /// Derived facets of `inventory.facets` (`derive: search`): scan, then aggregate.
     pub async fn facets(
         &self,
@@ -153,19 +173,21 @@ impl Mapped {
         Ok(inventory.facets(filters))
     }
 
-    fn vars(&self, request: &Value) -> JqVars {
+    fn vars(&self, request: &Value, lead: Option<&Value>) -> JqVars {
         JqVars {
             request: JqValue::from_json(request),
             tables: self.shared.tables_jq.clone(),
             dealer: self.shared.dealer_jq.clone(),
+            lead: lead.map_or_else(JqValue::null, JqValue::from_json),
         }
     }
 
-    fn template_values(&self, request: &Value) -> TplValue {
+    fn template_values(&self, request: &Value, lead: Option<&Value>) -> TplValue {
         minijinja::context! {
             request => TplValue::from(minijinja::value::Serde(request)),
             tables => self.shared.tables_tpl.clone(),
             dealer => self.shared.dealer_tpl.clone(),
+            lead => lead.map_or(TplValue::UNDEFINED, |l| TplValue::from(minijinja::value::Serde(l))),
         }
     }
 
@@ -175,13 +197,23 @@ impl Mapped {
         request: &Value,
         jq: &Jq,
     ) -> Result<Value, AapError> {
-        let values = self.template_values(request);
+        self.object_with(transport, request, jq, None).await
+    }
+
+    async fn object_with(
+        &self,
+        transport: Transport<'_>,
+        request: &Value,
+        jq: &Jq,
+        lead: Option<&Value>,
+    ) -> Result<Value, AapError> {
+        let values = self.template_values(request, lead);
         let rendered = self
             .request
             .render(&values, None)
             .map_err(|e| self.render_error(e))?;
-        let doc = self.call(transport, rendered, request).await?;
-        let vars = self.vars(request);
+        let vars = self.vars(request, lead);
+        let doc = self.call(transport, rendered, &vars).await?;
         let out = jq
             .run_one(&doc, &vars)
             .map_err(|e| self.extract_error(e.to_string()))?;
@@ -203,14 +235,12 @@ impl Mapped {
             .as_ref()
             .map_or(u64::MAX, |p| p.max_size());
         let (pages, start) = plan(skip as u64, limit as u64, max);
-        let values = self.template_values(request);
-        let vars = self.vars(request);
+        let values = self.template_values(request, None);
+        let vars = self.vars(request, None);
         let mut listings: Vec<Arc<Value>> = Vec::new();
         let mut total = None;
         for page in pages {
-            let (mut items, page_total) = self
-                .fetch_page(transport, request, &values, &vars, page)
-                .await?;
+            let (mut items, page_total) = self.fetch_page(transport, &values, &vars, page).await?;
             total = total.or(page_total);
             let exhausted = (items.len() as u64) < page.size;
             listings.append(&mut items);
@@ -265,8 +295,8 @@ impl Mapped {
             obj.remove("sort");
             obj.remove("pagination");
         }
-        let values = self.template_values(&narrowed);
-        let vars = self.vars(&narrowed);
+        let values = self.template_values(&narrowed, None);
+        let vars = self.vars(&narrowed, None);
         let size = self
             .request
             .pagination
@@ -276,9 +306,7 @@ impl Mapped {
         let mut index = 0;
         loop {
             let page = PageRef { index, size };
-            let (items, total) = self
-                .fetch_page(transport, &narrowed, &values, &vars, page)
-                .await?;
+            let (items, total) = self.fetch_page(transport, &values, &vars, page).await?;
             let fetched = items.len();
             listings.extend(items.into_iter().map(Listing::from_arc));
             let done = self.request.pagination.is_none()
@@ -298,7 +326,6 @@ impl Mapped {
     async fn fetch_page(
         &self,
         transport: Transport<'_>,
-        request: &Value,
         values: &TplValue,
         vars: &JqVars,
         page: PageRef,
@@ -314,7 +341,7 @@ impl Mapped {
             .request
             .render(values, paged)
             .map_err(|e| self.render_error(e))?;
-        let doc = self.call(transport, rendered, request).await?;
+        let doc = self.call(transport, rendered, vars).await?;
         let records = items
             .run(&doc, vars)
             .map_err(|e| self.extract_error(e.to_string()))?;
@@ -352,35 +379,63 @@ impl Mapped {
         &self,
         transport: Transport<'_>,
         rendered: Rendered,
-        request: &Value,
+        vars: &JqVars,
     ) -> Result<JqValue, AapError> {
-        let response = send(transport, &self.upstream, rendered).await?;
-        let doc = self
-            .format
-            .decode(&response.body)
-            .map(|v| JqValue::from_json(&v));
-        if !self.errors.is_empty() {
-            let vars = self.vars(request);
-            for rule in &self.errors {
-                let status_ok = rule
-                    .status
-                    .as_ref()
-                    .is_none_or(|s| s.matches(response.status));
-                let jq_ok = match (&rule.jq, &doc) {
-                    (None, _) => true,
-                    (Some(jq), Ok(doc)) => jq.run_bool(doc, &vars).unwrap_or(false),
-                    (Some(_), Err(_)) => false,
-                };
-                if status_ok && jq_ok {
-                    return Err(AapError::Domain {
-                        code: rule.code,
-                        message: rule.message.clone(),
-                        details: None,
-                    });
+        let soap = self.upstream.soap().is_some();
+        // Reads are safe to retry, SOAP reads included; a lead is never sent twice by the client.
+        let idempotent = matches!(rendered.method, http::Method::GET | http::Method::HEAD)
+            || (soap && self.skill != Skill::LeadSubmit);
+        let response = send(transport, &self.upstream, rendered, idempotent).await?;
+        let (doc, fault) = self.decode(&response.body);
+        for rule in &self.errors {
+            let status_ok = rule
+                .status
+                .as_ref()
+                .is_none_or(|s| s.matches(response.status));
+            let fault_ok = match (&rule.fault, &fault) {
+                (None, _) => true,
+                (Some(want), Some(f)) => {
+                    f.code == *want || f.subcode.as_deref() == Some(want.as_str())
                 }
+                (Some(_), None) => false,
+            };
+            let jq_ok = match (&rule.jq, &doc) {
+                (None, _) => true,
+                (Some(jq), Ok(doc)) => jq.run_bool(doc, vars).unwrap_or(false),
+                (Some(_), Err(_)) => false,
+            };
+            if status_ok && fault_ok && jq_ok {
+                return Err(AapError::Domain {
+                    code: rule.code,
+                    message: rule.message.clone(),
+                    details: None,
+                });
             }
         }
         let upstream = self.upstream.name().to_owned();
+        if let Some(fault) = fault {
+            // Fault texts may quote what was sent, and a lead is personal data.
+            let reason = if self.skill == Skill::LeadSubmit {
+                String::new()
+            } else {
+                format!(": {}", fault.reason.chars().take(200).collect::<String>())
+            };
+            let cause = format!(
+                "SOAP fault {}{} not handled by an error rule ({}){reason}",
+                fault.code,
+                fault
+                    .subcode
+                    .as_deref()
+                    .map(|s| format!("/{s}"))
+                    .unwrap_or_default(),
+                self.file
+            );
+            return Err(if fault.code == "Server" || fault.code == "Receiver" {
+                AapError::UpstreamUnavailable { upstream, cause }
+            } else {
+                AapError::InvalidUpstreamResponse { upstream, cause }
+            });
+        }
         if !response.status.is_success() {
             let cause = format!(
                 "HTTP {} not handled by an error rule ({})",
@@ -396,6 +451,35 @@ impl Mapped {
             upstream,
             cause: format!("{e} ({})", self.file),
         })
+    }
+
+    /// The reply body for jq, and the SOAP fault it carries. A SOAP fault is seen by jq
+    /// predicates as `{"Fault": {"code", "subcode", "reason", "detail"}}`.
+    fn decode(&self, body: &[u8]) -> (Result<JqValue, String>, Option<SoapFault>) {
+        if self.upstream.soap().is_none() {
+            return (
+                self.format.decode(body).map(|v| JqValue::from_json(&v)),
+                None,
+            );
+        }
+        let empty = HashSet::new();
+        let list_elements = match &self.format {
+            Format::Xml { list_elements } => list_elements,
+            Format::Json | Format::Csv => &empty,
+        };
+        match soap::decode_reply(body, list_elements) {
+            Ok(reply) => match reply.fault {
+                Some(fault) => {
+                    let doc = json!({ "Fault": {
+                        "code": fault.code, "subcode": fault.subcode,
+                        "reason": fault.reason, "detail": fault.detail,
+                    }});
+                    (Ok(JqValue::from_json(&doc)), Some(fault))
+                }
+                None => (Ok(JqValue::from_json(&reply.body)), None),
+            },
+            Err(e) => (Err(e), None),
+        }
     }
 
     fn render_error(&self, message: String) -> AapError {
@@ -424,6 +508,15 @@ impl Mapped {
     }
 
     fn extract_error(&self, message: String) -> AapError {
+        // jq messages quote the values they failed on; a CRM's answer about a lead may hold
+        // the customer's data, which never goes to the logs.
+        let message = if self.skill == Skill::LeadSubmit {
+            "a jq program failed on the CRM's reply (details withheld: they may quote personal \
+             data; reproduce with test-mappings)"
+                .to_owned()
+        } else {
+            message
+        };
         AapError::InvalidUpstreamResponse {
             upstream: self.upstream.name().to_owned(),
             cause: format!("{}: {message}", self.file),
@@ -431,21 +524,39 @@ impl Mapped {
     }
 }
 
-/// Sends a rendered call through `transport`.
+/// Sends a rendered call through `transport`: as is, or as a SOAP operation when the upstream
+/// speaks SOAP (the rendered body being the envelope's Body content).
 pub async fn send(
     transport: Transport<'_>,
     upstream: &Upstream,
     rendered: Rendered,
+    idempotent: bool,
 ) -> Result<UpstreamResponse, AapError> {
     match transport {
         Transport::Live(live) => {
-            let idempotent = matches!(rendered.method, http::Method::GET | http::Method::HEAD);
-            let req = UpstreamRequest {
-                method: rendered.method,
-                path_and_query: rendered.path_and_query,
-                headers: rendered.headers,
-                body: rendered.body.map(Bytes::from),
-                idempotent,
+            let req = match live.soap() {
+                Some(settings) => {
+                    let mut req = soap::request(
+                        settings,
+                        rendered.path_and_query,
+                        rendered.action.as_deref(),
+                        rendered.body.as_deref().unwrap_or_default(),
+                        idempotent,
+                    )
+                    .map_err(|e| e.into_aap(upstream.name()))?;
+                    // The mapping's own headers replace the SOAP layer's of the same name.
+                    req.headers
+                        .retain(|(name, _)| !rendered.headers.iter().any(|(n, _)| n == name));
+                    req.headers.extend(rendered.headers);
+                    req
+                }
+                None => UpstreamRequest {
+                    method: rendered.method,
+                    path_and_query: rendered.path_and_query,
+                    headers: rendered.headers,
+                    body: rendered.body.map(Bytes::from),
+                    idempotent,
+                },
             };
             live.call(req)
                 .await

@@ -7,7 +7,8 @@
 //! in safe Rust, with programs compiled once at load and shared by all requests (`Send + Sync`).
 //!
 //! Every program sees the variables `$request` (the validated AAP request data), `$tables`
-//! (the mapping's lookup tables) and `$dealer` (the dealer's settings), and the helpers below
+//! (the mapping's lookup tables), `$dealer` (the dealer's settings) and `$lead` (`lead.submit`
+//! only: the gateway's facts about the lead, see `mapping::lead`), and the helpers below
 //! for legacy formats on top of jq's standard library (`env` is disabled: it would expose the
 //! gateway's secrets).
 //!
@@ -54,7 +55,7 @@ use serde_json::Value;
 pub const MAX_OUTPUTS: usize = 100_000;
 
 /// Names of the variables every program may use, in the order [`JqVars`] binds them.
-const GLOBAL_VARS: [&str; 3] = ["$request", "$tables", "$dealer"];
+const GLOBAL_VARS: [&str; 4] = ["$request", "$tables", "$dealer", "$lead"];
 
 /// How jaq sees our data: plain JSON values, no per-run global data.
 type Data = JustLut<Val>;
@@ -83,6 +84,9 @@ pub struct JqVars {
     pub tables: JqValue,
     /// `$dealer`: the dealer's settings.
     pub dealer: JqValue,
+    /// `$lead`: facts the gateway adds to a `lead.submit` (its stable `reference`, …); `null`
+    /// for other skills.
+    pub lead: JqValue,
 }
 
 /// A compile error located within the program text.
@@ -195,6 +199,7 @@ impl Jq {
             vars.request.0.clone(),
             vars.tables.0.clone(),
             vars.dealer.0.clone(),
+            vars.lead.0.clone(),
         ]);
         let ctx = Ctx::<Data>::new(&self.inner.filter.lut, vars);
         let outputs = self.inner.filter.id.run((ctx, input.0.clone()));
@@ -1336,6 +1341,7 @@ mod tests {
             request: JqValue::from_json(&json!({"vin": "V1"})),
             tables: JqValue::from_json(&json!({"t": {"a": 1}})),
             dealer: JqValue::from_json(&json!({"name": "Demo Motors"})),
+            lead: JqValue::null(),
         };
         assert_eq!(
             eval_with(

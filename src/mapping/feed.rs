@@ -172,7 +172,7 @@ impl Feed {
             .request
             .render(&values, None)
             .map_err(|e| AapError::Internal(format!("{}: {e}", self.file)))?;
-        let response = send(transport, &self.upstream, rendered).await?;
+        let response = send(transport, &self.upstream, rendered, true).await?;
         let upstream = self.upstream.name().to_owned();
         if !response.status.is_success() {
             return Err(AapError::UpstreamUnavailable {
@@ -194,6 +194,7 @@ impl Feed {
             request: JqValue::from_json(&Value::Null),
             tables: self.shared.tables_jq.clone(),
             dealer: self.shared.dealer_jq.clone(),
+            lead: JqValue::null(),
         };
         let records = match &self.items {
             Some(items) => items.run(&doc, &vars).map_err(|e| bad(e.to_string()))?,

@@ -54,9 +54,54 @@ pub struct FileSkill {
     /// (unsupported filter or sort, derived facets).
     #[serde(default = "default_scan_limit")]
     pub scan_limit: usize,
+    /// `lead.submit` only: the dealer's lead policy (consent channels, checks, time zone).
+    #[serde(default)]
+    pub lead: Option<FileLead>,
+    /// `lead.submit` to an SMTP upstream: the e-mail carrying the ADF document.
+    #[serde(default)]
+    pub mail: Option<FileMail>,
     /// Cases run by `test-mappings` and the test suite.
     #[serde(default)]
     pub examples: Vec<FileExample>,
+}
+
+/// How a dealer takes leads, besides where they are delivered.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileLead {
+    /// Channels the dealer's staff follow up on (`email`, `phone`, `sms`). A consent grant that
+    /// allows none of them is refused with `CONTACT_CONSENT_REQUIRED`. Empty = any.
+    #[serde(default)]
+    pub follow_up_channels: Vec<String>,
+    /// IANA time zone of the rooftop, for appointment times written for people (ADF comments,
+    /// `lead.appointment_local`).
+    #[serde(default = "default_timezone")]
+    pub timezone: String,
+    /// Before delivery, look `vehicle_of_interest` up with this dealer's `inventory.vehicle`
+    /// mapping: unknown → `VEHICLE_NOT_FOUND`, sold → `VEHICLE_UNAVAILABLE`. A lookup that fails
+    /// for another reason does not stop the lead.
+    #[serde(default)]
+    pub check_vehicle: bool,
+    /// A `test_drive` appointment without `vehicle_of_interest` is refused
+    /// (`MISSING_REQUIRED_FIELD`, SPEC §5.13).
+    #[serde(default)]
+    pub test_drive_needs_vehicle: bool,
+    /// The dealer's phone (E.164) returned in `data.dealer` with every lead reply.
+    #[serde(default)]
+    pub dealer_phone: Option<String>,
+}
+
+fn default_timezone() -> String {
+    "UTC".to_owned()
+}
+
+/// The e-mail of a lead delivered over SMTP: the ADF document is the body, the consent grant
+/// an attached `consent.json` (ADF has no place for it, and it must never be dropped).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileMail {
+    /// Subject template (text).
+    pub subject: String,
 }
 
 fn default_scan_limit() -> usize {
@@ -75,21 +120,30 @@ pub enum FileMode {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileRequest {
-    /// HTTP method; GET and HEAD are retried on failure, others never.
-    #[serde(default = "default_method")]
-    pub method: String,
+    /// HTTP method; GET and HEAD are retried on failure, others never. Default `GET`, and
+    /// `POST` (the only one allowed) for SOAP upstreams.
+    #[serde(default)]
+    pub method: Option<String>,
     /// Path template below the upstream's base URL; values are percent-encoded as segments.
+    /// SOAP upstreams usually leave it out (the base URL is the service endpoint).
+    #[serde(default)]
     pub path: String,
+    /// SOAP upstreams: the operation's action (SOAPAction in 1.1, the `action` parameter in
+    /// 1.2); a template.
+    #[serde(default)]
+    pub action: Option<String>,
     /// Query parameter templates; a parameter that renders empty is left out.
     #[serde(default)]
     pub query: IndexMap<String, String>,
     /// Header templates; values may not contain line breaks.
     #[serde(default)]
     pub headers: IndexMap<String, String>,
-    /// Body template.
+    /// Body template; for SOAP upstreams the content of the envelope's Body.
     #[serde(default)]
     pub body: Option<String>,
-    /// How values are escaped in `body`: `json` (each value serialized as JSON), `xml`, `text`.
+    /// How values are escaped in `body`: `json` (each value serialized as JSON), `xml`, `text`;
+    /// or `adf` (`lead.submit`): the body is the lead as an ADF/XML document and `body` is
+    /// left out.
     #[serde(default)]
     pub body_format: Option<String>,
     /// How the upstream pages results (list skills).
@@ -99,10 +153,6 @@ pub struct FileRequest {
     /// completed in the gateway (fetch up to `scan_limit` listings, then filter, sort, page).
     #[serde(default)]
     pub supports: Option<FileSupports>,
-}
-
-fn default_method() -> String {
-    "GET".to_owned()
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -198,6 +248,10 @@ pub struct FileWhen {
     /// jq predicate over the decoded reply body (truthy = match).
     #[serde(default)]
     pub jq: Option<String>,
+    /// SOAP upstreams: the fault code or subcode, local name (`Client`, `Sender`,
+    /// `VehicleNotFound`); matches only replies that are faults.
+    #[serde(default)]
+    pub fault: Option<String>,
 }
 
 /// `feed.yaml`: the dealer's whole inventory as one document, cached and searched in the gateway.

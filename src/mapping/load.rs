@@ -15,7 +15,8 @@ use super::decode::Format;
 use super::execute::{ErrorRule, Mapped, ResponseSpec, Shared, StatusMatch, Supports};
 use super::extract::{Jq, JqValue};
 use super::feed::Feed;
-use super::file::{FileCommon, FileFeed, FileMode, FileRequest, FileSkill};
+use super::file::{FileCommon, FileFeed, FileLead, FileMode, FileRequest, FileSkill};
+use super::lead::{Delivery, LeadMapping, LeadPolicy, MailDelivery};
 use super::request::{Pagination, RequestSpec};
 use super::template::{Context, Templates};
 use super::{Example, Handler};
@@ -23,7 +24,7 @@ use crate::error::AapCode;
 use crate::protocol::Skill;
 use crate::schema::Schemas;
 use crate::settings::yaml::{self, Origin, Problem, SourceMap};
-use crate::upstream::{FileUpstream, Upstream};
+use crate::upstream::{Endpoint, FileUpstream, Mailer, Upstream};
 
 /// What the loader needs besides the folder.
 pub struct LoadContext<'a> {
@@ -42,6 +43,16 @@ pub struct DealerMappings {
     pub feeds: Vec<Arc<Feed>>,
     pub examples: Vec<Example>,
 }
+
+/// An upstream of `upstreams.yaml`, built.
+#[derive(Clone)]
+enum Target {
+    Http(Arc<Upstream>),
+    Smtp(Arc<Mailer>),
+}
+
+/// `name → upstream`; `None` for names whose settings have problems (already reported).
+type Upstreams = HashMap<String, Option<Target>>;
 
 /// One parsed YAML file.
 struct Source {
@@ -289,7 +300,7 @@ impl Loader<'_> {
 
     /// `upstreams.yaml`: `name → upstream`. Names whose settings have problems are still
     /// known (`None`), so references to them do not produce a second, misleading problem.
-    fn upstreams(&mut self) -> HashMap<String, Option<Arc<Upstream>>> {
+    fn upstreams(&mut self) -> Upstreams {
         let mut out = HashMap::new();
         let Some(mut src) = self.read("upstreams.yaml") else {
             return out;
@@ -311,9 +322,12 @@ impl Loader<'_> {
             let Some(file) = self.deserialize::<FileUpstream>(&src, &pointer, entry) else {
                 continue;
             };
-            match Upstream::build(&name, file) {
-                Ok(u) => {
-                    out.insert(name, Some(Arc::new(u)));
+            match crate::upstream::build(&name, file) {
+                Ok(Endpoint::Http(u)) => {
+                    out.insert(name, Some(Target::Http(Arc::new(u))));
+                }
+                Ok(Endpoint::Smtp(m)) => {
+                    out.insert(name, Some(Target::Smtp(Arc::new(m))));
                 }
                 Err(problems) => {
                     for p in problems {
@@ -391,18 +405,49 @@ impl Loader<'_> {
         }
     }
 
-    fn request(&mut self, src: &Source, pointer: &str, file: &FileRequest) -> Option<RequestSpec> {
+    /// Compiles an upstream call. `soap`: the upstream speaks SOAP (POST only, `body` is the
+    /// envelope's Body content, `action` allowed). `lead`: the call delivers a lead
+    /// (`body_format: adf` allowed).
+    fn request(
+        &mut self,
+        src: &Source,
+        pointer: &str,
+        file: &FileRequest,
+        soap: bool,
+        lead: bool,
+    ) -> Option<RequestSpec> {
         let mut ok = true;
-        let method = match Method::from_bytes(file.method.to_ascii_uppercase().as_bytes()) {
+        let default_method = if soap { "POST" } else { "GET" };
+        let method_text = file.method.as_deref().unwrap_or(default_method);
+        let method = match Method::from_bytes(method_text.to_ascii_uppercase().as_bytes()) {
             Ok(m) => m,
             Err(_) => {
                 self.problems.push(src.problem(
                     &format!("{pointer}/method"),
-                    format!("`{}` is not an HTTP method", file.method),
+                    format!("`{method_text}` is not an HTTP method"),
                 ));
                 return None;
             }
         };
+        if soap && method != Method::POST {
+            self.problems.push(src.problem(
+                &format!("{pointer}/method"),
+                "SOAP operations are always POST; leave `method` out",
+            ));
+            ok = false;
+        }
+        if !soap && file.path.is_empty() {
+            self.problems
+                .push(src.problem(pointer, "a request needs `path` (below the base URL)"));
+            ok = false;
+        }
+        if !soap && file.action.is_some() {
+            self.problems.push(src.problem(
+                &format!("{pointer}/action"),
+                "`action` is for SOAP upstreams (kind: soap)",
+            ));
+            ok = false;
+        }
         let mut templates = Templates::new();
         let mut add = |this: &mut Self, name: &str, at: &str, source: &str, context: Context| {
             if let Err(e) = templates.add(name, source, context) {
@@ -450,13 +495,60 @@ impl Loader<'_> {
                 }
             }
         }
+        if let Some(source) = &file.action {
+            ok &= add(
+                self,
+                "action",
+                &format!("{pointer}/action"),
+                source,
+                Context::Header,
+            );
+        }
+        let body_at = format!("{pointer}/body");
+        let format_at = format!("{pointer}/body_format");
         let (body, content_type) = match (&file.body, file.body_format.as_deref()) {
+            (None, Some("adf")) if lead && !soap => {
+                // The lead as ADF/XML (`mapping::adf`), put in the context as `lead.adf`.
+                ok &= add(self, "body", &format_at, "{{ lead.adf }}", Context::Text);
+                (Some(Context::Text), Some("application/xml"))
+            }
+            (_, Some("adf")) => {
+                self.problems.push(src.problem(
+                    &format_at,
+                    if soap {
+                        "a SOAP body is a template; put `{{ lead.adf }}` inside it to send ADF"
+                    } else if lead {
+                        "`body_format: adf` sends the lead as ADF/XML; leave `body` out"
+                    } else {
+                        "`body_format: adf` is for lead.submit"
+                    },
+                ));
+                ok = false;
+                (None, None)
+            }
+            (None, _) if soap => {
+                self.problems.push(src.problem(
+                    pointer,
+                    "a SOAP request needs `body` (the content of the envelope's Body)",
+                ));
+                ok = false;
+                (None, None)
+            }
+            (Some(source), format) if soap => {
+                if format.is_some_and(|f| f != "xml") {
+                    self.problems.push(
+                        src.problem(&format_at, "a SOAP body is XML; leave `body_format` out"),
+                    );
+                    ok = false;
+                }
+                ok &= add(self, "body", &body_at, source, Context::XmlBody);
+                // The envelope and its content type are the SOAP layer's.
+                (Some(Context::XmlBody), None)
+            }
             (None, None) => (None, None),
             (None, Some(_)) => {
-                self.problems.push(src.problem(
-                    &format!("{pointer}/body_format"),
-                    "`body_format` without a `body`",
-                ));
+                self.problems
+                    .push(src.problem(&format_at, "`body_format` without a `body`"));
                 (None, None)
             }
             (Some(source), format) => {
@@ -466,13 +558,13 @@ impl Loader<'_> {
                     "text" => (Context::Text, "text/plain; charset=utf-8"),
                     other => {
                         self.problems.push(src.problem(
-                            &format!("{pointer}/body_format"),
-                            format!("`{other}` is not one of json, xml, text"),
+                            &format_at,
+                            format!("`{other}` is not one of json, xml, text, adf"),
                         ));
                         (Context::Text, "text/plain")
                     }
                 };
-                ok &= add(self, "body", &format!("{pointer}/body"), source, context);
+                ok &= add(self, "body", &body_at, source, context);
                 (Some(context), Some(ct))
             }
         };
@@ -528,19 +620,22 @@ impl Loader<'_> {
             body,
             content_type,
             pagination,
+            action: file.action.is_some(),
         })
     }
 
-    fn feed(
-        &mut self,
-        upstreams: &HashMap<String, Option<Arc<Upstream>>>,
-        common: &FileCommon,
-    ) -> Option<Arc<Feed>> {
+    fn feed(&mut self, upstreams: &Upstreams, common: &FileCommon) -> Option<Arc<Feed>> {
         let src = self.read("feed.yaml")?;
         let value = src.value.clone();
         let file: FileFeed = self.deserialize(&src, "", value)?;
         let upstream = self.upstream_ref(&src, "/upstream", &file.upstream, upstreams);
-        let request = self.request(&src, "/request", &file.request);
+        if upstream.as_ref().is_some_and(|u| u.soap().is_some()) {
+            self.problems.push(src.problem(
+                "/upstream",
+                "a feed is fetched over plain HTTP; a SOAP upstream cannot serve it",
+            ));
+        }
+        let request = self.request(&src, "/request", &file.request, false, false);
         let format = match Format::parse(Some(&file.format), &file.list_elements) {
             Ok(f) => Some(f),
             Err(e) => {
@@ -594,15 +689,15 @@ impl Loader<'_> {
         }
     }
 
-    fn upstream_ref(
+    fn target_ref(
         &mut self,
         src: &Source,
         pointer: &str,
         name: &str,
-        upstreams: &HashMap<String, Option<Arc<Upstream>>>,
-    ) -> Option<Arc<Upstream>> {
+        upstreams: &Upstreams,
+    ) -> Option<Target> {
         match upstreams.get(name) {
-            Some(Some(u)) => Some(Arc::clone(u)),
+            Some(Some(t)) => Some(t.clone()),
             // Declared, but its settings have problems (already reported).
             Some(None) => None,
             None => {
@@ -624,13 +719,33 @@ impl Loader<'_> {
         }
     }
 
+    /// An HTTP (REST or SOAP) upstream.
+    fn upstream_ref(
+        &mut self,
+        src: &Source,
+        pointer: &str,
+        name: &str,
+        upstreams: &Upstreams,
+    ) -> Option<Arc<Upstream>> {
+        match self.target_ref(src, pointer, name, upstreams)? {
+            Target::Http(u) => Some(u),
+            Target::Smtp(_) => {
+                self.problems.push(src.problem(
+                    pointer,
+                    format!("`{name}` is an SMTP upstream; only lead.submit can deliver by e-mail"),
+                ));
+                None
+            }
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn skill(
         &mut self,
         skill: Skill,
         src: &Source,
         file: FileSkill,
-        upstreams: &HashMap<String, Option<Arc<Upstream>>>,
+        upstreams: &Upstreams,
         common: &FileCommon,
         feed: Option<&Arc<Feed>>,
         mapped: &HashMap<Skill, Arc<Mapped>>,
@@ -684,8 +799,215 @@ impl Loader<'_> {
                 }
             };
         }
-        self.proxy(skill, src, file, upstreams, common)
+        if skill == Skill::LeadSubmit {
+            return self.lead(src, file, upstreams, common);
+        }
+        if file.lead.is_some() || file.mail.is_some() {
+            self.problems.push(src.problem(
+                if file.lead.is_some() {
+                    "/lead"
+                } else {
+                    "/mail"
+                },
+                "only lead.submit takes `lead` and `mail`",
+            ));
+        }
+        let upstream = self.proxy_upstream(src, &file, upstreams);
+        self.proxy(skill, src, file, upstream, common)
             .map(|m| Handler::Proxy(Arc::new(m)))
+    }
+
+    fn proxy_upstream(
+        &mut self,
+        src: &Source,
+        file: &FileSkill,
+        upstreams: &Upstreams,
+    ) -> Option<Arc<Upstream>> {
+        match &file.upstream {
+            Some(name) => self.upstream_ref(src, "/upstream", name, upstreams),
+            None => {
+                self.problems.push(src.problem(
+                    "",
+                    "a proxy-mode mapping needs `upstream` (or `static`, `derive`, `mode: feed`)",
+                ));
+                None
+            }
+        }
+    }
+
+    /// `lead.submit.yaml`: the policy, then delivery over HTTP (the mapping engine) or by mail.
+    fn lead(
+        &mut self,
+        src: &Source,
+        file: FileSkill,
+        upstreams: &Upstreams,
+        common: &FileCommon,
+    ) -> Option<Handler> {
+        let policy = self.lead_policy(src, file.lead.as_ref());
+        if file.mode == FileMode::Feed {
+            self.problems
+                .push(src.problem("/mode", "`lead.submit` cannot be served from a feed"));
+            return None;
+        }
+        let Some(name) = &file.upstream else {
+            self.problems.push(src.problem(
+                "",
+                "lead.submit needs `upstream` (the CRM: a rest, soap or smtp upstream)",
+            ));
+            return None;
+        };
+        let target = self.target_ref(src, "/upstream", name, upstreams);
+        let path = src.path.display().to_string();
+        match target {
+            Some(Target::Smtp(mailer)) => {
+                let delivery = self.mail_delivery(src, &file, mailer, common);
+                Some(Handler::Lead(Arc::new(LeadMapping {
+                    file: path,
+                    policy: policy?,
+                    delivery: delivery?,
+                })))
+            }
+            Some(Target::Http(upstream)) => {
+                if file.mail.is_some() {
+                    self.problems.push(src.problem(
+                        "/mail",
+                        format!("`{name}` is not an SMTP upstream; `mail` is for e-mail delivery"),
+                    ));
+                }
+                let mapped = self.proxy(Skill::LeadSubmit, src, file, Some(upstream), common);
+                Some(Handler::Lead(Arc::new(LeadMapping {
+                    file: path,
+                    policy: policy?,
+                    delivery: Delivery::Http(Arc::new(mapped?)),
+                })))
+            }
+            None => {
+                // Still compile an HTTP delivery so every problem of the file is reported at once.
+                if file.request.is_some() {
+                    let _ = self.proxy(Skill::LeadSubmit, src, file, None, common);
+                }
+                None
+            }
+        }
+    }
+
+    fn lead_policy(&mut self, src: &Source, file: Option<&FileLead>) -> Option<LeadPolicy> {
+        let default = FileLead {
+            follow_up_channels: Vec::new(),
+            timezone: "UTC".to_owned(),
+            check_vehicle: false,
+            test_drive_needs_vehicle: false,
+            dealer_phone: None,
+        };
+        let file = file.unwrap_or(&default);
+        let mut ok = true;
+        for (i, channel) in file.follow_up_channels.iter().enumerate() {
+            if !crate::consent::CHANNELS.contains(&channel.as_str()) {
+                self.problems.push(src.problem(
+                    &format!("/lead/follow_up_channels/{i}"),
+                    format!("`{channel}` is not a channel; expected email, phone or sms"),
+                ));
+                ok = false;
+            }
+        }
+        let timezone = match jiff::tz::TimeZone::get(&file.timezone) {
+            Ok(tz) => Some(tz),
+            Err(_) => {
+                self.problems.push(src.problem(
+                    "/lead/timezone",
+                    format!(
+                        "`{}` is not an IANA time zone like America/Los_Angeles",
+                        file.timezone
+                    ),
+                ));
+                None
+            }
+        };
+        if let Some(phone) = &file.dealer_phone
+            && !is_e164(phone)
+        {
+            self.problems.push(src.problem(
+                "/lead/dealer_phone",
+                format!("`{phone}` is not an E.164 number like +14155550100"),
+            ));
+            ok = false;
+        }
+        ok.then_some(())?;
+        Some(LeadPolicy {
+            follow_up: file.follow_up_channels.clone(),
+            timezone: timezone?,
+            check_vehicle: file.check_vehicle,
+            test_drive_needs_vehicle: file.test_drive_needs_vehicle,
+            dealer_phone: file.dealer_phone.clone(),
+            dealer_name: self.ctx.dealer_name.to_owned(),
+            dealer_id: self.ctx.dealer_id.to_owned(),
+        })
+    }
+
+    fn mail_delivery(
+        &mut self,
+        src: &Source,
+        file: &FileSkill,
+        mailer: Arc<Mailer>,
+        common: &FileCommon,
+    ) -> Option<Delivery> {
+        let mut ok = true;
+        for (key, present) in [
+            ("/request", file.request.is_some()),
+            ("/errors", !file.errors.is_empty()),
+        ] {
+            if present {
+                self.problems.push(src.problem(
+                    key,
+                    "an e-mail delivery has no HTTP call: leave it out (the mail carries the ADF \
+                     document)",
+                ));
+                ok = false;
+            }
+        }
+        let subject = match &file.mail {
+            Some(mail) => {
+                let mut templates = Templates::new();
+                match templates.add("subject", &mail.subject, Context::Header) {
+                    Ok(()) => Some(templates),
+                    Err(e) => {
+                        self.problems.push(src.inner(
+                            "/mail/subject",
+                            e.line.unwrap_or(1),
+                            1,
+                            format!("template: {}", e.message),
+                        ));
+                        None
+                    }
+                }
+            }
+            None => {
+                self.problems.push(src.problem(
+                    "",
+                    "a lead delivered by e-mail needs `mail: { subject: ... }`",
+                ));
+                None
+            }
+        };
+        let response = match file.response.as_ref().and_then(|r| r.jq.as_ref()) {
+            Some(jq) => self.jq(src, "/response/jq", jq, common),
+            None => {
+                self.problems.push(src.problem(
+                    "/response",
+                    "give `jq` building the reply data from the mail receipt \
+                     {message_id, server_reply}",
+                ));
+                None
+            }
+        };
+        let shared = self.shared(Self::merged_tables(common, &file.tables));
+        ok.then_some(())?;
+        Some(Delivery::Mail(Box::new(MailDelivery {
+            mailer,
+            subject: subject?,
+            response: response?,
+            shared,
+        })))
     }
 
     fn static_reply(&mut self, skill: Skill, src: &Source, data: Value) -> Option<Handler> {
@@ -710,26 +1032,18 @@ impl Loader<'_> {
         skill: Skill,
         src: &Source,
         file: FileSkill,
-        upstreams: &HashMap<String, Option<Arc<Upstream>>>,
+        upstream: Option<Arc<Upstream>>,
         common: &FileCommon,
     ) -> Option<Mapped> {
-        if skill == Skill::LeadSubmit {
-            self.problems
-                .push(src.problem("/skill", "lead.submit mappings are not supported yet"));
-            return None;
-        }
-        let upstream = match &file.upstream {
-            Some(name) => self.upstream_ref(src, "/upstream", name, upstreams),
-            None => {
-                self.problems.push(src.problem(
-                    "",
-                    "a proxy-mode mapping needs `upstream` (or `static`, `derive`, `mode: feed`)",
-                ));
-                None
-            }
+        // Without a usable upstream, guess its kind from the file so the request's own
+        // problems are still reported.
+        let soap = match &upstream {
+            Some(u) => u.soap().is_some(),
+            None => file.request.as_ref().is_some_and(|r| r.action.is_some()),
         };
+        let lead = skill == Skill::LeadSubmit;
         let request = match &file.request {
-            Some(r) => self.request(src, "/request", r),
+            Some(r) => self.request(src, "/request", r, soap, lead),
             None => {
                 self.problems
                     .push(src.problem("", "a proxy-mode mapping needs `request`"));
@@ -737,10 +1051,18 @@ impl Loader<'_> {
             }
         };
         let response_file = file.response.clone().unwrap_or_default();
-        let format = match Format::parse(
-            response_file.format.as_deref(),
-            &response_file.list_elements,
-        ) {
+        let format_name = match (soap, response_file.format.as_deref()) {
+            (true, None | Some("xml")) => Some("xml"),
+            (true, Some(_)) => {
+                self.problems.push(src.problem(
+                    "/response/format",
+                    "SOAP replies are XML; leave `format` out",
+                ));
+                Some("xml")
+            }
+            (false, f) => f,
+        };
+        let format = match Format::parse(format_name, &response_file.list_elements) {
             Ok(f) => Some(f),
             Err(e) => {
                 self.problems.push(src.problem("/response/format", e));
@@ -821,9 +1143,18 @@ impl Loader<'_> {
                 },
                 None => None,
             };
-            if status.is_none() && jq.is_none() {
-                self.problems
-                    .push(src.problem(&format!("{at}/when"), "give `status`, `jq` or both"));
+            if rule.when.fault.is_some() && !soap {
+                self.problems.push(src.problem(
+                    &format!("{at}/when/fault"),
+                    "`fault` matches SOAP faults; this upstream is not SOAP",
+                ));
+                continue;
+            }
+            if status.is_none() && jq.is_none() && rule.when.fault.is_none() {
+                self.problems.push(src.problem(
+                    &format!("{at}/when"),
+                    "give `status`, `fault`, `jq` or several",
+                ));
                 continue;
             }
             let message = rule
@@ -832,6 +1163,7 @@ impl Loader<'_> {
                 .unwrap_or_else(|| default_message(code).to_owned());
             errors.push(ErrorRule {
                 status,
+                fault: rule.when.fault.clone(),
                 jq,
                 code,
                 message,
@@ -891,6 +1223,15 @@ fn status_match(v: &Value) -> Option<StatusMatch> {
         }
         _ => None,
     }
+}
+
+/// `+` and 2–15 digits, the first not 0 (E.164, as AAP's phone pattern).
+fn is_e164(phone: &str) -> bool {
+    phone.strip_prefix('+').is_some_and(|digits| {
+        (2..=15).contains(&digits.len())
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && !digits.starts_with('0')
+    })
 }
 
 /// The buyer-facing message of an error rule that does not give one.

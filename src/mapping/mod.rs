@@ -5,12 +5,14 @@
 //! a validated call into the AAP response `data`. Skills without a handler are not served and
 //! answer `UNSUPPORTED_SKILL`.
 
+pub mod adf;
 pub mod decode;
 pub mod examples;
 pub mod execute;
 pub mod extract;
 pub mod feed;
 pub mod file;
+pub mod lead;
 pub mod load;
 pub mod request;
 pub mod search;
@@ -26,6 +28,7 @@ use crate::protocol::{Call, Reply, Skill};
 use crate::settings::Origin;
 use execute::Mapped;
 use feed::Feed;
+use lead::LeadMapping;
 
 /// A compiled way of answering one skill.
 #[derive(Debug, Clone)]
@@ -39,6 +42,8 @@ pub enum Handler {
     DerivedFacets(Arc<Mapped>),
     /// Answered from the cached inventory feed.
     Feed { skill: Skill, feed: Arc<Feed> },
+    /// `lead.submit`, run by `pipeline::handle` (consent, idempotency, delivery).
+    Lead(Arc<LeadMapping>),
 }
 
 /// What a handler produced.
@@ -69,7 +74,10 @@ impl Handler {
     pub fn fixed_payload(&self) -> Option<&Arc<Value>> {
         match self {
             Handler::Static(reply) => Some(&reply.payload),
-            Handler::Proxy(_) | Handler::DerivedFacets(_) | Handler::Feed { .. } => None,
+            Handler::Proxy(_)
+            | Handler::DerivedFacets(_)
+            | Handler::Feed { .. }
+            | Handler::Lead(_) => None,
         }
     }
 
@@ -79,6 +87,7 @@ impl Handler {
             Handler::Static(_) => "static configuration",
             Handler::Proxy(m) | Handler::DerivedFacets(m) => &m.file,
             Handler::Feed { feed, .. } => &feed.file,
+            Handler::Lead(lead) => &lead.file,
         }
     }
 
@@ -95,6 +104,11 @@ impl Handler {
                 let snapshot = feed.snapshot().await?;
                 snapshot.answer(*skill, &call.data).map(Answer::Data)
             }
+            // Leads need the gateway's rules around delivery; `pipeline` runs them.
+            Handler::Lead(lead) => Err(AapError::Internal(format!(
+                "{}: lead.submit reached the generic handler",
+                lead.file
+            ))),
         }
     }
 }

@@ -74,6 +74,8 @@ pub struct Rendered {
     pub path_and_query: String,
     pub headers: Vec<(HeaderName, HeaderValue)>,
     pub body: Option<String>,
+    /// SOAP upstreams: the operation's action.
+    pub action: Option<String>,
 }
 
 impl Rendered {
@@ -93,6 +95,8 @@ pub struct RequestSpec {
     pub body: Option<Context>,
     pub content_type: Option<&'static str>,
     pub pagination: Option<Pagination>,
+    /// Whether an `action` template (SOAP) was compiled.
+    pub action: bool,
 }
 
 impl RequestSpec {
@@ -108,7 +112,8 @@ impl RequestSpec {
         }) {
             return Err(format!("{UNSENDABLE}a path segment would be `.` or `..`"));
         }
-        if !path.starts_with('/') {
+        // An empty path is the base URL itself (a SOAP endpoint).
+        if !path.is_empty() && !path.starts_with('/') {
             return Err(format!(
                 "the rendered path `{path}` does not start with `/`"
             ));
@@ -160,6 +165,11 @@ impl RequestSpec {
         {
             headers.push((http::header::CONTENT_TYPE, HeaderValue::from_static(ct)));
         }
+        let action = if self.action {
+            Some(self.templates.render("action", Context::Header, values)?)
+        } else {
+            None
+        };
         let path_and_query = if query.is_empty() {
             path
         } else {
@@ -170,6 +180,7 @@ impl RequestSpec {
             path_and_query,
             headers,
             body,
+            action,
         })
     }
 }

@@ -102,6 +102,28 @@ impl Default for FileTelemetry {
     }
 }
 
+/// `idempotency`: where `lead.submit` idempotency keys and their replies are kept.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileIdempotency {
+    /// `memory` (this process; keys are not shared between replicas).
+    pub backend: String,
+    /// How long a reply is replayed for its key (SPEC §6.3: at least 24 h).
+    pub ttl: String,
+    /// Most keys held in memory; the oldest completed ones are dropped first beyond it.
+    pub max_entries: u64,
+}
+
+impl Default for FileIdempotency {
+    fn default() -> Self {
+        FileIdempotency {
+            backend: "memory".to_owned(),
+            ttl: "24h".to_owned(),
+            max_entries: 100_000,
+        }
+    }
+}
+
 /// Who operates the agent (card `provider`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

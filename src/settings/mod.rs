@@ -17,7 +17,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub use file::{DRAFT_EXTENSION_URI, DRAFT_SCHEMA_BASE_URL};
-use file::{FileAap, FileBindings, FileCard, FileDealer, FileLimits, FileProvider, FileTelemetry};
+use file::{
+    FileAap, FileBindings, FileCard, FileDealer, FileIdempotency, FileLimits, FileProvider,
+    FileTelemetry,
+};
 pub use yaml::{Origin, Problem, SourceMap};
 
 /// Prefix of environment overrides: `AAP_GATEWAY__LIMITS__MAX_BODY_BYTES=131072`.
@@ -36,6 +39,7 @@ pub struct Settings {
     pub jsonrpc_path: String,
     pub limits: Limits,
     pub telemetry: TelemetrySettings,
+    pub idempotency: IdempotencySettings,
     pub dealers: Vec<DealerSettings>,
     /// Problems that do not stop the gateway but that `check` reports.
     pub warnings: Vec<Problem>,
@@ -47,6 +51,12 @@ pub struct AapSettings {
     pub version: String,
     pub schema_base_url: String,
     pub description: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct IdempotencySettings {
+    pub ttl: Duration,
+    pub max_entries: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -212,6 +222,7 @@ impl Loader {
             "bindings",
             "limits",
             "telemetry",
+            "idempotency",
             "provider",
             "dealers",
         ];
@@ -235,6 +246,8 @@ impl Loader {
         let limits: Option<FileLimits> = self.optional_section("/limits", take("limits"));
         let telemetry: Option<FileTelemetry> =
             self.optional_section("/telemetry", take("telemetry"));
+        let idempotency: Option<FileIdempotency> =
+            self.optional_section("/idempotency", take("idempotency"));
         let provider = match take("provider") {
             Some(v) if !is_nil(&v) => self.section::<FileProvider>("/provider", v).map(Some),
             _ => Some(None),
@@ -245,6 +258,7 @@ impl Loader {
         let jsonrpc_path = self.jsonrpc_path(&bindings?.jsonrpc.path);
         let limits = self.limits(limits?);
         let telemetry = self.telemetry(telemetry?);
+        let idempotency = self.idempotency(idempotency?);
         let provider = provider?.map(|p| self.provider("/provider", p));
         let dealers = dealers?;
         Some(Settings {
@@ -255,6 +269,7 @@ impl Loader {
             jsonrpc_path: jsonrpc_path?,
             limits: limits?,
             telemetry: telemetry?,
+            idempotency: idempotency?,
             dealers: dealers
                 .into_iter()
                 .map(|mut d| {
@@ -422,6 +437,33 @@ impl Loader {
         Some(TelemetrySettings {
             log_format,
             service_name: file.service_name,
+        })
+    }
+
+    fn idempotency(&mut self, file: FileIdempotency) -> Option<IdempotencySettings> {
+        if file.backend != "memory" {
+            self.problem(
+                "/idempotency/backend",
+                format!("`{}` is not a backend; expected memory", file.backend),
+            );
+        }
+        let ttl = self.duration("/idempotency/ttl", &file.ttl);
+        if ttl.is_some_and(|t| t < Duration::from_secs(24 * 3600)) {
+            self.warn(
+                "/idempotency/ttl",
+                "shorter than the 24 h SPEC §6.3 recommends: a buyer retrying later gets a second lead",
+            );
+        }
+        let max_entries = if file.max_entries == 0 {
+            self.problem("/idempotency/max_entries", "must be at least 1");
+            None
+        } else {
+            usize::try_from(file.max_entries).ok()
+        };
+        (file.backend == "memory").then_some(())?;
+        Some(IdempotencySettings {
+            ttl: ttl?,
+            max_entries: max_entries?,
         })
     }
 

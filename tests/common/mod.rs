@@ -50,9 +50,9 @@ pub async fn demo_with_simulators() -> (Gateway, Simulators) {
     (gw, sims)
 }
 
-/// `DMS_URL` and `FEED_URL` of running simulators.
+/// The `${NAME}`s of running simulators (`DMS_URL`, `CRM_URL`, …).
 pub fn simulator_vars(sims: &Simulators) -> HashMap<String, String> {
-    ["DMS_URL", "FEED_URL"]
+    Simulators::VARS
         .into_iter()
         .filter_map(|name| sims.var(name).map(|v| (name.to_owned(), v)))
         .collect()
@@ -103,9 +103,9 @@ impl DemoCopy {
         std::fs::write(&path, text.replace(from, to)).expect("write copy");
     }
 
-    /// Sets `key: value` on the first line of a file of the copy whose content starts with
-    /// `key:` (indentation kept), e.g. `set_key("mappings/demo-toyota/upstreams.yaml",
-    /// "timeouts", "{ connect: 300ms, request: 500ms }")`.
+    /// Sets `key: value` on every line of a file of the copy whose content starts with `key:`
+    /// (indentation kept), e.g. `set_key("mappings/demo-toyota/upstreams.yaml", "timeouts",
+    /// "{ connect: 300ms, request: 500ms }")` for every upstream of the file.
     pub fn set_key(&self, relative: &str, key: &str, value: &str) {
         let path = self.path(relative);
         let text = std::fs::read_to_string(&path).expect("read copy");
@@ -115,7 +115,7 @@ impl DemoCopy {
             .lines()
             .map(|line| {
                 let trimmed = line.trim_start();
-                if !found && trimmed.starts_with(&prefix) {
+                if trimmed.starts_with(&prefix) {
                     found = true;
                     let indent = &line[..line.len() - trimmed.len()];
                     format!("{indent}{key}: {value}")

@@ -358,15 +358,11 @@ async def check_dealer(dealer: dict[str, Any], res: Results) -> None:  # noqa: P
                 res.check(f'{did}: reply keeps the client-supplied contextId',
                           False, f'{type(exc).__name__}: {exc}')
 
-        # 5. An unserved skill -> typed -32004 UNSUPPORTED_SKILL.
+        # 5. An unknown skill -> typed -32004 UNSUPPORTED_SKILL.
         request = build_request(
-            {
-                'type': LEAD_REQ_TYPE,
-                'customer': {'first_name': 'Interop', 'last_name': 'Check',
-                             'email': 'interop@example.com'},
-            },
-            LEAD_REQ_MEDIA,
-            [LEAD_RESP_MEDIA],
+            {'type': 'inventory.compare.request'},
+            'application/json',
+            ['application/vnd.autoagent.inventory-compare-response+json'],
         )
         error: Exception | None = None
         try:
@@ -374,7 +370,7 @@ async def check_dealer(dealer: dict[str, Any], res: Results) -> None:  # noqa: P
         except Exception as exc:  # noqa: BLE001
             error = exc
         res.check(
-            f'{did}: lead.submit raises UnsupportedOperationError (-32004)',
+            f'{did}: an unknown skill raises UnsupportedOperationError (-32004)',
             isinstance(error, UnsupportedOperationError),
             f'got {type(error).__name__ if error else "a reply"}: {error}'
             + (' (hint: the SDK loses the JSON-RPC code when the HTTP status is not 200)'
@@ -420,6 +416,57 @@ async def check_dealer(dealer: dict[str, Any], res: Results) -> None:  # noqa: P
             f'{did}: error reply is HTTP 200',
             resp is not None and resp.status_code == 200,
             f'status={resp.status_code if resp is not None else None}',
+        )
+
+        # 6. A lead through the SDK: delivered to the dealer's CRM, answered `received`.
+        lead = {
+            'type': LEAD_REQ_TYPE,
+            'customer': {'first_name': 'Interop', 'last_name': 'Check',
+                         'email': 'interop@example.com'},
+            'consent': {'granted_at': '2026-04-30T10:16:00Z',
+                        'allowed_channels': ['email'],
+                        'consent_text': 'I agree to be contacted by e-mail about my enquiry.',
+                        'scope': ['lead_submission']},
+            'message': 'Interop check lead.',
+            'source_agent': {'name': 'a2a-sdk-interop'},
+            'idempotency_key': str(uuid.uuid4()),
+        }
+        try:
+            reply = await send_one(client, build_request(lead, LEAD_REQ_MEDIA, [LEAD_RESP_MEDIA]))
+            parts = get_data_parts(reply.parts)
+            payload = parts[0] if parts and isinstance(parts[0], dict) else {}
+            data = payload.get('data') if isinstance(payload.get('data'), dict) else {}
+            res.check(
+                f'{did}: lead.submit is answered received with a lead_id',
+                payload.get('type') == 'lead.submit.response'
+                and data.get('status') == 'received' and bool(data.get('lead_id')),
+                f'payload={payload!r}',
+            )
+        except Exception as exc:  # noqa: BLE001
+            res.check(f'{did}: lead.submit is answered received with a lead_id', False,
+                      f'{type(exc).__name__}: {exc}')
+
+        # 7. A lead without consent never reaches the CRM: CONTACT_CONSENT_REQUIRED (-32000).
+        no_consent = {k: v for k, v in lead.items() if k not in ('consent', 'idempotency_key')}
+        error = None
+        try:
+            await send_one(client, build_request(no_consent, LEAD_REQ_MEDIA, [LEAD_RESP_MEDIA]))
+        except Exception as exc:  # noqa: BLE001
+            error = exc
+        _, resp, body = wire.last_post()
+        try:
+            envelope = json.loads(body)
+        except ValueError:
+            envelope = None
+        err = envelope.get('error') if isinstance(envelope, dict) else None
+        data = err.get('data') if isinstance(err, dict) else None
+        data = data if isinstance(data, list) else []
+        aap = [d for d in data if isinstance(d, dict) and d.get('@type') == AAP_ERROR_TYPE]
+        res.check(
+            f'{did}: a lead without consent is refused with CONTACT_CONSENT_REQUIRED (-32000)',
+            error is not None and isinstance(err, dict) and err.get('code') == -32000
+            and len(aap) == 1 and aap[0].get('code') == 'CONTACT_CONSENT_REQUIRED',
+            f'error={error!r} raw={json.dumps(err)[:400] if err else body[:300]!r}',
         )
 
         await client.close()  # shared httpx client: closed by the async with

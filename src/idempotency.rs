@@ -1,0 +1,476 @@
+//! Idempotent `lead.submit` (SPEC §6.3, DESIGN §6): a buyer that retries with the same
+//! `idempotency_key` gets the first reply again, never a second lead.
+//!
+//! - **Scope**: a key belongs to one dealer and one `source_agent.name`; two buyer agents that
+//!   happen to pick the same key never see each other's leads.
+//! - **Same payload** means equal canonical JSON of the request data (object keys sorted, numbers
+//!   as the binding normalised them): key order and whitespace do not matter, any value does.
+//! - **Replay**: a completed call's reply is stored for `ttl` and returned as is (the binding
+//!   gives it a fresh `messageId`). Only successes are stored: after an error the buyer retries
+//!   and the call runs again (the CRM's own duplicate check, fed a stable reference, keeps that
+//!   from creating a second lead).
+//! - **Conflict**: the same key with another payload is `IDEMPOTENCY_CONFLICT`.
+//! - **Single flight**: a duplicate arriving while the first call runs waits for it and gets its
+//!   reply; if the first call fails, the waiters fail with it (retryable) instead of each trying
+//!   the CRM again.
+//! - **Bounded**: at most `max_entries` keys are held; beyond that the oldest completed entries
+//!   are dropped first (they would expire first anyway, the TTL being the same for all).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+
+use crate::error::{AapCode, AapError};
+use crate::protocol::Reply;
+
+/// SHA-256 of the canonical JSON of a request.
+pub type Fingerprint = [u8; 32];
+
+/// Where a key lives: (dealer id, source agent name, key).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Scope {
+    pub dealer: String,
+    pub source: String,
+    pub key: String,
+}
+
+impl Scope {
+    /// The scope of a lead request's key, when it carries one.
+    pub fn of(dealer: &str, request: &Value) -> Option<Scope> {
+        let key = request.get("idempotency_key")?.as_str()?;
+        let source = request
+            .pointer("/source_agent/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        Some(Scope {
+            dealer: dealer.to_owned(),
+            source: source.to_owned(),
+            key: key.to_owned(),
+        })
+    }
+}
+
+/// What a claim on a key found.
+#[derive(Debug)]
+pub enum Claim {
+    /// First use (or the earlier call failed): run the call, then [`Ticket::complete`] it.
+    Fresh(Ticket),
+    /// The key was used with this payload: answer this reply again.
+    Replay(Reply),
+}
+
+/// The in-memory store of idempotency keys.
+#[derive(Debug)]
+pub struct Store {
+    ttl: Duration,
+    max_entries: usize,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    entries: HashMap<Scope, Entry>,
+    /// Completed keys in completion order (= expiry order), for expiry and eviction. May hold
+    /// keys already removed or re-completed; `Entry::Done::seq` tells which record is current.
+    order: VecDeque<(Instant, Scope, u64)>,
+    seq: u64,
+}
+
+#[derive(Debug)]
+enum Entry {
+    InFlight {
+        fingerprint: Fingerprint,
+        done: watch::Receiver<Outcome>,
+        id: u64,
+    },
+    Done {
+        fingerprint: Fingerprint,
+        reply: Reply,
+        seq: u64,
+    },
+}
+
+#[derive(Debug, Clone)]
+enum Outcome {
+    Running,
+    Completed(Reply),
+    Failed,
+}
+
+/// The right to run a fresh call for a key. Dropping it without [`Ticket::complete`] (an error,
+/// a cancelled request) frees the key and fails the waiters.
+#[derive(Debug)]
+pub struct Ticket {
+    store: Option<std::sync::Arc<Store>>,
+    scope: Scope,
+    fingerprint: Fingerprint,
+    id: u64,
+    tx: watch::Sender<Outcome>,
+}
+
+impl Store {
+    pub fn new(ttl: Duration, max_entries: usize) -> Store {
+        Store {
+            ttl,
+            max_entries: max_entries.max(1),
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// How long replies are kept.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Keys held (in flight or completed, expired ones not yet swept included).
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Claims `scope` for a request with `fingerprint`: a fresh ticket, the stored reply, or
+    /// `IDEMPOTENCY_CONFLICT`. Waits while an equal request with the same key is running.
+    pub async fn claim(
+        self: &std::sync::Arc<Self>,
+        scope: Scope,
+        fingerprint: Fingerprint,
+    ) -> Result<Claim, AapError> {
+        let mut rx = {
+            let mut inner = self.lock();
+            let now = Instant::now();
+            inner.sweep(now);
+            match inner.entries.get(&scope) {
+                Some(Entry::Done {
+                    fingerprint: f,
+                    reply,
+                    ..
+                }) => {
+                    return if *f == fingerprint {
+                        Ok(Claim::Replay(reply.clone()))
+                    } else {
+                        Err(conflict())
+                    };
+                }
+                Some(Entry::InFlight {
+                    fingerprint: f,
+                    done,
+                    ..
+                }) => {
+                    if *f != fingerprint {
+                        return Err(conflict());
+                    }
+                    done.clone()
+                }
+                None => {
+                    inner.evict(self.max_entries);
+                    inner.seq += 1;
+                    let id = inner.seq;
+                    let (tx, done) = watch::channel(Outcome::Running);
+                    inner.entries.insert(
+                        scope.clone(),
+                        Entry::InFlight {
+                            fingerprint,
+                            done,
+                            id,
+                        },
+                    );
+                    return Ok(Claim::Fresh(Ticket {
+                        store: Some(std::sync::Arc::clone(self)),
+                        scope,
+                        fingerprint,
+                        id,
+                        tx,
+                    }));
+                }
+            }
+        };
+        // Single flight: wait for the running call with this key.
+        let outcome = rx
+            .wait_for(|o| !matches!(o, Outcome::Running))
+            .await
+            .map(|o| o.clone())
+            .unwrap_or(Outcome::Failed);
+        match outcome {
+            Outcome::Completed(reply) => Ok(Claim::Replay(reply)),
+            Outcome::Running | Outcome::Failed => Err(AapError::Domain {
+                code: AapCode::InternalError,
+                message: "An earlier submission with this idempotency key failed while this one \
+                          waited for it; retry with the same key."
+                    .to_owned(),
+                details: None,
+            }),
+        }
+    }
+}
+
+impl Inner {
+    /// Drops expired completed entries.
+    fn sweep(&mut self, now: Instant) {
+        while let Some((expires, _, _)) = self.order.front() {
+            if *expires > now {
+                break;
+            }
+            if let Some((_, scope, seq)) = self.order.pop_front() {
+                self.remove_done(&scope, seq);
+            }
+        }
+    }
+
+    /// Makes room for one more entry by dropping the oldest completed ones.
+    fn evict(&mut self, max_entries: usize) {
+        while self.entries.len() >= max_entries {
+            let Some((_, scope, seq)) = self.order.pop_front() else {
+                // Only calls in flight: they are bounded by the server's concurrency limit.
+                return;
+            };
+            self.remove_done(&scope, seq);
+        }
+    }
+
+    fn remove_done(&mut self, scope: &Scope, seq: u64) {
+        if matches!(self.entries.get(scope), Some(Entry::Done { seq: s, .. }) if *s == seq) {
+            self.entries.remove(scope);
+        }
+    }
+}
+
+impl Ticket {
+    /// Stores `reply` for the key and hands it to every waiter.
+    pub fn complete(mut self, reply: &Reply) {
+        if let Some(store) = self.store.take() {
+            let mut inner = store.lock();
+            inner.seq += 1;
+            let seq = inner.seq;
+            let expires = Instant::now() + store.ttl;
+            let current = matches!(inner.entries.get(&self.scope), Some(Entry::InFlight { id, .. }) if *id == self.id);
+            if current {
+                inner.entries.insert(
+                    self.scope.clone(),
+                    Entry::Done {
+                        fingerprint: self.fingerprint,
+                        reply: reply.clone(),
+                        seq,
+                    },
+                );
+                inner.order.push_back((expires, self.scope.clone(), seq));
+            }
+        }
+        let _ = self.tx.send(Outcome::Completed(reply.clone()));
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(store) = self.store.take() {
+            let mut inner = store.lock();
+            let current = matches!(inner.entries.get(&self.scope), Some(Entry::InFlight { id, .. }) if *id == self.id);
+            if current {
+                inner.entries.remove(&self.scope);
+            }
+            drop(inner);
+            let _ = self.tx.send(Outcome::Failed);
+        }
+    }
+}
+
+fn conflict() -> AapError {
+    AapError::domain(
+        AapCode::IdempotencyConflict,
+        "This idempotency_key was already used with a different request; use a new key for a \
+         new lead.",
+    )
+}
+
+/// SHA-256 of the canonical JSON of `value`: object keys sorted at every level, no whitespace.
+pub fn fingerprint(value: &Value) -> Fingerprint {
+    let mut hasher = Sha256::new();
+    canonical(value, &mut hasher);
+    hasher.finalize().into()
+}
+
+fn canonical(value: &Value, out: &mut Sha256) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_unstable();
+            out.update(b"{");
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.update(b",");
+                }
+                out.update(Value::String(key.clone()).to_string().as_bytes());
+                out.update(b":");
+                if let Some(v) = map.get(key) {
+                    canonical(v, out);
+                }
+            }
+            out.update(b"}");
+        }
+        Value::Array(items) => {
+            out.update(b"[");
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.update(b",");
+                }
+                canonical(item, out);
+            }
+            out.update(b"]");
+        }
+        scalar => out.update(scalar.to_string().as_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Skill;
+    use serde_json::json;
+    use std::sync::Arc;
+
+    fn scope(key: &str) -> Scope {
+        Scope {
+            dealer: "d".into(),
+            source: "agent".into(),
+            key: key.into(),
+        }
+    }
+
+    fn reply(id: &str) -> Reply {
+        Reply::new(
+            Skill::LeadSubmit,
+            json!({ "lead_id": id, "status": "received" }),
+            None,
+        )
+    }
+
+    fn lead_id(claim: &Claim) -> Option<String> {
+        match claim {
+            Claim::Replay(r) => r.payload["data"]["lead_id"].as_str().map(str::to_owned),
+            Claim::Fresh(_) => None,
+        }
+    }
+
+    #[test]
+    fn key_order_and_whitespace_do_not_change_the_fingerprint() {
+        let a: Value = serde_json::from_str(r#"{"a": 1, "b": {"y": [1, 2], "x": "s"}}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"b":{"x":"s","y":[1,2]},"a":1}"#).unwrap();
+        assert_eq!(fingerprint(&a), fingerprint(&b));
+        let c = json!({"a": 1, "b": {"x": "s", "y": [2, 1]}});
+        assert_ne!(fingerprint(&a), fingerprint(&c));
+    }
+
+    #[tokio::test]
+    async fn a_completed_key_replays_and_a_changed_payload_conflicts() {
+        let store = Arc::new(Store::new(Duration::from_secs(60), 10));
+        let Claim::Fresh(ticket) = store.claim(scope("k"), [1; 32]).await.unwrap() else {
+            panic!("fresh")
+        };
+        ticket.complete(&reply("L-1"));
+        let again = store.claim(scope("k"), [1; 32]).await.unwrap();
+        assert_eq!(lead_id(&again).as_deref(), Some("L-1"));
+        let err = store.claim(scope("k"), [2; 32]).await.unwrap_err();
+        assert!(matches!(
+            err,
+            AapError::Domain {
+                code: AapCode::IdempotencyConflict,
+                ..
+            }
+        ));
+        // Another source agent's key of the same name is another key.
+        let mut other = scope("k");
+        other.source = "someone-else".into();
+        assert!(matches!(
+            store.claim(other, [2; 32]).await.unwrap(),
+            Claim::Fresh(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_failed_call_frees_its_key() {
+        let store = Arc::new(Store::new(Duration::from_secs(60), 10));
+        let Claim::Fresh(ticket) = store.claim(scope("k"), [1; 32]).await.unwrap() else {
+            panic!("fresh")
+        };
+        drop(ticket);
+        assert!(matches!(
+            store.claim(scope("k"), [1; 32]).await.unwrap(),
+            Claim::Fresh(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn concurrent_duplicates_wait_for_the_first_call() {
+        let store = Arc::new(Store::new(Duration::from_secs(60), 10));
+        let Claim::Fresh(ticket) = store.claim(scope("k"), [1; 32]).await.unwrap() else {
+            panic!("fresh")
+        };
+        let waiters: Vec<_> = (0..5)
+            .map(|_| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move { store.claim(scope("k"), [1; 32]).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        ticket.complete(&reply("L-7"));
+        for w in waiters {
+            let claim = w.await.unwrap().unwrap();
+            assert_eq!(lead_id(&claim).as_deref(), Some("L-7"));
+        }
+    }
+
+    #[tokio::test]
+    async fn waiters_fail_with_the_first_call() {
+        let store = Arc::new(Store::new(Duration::from_secs(60), 10));
+        let Claim::Fresh(ticket) = store.claim(scope("k"), [1; 32]).await.unwrap() else {
+            panic!("fresh")
+        };
+        let waiter = {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { store.claim(scope("k"), [1; 32]).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(ticket);
+        let err = waiter.await.unwrap().unwrap_err();
+        assert!(matches!(
+            err,
+            AapError::Domain {
+                code: AapCode::InternalError,
+                ..
+            }
+        ));
+    }
+
+    #[tokio::test]
+    async fn entries_expire_and_the_store_stays_bounded() {
+        let store = Arc::new(Store::new(Duration::from_millis(30), 3));
+        for i in 0..10 {
+            let Claim::Fresh(t) = store.claim(scope(&format!("k{i}")), [1; 32]).await.unwrap()
+            else {
+                panic!("fresh")
+            };
+            t.complete(&reply(&format!("L-{i}")));
+            assert!(store.len() <= 3, "{} entries", store.len());
+        }
+        // The newest survive eviction.
+        assert_eq!(
+            lead_id(&store.claim(scope("k9"), [1; 32]).await.unwrap()).as_deref(),
+            Some("L-9")
+        );
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert!(matches!(
+            store.claim(scope("k9"), [1; 32]).await.unwrap(),
+            Claim::Fresh(_)
+        ));
+    }
+}

@@ -1,0 +1,422 @@
+//! `lead.submit`: a buyer's lead delivered to the dealer's CRM, and the CRM's answer mapped back.
+//!
+//! The pipeline runs the gateway's own rules first (schema, idempotency, consent, the optional
+//! vehicle check); this module holds what is specific to one dealer's lead mapping:
+//!
+//! - **Delivery**: over HTTP through the ordinary mapping engine (a SOAP operation, a REST JSON
+//!   call, or the ADF/XML document POSTed to an intake), or by e-mail to the CRM's intake
+//!   address (the ADF document as the body, the consent grant attached as `consent.json`).
+//! - **Facts** the templates and jq programs see as `lead` / `$lead`: a stable `reference` (the
+//!   same for every retry of one submission, so a CRM that de-duplicates by external reference
+//!   never creates a second lead), `received_at`, the `adf` document, the consent as JSON, and
+//!   the appointment time in the rooftop's zone.
+//! - **The reply**: the mapping's jq gives `data`; the gateway adds the dealer contact and a
+//!   message that says what happens next (and that only `confirmed` is a booking, SPEC §5.13).
+//!
+//! Only an acknowledged delivery is answered: a CRM that fails, times out or answers something
+//! the mapping cannot read gives `INTERNAL_ERROR` (retryable), never `received`.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use minijinja::value::Value as TplValue;
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use super::Handler;
+use super::adf::{self, AdfContext};
+use super::execute::{Canned, Mapped, Shared, Transport};
+use super::extract::{Jq, JqValue, JqVars};
+use super::template::{Context, Templates};
+use crate::error::{AapCode, AapError};
+use crate::idempotency::Fingerprint;
+use crate::protocol::{Call, Reply, Skill, SkillRef};
+use crate::upstream::{MailPart, Mailer, OutgoingMail};
+
+/// A dealer's compiled lead mapping.
+#[derive(Debug)]
+pub struct LeadMapping {
+    /// The mapping file, for logs.
+    pub file: String,
+    pub policy: LeadPolicy,
+    pub delivery: Delivery,
+}
+
+/// The dealer's rules for leads (`lead:` in `lead.submit.yaml`).
+#[derive(Debug, Clone)]
+pub struct LeadPolicy {
+    /// Channels the dealer follows up on; empty = any.
+    pub follow_up: Vec<String>,
+    pub timezone: TimeZone,
+    pub check_vehicle: bool,
+    pub test_drive_needs_vehicle: bool,
+    /// Returned in `data.dealer` with the dealer's name.
+    pub dealer_phone: Option<String>,
+    /// The dealership's name (ADF `<vendor>`, `data.dealer.name`).
+    pub dealer_name: String,
+    pub dealer_id: String,
+}
+
+/// Where leads go.
+#[derive(Debug)]
+pub enum Delivery {
+    /// An HTTP call built by the mapping engine (SOAP, REST JSON, ADF POST).
+    Http(Arc<Mapped>),
+    /// An e-mail to the CRM's intake address.
+    Mail(Box<MailDelivery>),
+}
+
+/// A lead by e-mail: the subject template and the jq program that turns the server's receipt
+/// (`{"message_id", "server_reply"}`) into the reply data.
+#[derive(Debug)]
+pub struct MailDelivery {
+    pub mailer: Arc<Mailer>,
+    pub subject: Templates,
+    pub response: Jq,
+    pub shared: Shared,
+}
+
+impl LeadMapping {
+    /// Dealer rules on the request itself (before any upstream call).
+    pub fn check_request(&self, request: &Value) -> Result<(), AapError> {
+        let test_drive =
+            request.pointer("/appointment/appointment_type") == Some(&json!("test_drive"));
+        if self.policy.test_drive_needs_vehicle
+            && test_drive
+            && request.get("vehicle_of_interest").is_none()
+        {
+            return Err(AapError::Validation {
+                code: AapCode::MissingRequiredField,
+                violations: vec![crate::error::Violation {
+                    instance_location: "/vehicle_of_interest".to_owned(),
+                    keyword: "required".to_owned(),
+                    error: "a test drive needs the vehicle of interest".to_owned(),
+                }],
+            });
+        }
+        Ok(())
+    }
+
+    /// Looks the vehicle of interest up with the dealer's `inventory.vehicle` handler when the
+    /// policy asks for it: unknown and sold units stop the lead; a lookup that fails for
+    /// another reason does not (a lead is worth more than the check).
+    pub async fn verify_vehicle(
+        &self,
+        inventory: Option<&Handler>,
+        request: &Value,
+    ) -> Result<(), AapError> {
+        if !self.policy.check_vehicle {
+            return Ok(());
+        }
+        let (Some(handler), Some(lookup)) = (inventory, vehicle_lookup(request)) else {
+            return Ok(());
+        };
+        let call = Call {
+            skill: SkillRef::Known(Skill::InventoryVehicle),
+            declared: None,
+            data: lookup,
+            context_id: None,
+        };
+        match handler.execute(&call).await {
+            Ok(_) => Ok(()),
+            Err(
+                e @ AapError::Domain {
+                    code: AapCode::VehicleNotFound | AapCode::VehicleUnavailable,
+                    ..
+                },
+            ) => Err(e),
+            Err(e) => {
+                tracing::warn!(
+                    dealer = %self.policy.dealer_id,
+                    error = %e,
+                    "vehicle check failed; delivering the lead without it"
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// The facts the templates (`lead`) and jq programs (`$lead`) see.
+    pub fn facts(&self, request: &Value, fingerprint: &Fingerprint, now: Timestamp) -> Value {
+        let reference = reference(&self.policy.dealer_id, request, fingerprint);
+        let adf = adf::render(
+            request,
+            &AdfContext {
+                vendor_name: &self.policy.dealer_name,
+                reference: &reference,
+                timezone: &self.policy.timezone,
+                received_at: now,
+            },
+        );
+        let appointment_local = request
+            .pointer("/appointment/appointment_at")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<Timestamp>().ok())
+            .map(|t| {
+                t.to_zoned(self.policy.timezone.clone())
+                    .strftime("%Y-%m-%d %H:%M %Z")
+                    .to_string()
+            });
+        json!({
+            "reference": reference,
+            "received_at": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            "adf": adf,
+            "consent_json": request.get("consent").map(Value::to_string),
+            "appointment_local": appointment_local,
+        })
+    }
+
+    /// Delivers the lead and maps the acknowledgement to reply `data`. `canned`: run offline
+    /// against a canned reply (examples) instead of the live CRM.
+    pub async fn deliver(
+        &self,
+        canned: Option<&Canned>,
+        request: &Value,
+        facts: &Value,
+    ) -> Result<Value, AapError> {
+        match &self.delivery {
+            Delivery::Http(mapped) => {
+                let transport = match canned {
+                    Some(c) => Transport::Canned(c),
+                    None => Transport::Live(&mapped.upstream),
+                };
+                mapped.execute_lead(transport, request, facts).await
+            }
+            Delivery::Mail(mail) => self.mail(mail, canned.is_some(), request, facts).await,
+        }
+    }
+
+    async fn mail(
+        &self,
+        mail: &MailDelivery,
+        offline: bool,
+        request: &Value,
+        facts: &Value,
+    ) -> Result<Value, AapError> {
+        let values = minijinja::context! {
+            request => TplValue::from(minijinja::value::Serde(request)),
+            tables => mail.shared.tables_tpl.clone(),
+            dealer => mail.shared.dealer_tpl.clone(),
+            lead => TplValue::from(minijinja::value::Serde(facts)),
+        };
+        let subject = mail
+            .subject
+            .render("subject", Context::Header, &values)
+            .map_err(|e| AapError::Internal(format!("{}: mail subject: {e}", self.file)))?;
+        let text = |key: &str| {
+            facts
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let reference = text("reference");
+        let receipt = if !offline {
+            let outgoing = OutgoingMail {
+                subject,
+                message_id: format!("{reference}@aap-gateway"),
+                parts: vec![
+                    MailPart {
+                        content_type: "text/plain; charset=utf-8".to_owned(),
+                        filename: None,
+                        body: text("adf"),
+                    },
+                    MailPart {
+                        content_type: "application/json".to_owned(),
+                        filename: Some("consent.json".to_owned()),
+                        body: text("consent_json"),
+                    },
+                ],
+            };
+            let receipt = mail
+                .mailer
+                .send(outgoing)
+                .await
+                .map_err(|e| e.into_aap(mail.mailer.name()))?;
+            json!({ "message_id": receipt.message_id, "server_reply": receipt.server_reply })
+        } else {
+            // Examples run offline: the receipt a server would give.
+            json!({
+                "message_id": format!("{reference}@aap-gateway"),
+                "server_reply": "250 2.0.0 OK (example)",
+            })
+        };
+        let vars = JqVars {
+            request: JqValue::from_json(request),
+            tables: mail.shared.tables_jq.clone(),
+            dealer: mail.shared.dealer_jq.clone(),
+            lead: JqValue::from_json(facts),
+        };
+        mail.response
+            .run_one(&JqValue::from_json(&receipt), &vars)
+            .map(|v| v.to_json())
+            .map_err(|_| {
+                // jq messages quote values, and lead values are personal data.
+                AapError::Internal(format!(
+                    "{}: the response jq failed on the mail receipt",
+                    self.file
+                ))
+            })
+    }
+
+    /// The reply: `data` completed with the dealer contact, and a message saying what happens
+    /// next.
+    pub fn reply(&self, mut data: Value, request: &Value) -> Reply {
+        if let Some(obj) = data.as_object_mut()
+            && !obj.contains_key("dealer")
+        {
+            let mut dealer = Map::new();
+            dealer.insert("name".into(), json!(self.policy.dealer_name));
+            if let Some(phone) = &self.policy.dealer_phone {
+                dealer.insert("phone".into(), json!(phone));
+            }
+            obj.insert("dealer".into(), Value::Object(dealer));
+        }
+        let message = message(&data, request);
+        Reply::new(Skill::LeadSubmit, data, Some(message))
+    }
+}
+
+/// The `inventory.vehicle` request that finds the vehicle of interest, when it names one.
+pub fn vehicle_lookup(request: &Value) -> Option<Value> {
+    let vehicle = request.get("vehicle_of_interest")?;
+    let mut lookup = Map::new();
+    lookup.insert("type".into(), json!("inventory.vehicle.request"));
+    for key in ["vin", "stock", "vehicle_id"] {
+        if let Some(v) = vehicle.get(key).filter(|v| v.is_string()) {
+            lookup.insert(key.into(), v.clone());
+        }
+    }
+    (lookup.len() > 1).then_some(Value::Object(lookup))
+}
+
+/// The lead's stable external reference: the same for every retry of one submission. With an
+/// idempotency key it is derived from (dealer, source agent, key); without one from (dealer,
+/// payload), so even a keyless retry of the very same lead is recognised by the CRM.
+pub fn reference(dealer: &str, request: &Value, fingerprint: &Fingerprint) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(dealer.as_bytes());
+    hasher.update([0]);
+    match (
+        request.get("idempotency_key").and_then(Value::as_str),
+        request
+            .pointer("/source_agent/name")
+            .and_then(Value::as_str),
+    ) {
+        (Some(key), source) => {
+            hasher.update(b"key\0");
+            hasher.update(source.unwrap_or_default().as_bytes());
+            hasher.update([0]);
+            hasher.update(key.as_bytes());
+        }
+        (None, _) => {
+            hasher.update(b"payload\0");
+            hasher.update(fingerprint);
+        }
+    }
+    let digest = hasher.finalize();
+    let mut out = String::with_capacity(28);
+    out.push_str("aap-");
+    for byte in &digest[..12] {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    out
+}
+
+/// What the buyer agent should tell its user (SPEC §5.13: only `confirmed` is a booking).
+fn message(data: &Value, request: &Value) -> String {
+    let status = data
+        .get("status")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let channels: Vec<&str> = request
+        .pointer("/consent/allowed_channels")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let follow_up = if channels.is_empty() {
+        String::new()
+    } else {
+        format!(" by {}", channels.join(" or "))
+    };
+    let lead = match status {
+        "duplicate" => "The dealer already had an equivalent recent request from this customer \
+                        and merged this one into it."
+            .to_owned(),
+        "rejected" => "The dealer did not accept this lead.".to_owned(),
+        _ => format!("The dealer received the lead and will follow up{follow_up}."),
+    };
+    let appointment = data.get("appointment");
+    let appt_status = appointment
+        .and_then(|a| a.get("status"))
+        .and_then(Value::as_str);
+    let appt = match appt_status {
+        Some("confirmed") => format!(
+            " The appointment is booked for {}.",
+            appointment
+                .and_then(|a| a.get("confirmed_at"))
+                .and_then(Value::as_str)
+                .unwrap_or("the requested time")
+        ),
+        Some("proposed") => " The requested time is not available; the dealer proposes the \
+                             listed times. This is not a booking yet: submit a new lead with \
+                             the chosen time."
+            .to_owned(),
+        Some("requested") => " The appointment request was passed on; staff will contact the \
+                              customer to schedule it. This is not a booking yet."
+            .to_owned(),
+        Some("rejected") => " The dealer cannot host the requested appointment.".to_owned(),
+        _ => String::new(),
+    };
+    format!("{lead}{appt}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reference_is_stable_per_key_and_scoped_by_dealer_and_agent() {
+        let a = json!({ "idempotency_key": "k1", "source_agent": { "name": "x" }, "message": "a" });
+        let b = json!({ "idempotency_key": "k1", "source_agent": { "name": "x" }, "message": "b" });
+        let c = json!({ "idempotency_key": "k1", "source_agent": { "name": "y" } });
+        let f1 = [1; 32];
+        let f2 = [2; 32];
+        assert_eq!(reference("d", &a, &f1), reference("d", &b, &f2));
+        assert_ne!(reference("d", &a, &f1), reference("e", &a, &f1));
+        assert_ne!(reference("d", &a, &f1), reference("d", &c, &f1));
+        let keyless = json!({ "source_agent": { "name": "x" } });
+        assert_eq!(reference("d", &keyless, &f1), reference("d", &keyless, &f1));
+        assert_ne!(reference("d", &keyless, &f1), reference("d", &keyless, &f2));
+        assert_eq!(reference("d", &a, &f1).len(), 28);
+    }
+
+    #[test]
+    fn the_vehicle_lookup_uses_the_identifiers_given() {
+        let r = json!({ "vehicle_of_interest": { "vin": "V", "year": 2022 } });
+        assert_eq!(
+            vehicle_lookup(&r),
+            Some(json!({ "type": "inventory.vehicle.request", "vin": "V" }))
+        );
+        let r = json!({ "vehicle_of_interest": { "year": 2022, "make": "Honda" } });
+        assert_eq!(vehicle_lookup(&r), None);
+        assert_eq!(vehicle_lookup(&json!({})), None);
+    }
+
+    #[test]
+    fn messages_never_call_a_proposal_a_booking() {
+        let r = json!({ "consent": { "allowed_channels": ["email", "phone"] } });
+        let m = message(
+            &json!({ "status": "received", "appointment": { "status": "proposed" } }),
+            &r,
+        );
+        assert!(m.contains("not a booking"), "{m}");
+        let m = message(
+            &json!({ "status": "received", "appointment": { "status": "confirmed", "confirmed_at": "2026-05-02T17:00:00Z" } }),
+            &r,
+        );
+        assert!(m.contains("booked for 2026-05-02T17:00:00Z"), "{m}");
+        assert!(m.contains("by email or phone"), "{m}");
+    }
+}

@@ -1,0 +1,209 @@
+//! Personal data never reaches the logs: the real binary runs the demo with every crate logging
+//! at debug level, leads go through both dealers — delivered, refused by consent rules, refused
+//! by the schema, failed by the CRM — and the captured log holds none of the customer's data.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use aap_gateway::demo::inventory::{self, Status};
+use serde_json::{Value, json};
+
+/// A customer whose every value is unmistakable in a log.
+const FIRST: &str = "Privacia";
+const LAST: &str = "Testperson";
+const EMAIL: &str = "privacia.testperson@example.com";
+const PHONE: &str = "+14155559876";
+const STREET: &str = "742 Evergreen Terrace";
+const CITY: &str = "Springfieldia";
+const MESSAGE: &str = "my-private-note-4711";
+const CONSENT: &str = "I, Privacia, agree to be contacted (consent-text-0815).";
+const NOTES: &str = "appointment-notes-0042";
+
+fn lead(vin: &str, key: &str) -> Value {
+    json!({
+        "type": "lead.submit.request",
+        "customer": {
+            "first_name": FIRST, "last_name": LAST, "email": EMAIL, "phone": PHONE,
+            "preferred_contact": "email",
+            "address": { "address_line_1": STREET, "city": CITY, "state": "CA", "zip": "94110" }
+        },
+        "consent": {
+            "granted_at": "2026-04-30T10:16:00Z", "allowed_channels": ["email", "phone"],
+            "consent_text": CONSENT, "scope": ["lead_submission"]
+        },
+        "vehicle_of_interest": { "vin": vin },
+        "appointment": { "appointment_type": "sales", "notes": NOTES },
+        "message": MESSAGE,
+        "source_agent": { "name": "privacy-test-agent" },
+        "idempotency_key": key
+    })
+}
+
+struct Demo {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+    endpoints: Value,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn start_demo() -> Demo {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let endpoints_file = dir.path().join("endpoints.json");
+    let log = dir.path().join("gateway.log");
+    let child = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+        .args([
+            "demo",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--endpoints-file")
+        .arg(&endpoints_file)
+        .args(["--log-format", "json"])
+        .env("RUST_LOG", "debug")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("the binary starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let endpoints = loop {
+        if let Some(v) = std::fs::read_to_string(&endpoints_file)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "the demo did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    Demo {
+        child,
+        log,
+        endpoints,
+        _dir: dir,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_customer_data_reaches_the_logs_at_debug_level() {
+    let demo = start_demo().await;
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let dealer_url = |id: &str| {
+        demo.endpoints["dealers"]
+            .as_array()
+            .and_then(|d| d.iter().find(|d| d["id"] == id))
+            .and_then(|d| d["jsonrpc_url"].as_str())
+            .expect("dealer url")
+            .to_owned()
+    };
+    let toyota = dealer_url("demo_toyota");
+    let honda = dealer_url("demo_honda");
+    let send = |url: String, data: Value| {
+        let client = client.clone();
+        async move {
+            let mut req = client
+                .post(url)
+                .body(common::send_message(data).to_string());
+            for (k, v) in common::standard_headers() {
+                req = req.header(k, v);
+            }
+            let reply: Value = req.send().await.expect("reply").json().await.expect("json");
+            reply
+        }
+    };
+    let toyota_vin = inventory::toyota_group()
+        .into_iter()
+        .find(|u| u.status == Status::InStock)
+        .expect("unit")
+        .vin;
+    let honda_vin = inventory::honda_powersports()
+        .into_iter()
+        .find(|u| u.status == Status::InStock)
+        .expect("unit")
+        .vin;
+
+    // Delivered to each CRM.
+    let ok = send(toyota.clone(), lead(&toyota_vin, "p-1")).await;
+    assert_eq!(
+        ok["result"]["message"]["parts"][0]["data"]["data"]["status"], "received",
+        "{ok}"
+    );
+    let ok = send(honda.clone(), lead(&honda_vin, "p-2")).await;
+    assert_eq!(
+        ok["result"]["message"]["parts"][0]["data"]["data"]["status"], "received",
+        "{ok}"
+    );
+    // Replayed.
+    send(toyota.clone(), lead(&toyota_vin, "p-1")).await;
+    // Refused by the consent rules and by the schema (a malformed e-mail address).
+    let mut no_channel = lead(&toyota_vin, "p-3");
+    no_channel["customer"]["preferred_contact"] = json!("sms");
+    let refused = send(toyota.clone(), no_channel).await;
+    assert!(refused.get("error").is_some(), "{refused}");
+    let mut bad = lead(&toyota_vin, "p-4");
+    bad["customer"]["email"] = json!(format!("{EMAIL} not-an-address"));
+    bad["customer"]["phone"] = json!(format!("{PHONE}x"));
+    let refused = send(toyota.clone(), bad).await;
+    assert!(refused.get("error").is_some(), "{refused}");
+    // The CRM fails: the cause is logged under an error id.
+    let crm = demo.endpoints["simulators"]["crm"]
+        .as_str()
+        .expect("crm url");
+    client
+        .put(format!("{crm}/_sim/mode"))
+        .body(r#"{"mode": "fail"}"#)
+        .send()
+        .await
+        .expect("mode");
+    let failed = send(toyota.clone(), lead(&toyota_vin, "p-5")).await;
+    assert_eq!(failed["error"]["code"], -32603, "{failed}");
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = std::fs::read_to_string(&demo.log).expect("log");
+    // The log is really at debug level and saw the leads' path.
+    assert!(
+        log.contains("\"level\":\"DEBUG\""),
+        "debug logging is on:\n{log}"
+    );
+    assert!(log.contains("request failed inside the gateway"), "{log}");
+    assert!(
+        log.contains("\"upstream\":\"crm\""),
+        "the SOAP CRM calls are logged:\n{log}"
+    );
+    for secret in [
+        FIRST,
+        LAST,
+        EMAIL,
+        PHONE,
+        "4155559876",
+        STREET,
+        CITY,
+        MESSAGE,
+        CONSENT,
+        "consent-text-0815",
+        NOTES,
+    ] {
+        assert!(
+            !log.contains(secret),
+            "`{secret}` appears in the log:\n{}",
+            log.lines()
+                .filter(|l| l.contains(secret))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+}
