@@ -48,8 +48,18 @@ fn headers() -> HeaderMap {
 
 fn app() -> App {
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/demo.yaml");
-    let settings =
-        aap_gateway::settings::load_with_env(&config, HashMap::new()).expect("demo config");
+    // A quota no benchmark exhausts: the limiter's cost is measured, never its refusals.
+    let env = HashMap::from([
+        (
+            "AAP_GATEWAY__RATE_LIMIT__DEFAULT__RATE".to_owned(),
+            "1000000000/s".to_owned(),
+        ),
+        (
+            "AAP_GATEWAY__RATE_LIMIT__DEFAULT__BURST".to_owned(),
+            "1000000000".to_owned(),
+        ),
+    ]);
+    let settings = aap_gateway::settings::load_with_env(&config, env).expect("demo config");
     let listen = settings.listen;
     App::build(settings, listen).expect("demo app")
 }
@@ -78,6 +88,10 @@ fn bench(c: &mut Criterion) {
         .build()
         .expect("rt");
     let headers = headers();
+    let caller = aap_gateway::protocol::Caller {
+        ip: std::net::Ipv4Addr::LOCALHOST.into(),
+        presented: aap_gateway::auth::Presented::default(),
+    };
     let info = serde_json::to_vec(&json!({
         "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
         "params": { "message": { "messageId": "m", "role": "ROLE_USER",
@@ -85,7 +99,15 @@ fn bench(c: &mut Criterion) {
     }))
     .expect("json");
     c.bench_function("jsonrpc_serve/dealer.information (end to end)", |b| {
-        b.iter(|| runtime.block_on(jsonrpc::serve(&app, dealer, &headers, black_box(&info))))
+        b.iter(|| {
+            runtime.block_on(jsonrpc::serve(
+                &app,
+                dealer,
+                &caller,
+                &headers,
+                black_box(&info),
+            ))
+        })
     });
     // inventory.search is not served by the demo's profile-only dealers yet: this measures the
     // full decode → header checks → decode → UNSUPPORTED_SKILL error encode path.
@@ -96,6 +118,7 @@ fn bench(c: &mut Criterion) {
                 runtime.block_on(jsonrpc::serve(
                     &app,
                     dealer,
+                    &caller,
                     &headers,
                     black_box(&search_bytes),
                 ))

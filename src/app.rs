@@ -9,14 +9,22 @@ use std::time::SystemTime;
 use crate::error::AapError;
 use std::sync::Arc;
 
+use crate::auth::Authenticator;
 use crate::idempotency::Store;
 use crate::mapping::feed::Feed;
 use crate::mapping::load::{LoadContext, load_folder};
 use crate::mapping::{Example, Handler};
+use crate::protocol::Caller;
 use crate::protocol::agent_card::{AgentCard, CardInput};
 use crate::protocol::{Skill, SkillRef};
+use crate::rate_limit::{Client, Limiter};
+use crate::redis_backend::RedisBackend;
 use crate::schema::Schemas;
+use crate::settings::LimitBackend;
 use crate::settings::{DealerSettings, Problem, Settings};
+
+/// How often idle rate-limit buckets are forgotten.
+const LIMIT_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[derive(Debug)]
 pub struct App {
@@ -26,11 +34,17 @@ pub struct App {
     pub dealers: Vec<Dealer>,
     /// `lead.submit` idempotency keys and their replies.
     pub idempotency: Arc<Store>,
+    /// Quotas per dealer, client and skill, and the concurrency limit.
+    pub limits: Arc<Limiter>,
+    /// `None`: public agents.
+    pub auth: Option<Authenticator>,
     pub loaded_at: SystemTime,
 }
 
 #[derive(Debug)]
 pub struct Dealer {
+    /// Position in `App::dealers`; names the dealer in rate-limit keys.
+    pub index: u16,
     pub settings: DealerSettings,
     pub card: AgentCard,
     /// The JSON-RPC URL the card advertises.
@@ -80,15 +94,40 @@ impl App {
             return Err(problems);
         }
         crate::router::sort_by_specificity(&mut dealers);
+        for (i, dealer) in dealers.iter_mut().enumerate() {
+            dealer.index = u16::try_from(i).unwrap_or(u16::MAX);
+        }
         let idempotency = Arc::new(Store::new(
             settings.idempotency.ttl,
             settings.idempotency.max_entries,
         ));
+        let redis = match &settings.rate_limit.backend {
+            LimitBackend::Redis { url } => Some(
+                RedisBackend::new(url, settings.rate_limit.redis_timeout, "aapgw:")
+                    .map_err(|e| vec![settings.source.problem("/rate_limit/redis_url", e)])?,
+            ),
+            LimitBackend::Memory => None,
+        };
+        let key_quotas: Vec<(Arc<str>, crate::settings::Quota)> = settings
+            .auth
+            .iter()
+            .flat_map(|a| a.keys.iter())
+            .filter_map(|k| k.quota.map(|q| (Arc::from(k.id.as_str()), q)))
+            .collect();
+        let limits = Arc::new(Limiter::new(
+            &settings.rate_limit,
+            &key_quotas,
+            redis,
+            settings.limits.max_concurrency,
+        ));
+        let auth = settings.auth.as_ref().map(Authenticator::new);
         Ok(App {
             settings,
             schemas,
             dealers,
             idempotency,
+            limits,
+            auth,
             loaded_at,
         })
     }
@@ -96,11 +135,34 @@ impl App {
     /// Starts the background work of this configuration (feed refreshers). The tasks stop when
     /// the returned handles are aborted (on shutdown or reload).
     pub fn start_background(&self) -> Vec<tokio::task::JoinHandle<()>> {
-        self.dealers
+        let mut tasks: Vec<_> = self
+            .dealers
             .iter()
             .flat_map(|d| d.feeds.iter())
             .map(|feed| tokio::spawn(Arc::clone(feed).keep_fresh()))
-            .collect()
+            .collect();
+        // Full buckets carry no information: forget them so memory follows live clients only.
+        let limits = Arc::clone(&self.limits);
+        tasks.push(tokio::spawn(async move {
+            let mut every = tokio::time::interval(LIMIT_SWEEP_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                limits.sweep();
+            }
+        }));
+        tasks
+    }
+
+    /// Who is calling: the API key's id when authentication is on (401/403 otherwise), else
+    /// the client's address.
+    pub fn client(&self, dealer: &Dealer, caller: &Caller) -> Result<Client, AapError> {
+        match &self.auth {
+            Some(auth) => auth
+                .authenticate(caller.presented, dealer.id())
+                .map(Client::Key),
+            None => Ok(Client::Ip(caller.ip)),
+        }
     }
 
     pub fn dealer(&self, id: &str) -> Option<&Dealer> {
@@ -212,8 +274,10 @@ fn build_dealer(
         jsonrpc_url: &jsonrpc_url,
         skills: &skills,
         loaded_at,
+        api_key_required: settings.auth.is_some(),
     });
     Ok(Dealer {
+        index: 0,
         settings: dealer.clone(),
         card,
         card_url: format!("{base}/.well-known/agent-card.json"),

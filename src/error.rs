@@ -135,6 +135,12 @@ pub enum AapError {
     },
     #[error("rate limited; retry after {retry_after:?}")]
     RateLimited { retry_after: Duration },
+    /// No API key, or one the gateway does not know (`invalid`), when `auth.mode: api_key`.
+    #[error("unauthenticated ({})", if *invalid { "unknown key" } else { "no key" })]
+    Unauthenticated { invalid: bool },
+    /// A known key that may not call this dealer.
+    #[error("key `{key}` may not call this dealer")]
+    PermissionDenied { key: String },
 
     // --- gateway / upstream failures: INTERNAL_ERROR, cause logged, never sent ---
     #[error("upstream `{upstream}` timed out after {after:?}")]

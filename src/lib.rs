@@ -26,6 +26,7 @@
 //!   sent to a caller.
 
 pub mod app;
+pub mod auth;
 pub mod binding;
 pub mod consent;
 pub mod demo;
@@ -34,6 +35,8 @@ pub mod idempotency;
 pub mod mapping;
 pub mod pipeline;
 pub mod protocol;
+pub mod rate_limit;
+pub mod redis_backend;
 pub mod router;
 pub mod schema;
 pub mod server;

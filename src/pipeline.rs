@@ -8,11 +8,20 @@ use crate::error::AapError;
 use crate::idempotency::{self, Claim, Scope};
 use crate::mapping::lead::LeadMapping;
 use crate::mapping::{Answer, Handler};
-use crate::protocol::{Call, Reply, Skill};
+use crate::protocol::{Call, Caller, Reply, Skill};
 
 /// Runs one decoded `SendMessage` call for `dealer`.
-pub async fn handle(app: &App, dealer: &Dealer, call: Call) -> Result<Reply, AapError> {
+pub async fn handle(
+    app: &App,
+    dealer: &Dealer,
+    caller: &Caller,
+    call: Call,
+) -> Result<Reply, AapError> {
     let (skill, handler) = dealer.handler(&call.skill)?; // UNSUPPORTED_SKILL
+    let client = app.client(dealer, caller)?; // API key (401/403) when auth is on, else the IP
+    app.limits
+        .check(dealer.index, dealer.id(), skill, &client)
+        .await?; // RATE_LIMITED
     app.schemas.validate_call(skill, &call)?; // request schema, every failure at once
     if let Handler::Lead(lead) = handler {
         return submit_lead(app, dealer, handler, lead, &call).await;

@@ -13,6 +13,7 @@ use super::send_message;
 use crate::app::{App, Dealer};
 use crate::error::AapError;
 use crate::pipeline;
+use crate::protocol::Caller;
 
 /// The JSON-RPC `id`: a string or a number; `null` when it could not be read.
 type Id = Value;
@@ -21,13 +22,16 @@ type Id = Value;
 pub async fn serve(
     app: &App,
     dealer: &Dealer,
+    caller: &Caller,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Response<Full<Bytes>> {
     let mut activated = false;
+    let mut status = StatusCode::OK;
+    let mut retry_after = None;
     let (id, outcome) = match envelope(dealer, headers, body, &mut activated) {
         Ok(Request::SendMessage { id, params }) => {
-            let outcome = send(app, dealer, params).await;
+            let outcome = send(app, dealer, caller, params).await;
             (id, outcome)
         }
         Ok(Request::Answered { id, result }) => (id, Ok(Success::Value(result))),
@@ -46,6 +50,8 @@ pub async fn serve(
         }),
         Err(error) => {
             let wire = super::report(&error, dealer);
+            status = wire.rpc_status;
+            retry_after = wire.retry_after;
             let error = RpcErrorObject {
                 code: wire.jsonrpc_code,
                 message: &wire.message,
@@ -58,7 +64,21 @@ pub async fn serve(
             })
         }
     };
-    respond(body, activated.then_some(dealer.extension_uri()))
+    let mut response = respond(body, activated.then_some(dealer.extension_uri()));
+    *response.status_mut() = status;
+    let h = response.headers_mut();
+    if let Some(after) = retry_after {
+        // Whole seconds, rounded up: a client that waits this long is admitted.
+        let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+        h.insert(http::header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+    }
+    if status == StatusCode::UNAUTHORIZED {
+        h.insert(
+            http::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static(crate::auth::CHALLENGE),
+        );
+    }
+    response
 }
 
 enum Success {
@@ -104,11 +124,19 @@ enum Request {
     },
 }
 
-async fn send(app: &App, dealer: &Dealer, params: Value) -> Result<Success, AapError> {
+async fn send(
+    app: &App,
+    dealer: &Dealer,
+    caller: &Caller,
+    params: Value,
+) -> Result<Success, AapError> {
+    // Over `limits.max_concurrency`: shed now (RATE_LIMITED) rather than queue without bound.
+    let _slot = app.limits.admit()?;
     let call = send_message::decode(params)?;
     let context_id = call.context_id.clone();
     let deadline = app.settings.limits.request_timeout;
-    let reply = match tokio::time::timeout(deadline, pipeline::handle(app, dealer, call)).await {
+    let handled = pipeline::handle(app, dealer, caller, call);
+    let reply = match tokio::time::timeout(deadline, handled).await {
         Ok(reply) => reply?,
         Err(_) => {
             return Err(AapError::Internal(format!(

@@ -36,6 +36,9 @@ pub struct WireError {
     pub error_id: Option<String>,
     /// Sent as `Retry-After` (whole seconds, rounded up).
     pub retry_after: Option<Duration>,
+    /// HTTP status of a JSON-RPC reply carrying this error: 200, except for authentication
+    /// failures (401 with `WWW-Authenticate`, 403), which clients and proxies must see as such.
+    pub rpc_status: StatusCode,
 }
 
 /// Per-error values the caller supplies so that this mapping stays a pure function.
@@ -97,6 +100,7 @@ fn a2a_with(
         reason,
         error_id: None,
         retry_after: None,
+        rpc_status: StatusCode::OK,
     }
 }
 
@@ -180,6 +184,7 @@ fn aap(parts: AapParts, stamp: &ErrorStamp) -> WireError {
         reason: code.as_str(),
         error_id: Some(stamp.error_id.clone()),
         retry_after,
+        rpc_status: StatusCode::OK,
     }
 }
 
@@ -366,6 +371,33 @@ pub fn to_wire(error: &AapError, stamp: &ErrorStamp) -> WireError {
                 },
                 stamp,
             )
+        }
+        // A2A defines no authentication error; the reply keeps the A2A shape (ErrorInfo, no
+        // `aap.error`) with the HTTP status clients and proxies understand.
+        AapError::Unauthenticated { invalid } => {
+            let mut wire = a2a(
+                -32000,
+                StatusCode::UNAUTHORIZED,
+                "UNAUTHENTICATED",
+                if *invalid {
+                    "The API key is not valid for this agent.".to_owned()
+                } else {
+                    "This agent requires an API key: send Authorization: Bearer <key> or X-API-Key."
+                        .to_owned()
+                },
+            );
+            wire.rpc_status = StatusCode::UNAUTHORIZED;
+            wire
+        }
+        AapError::PermissionDenied { .. } => {
+            let mut wire = a2a(
+                -32000,
+                StatusCode::FORBIDDEN,
+                "PERMISSION_DENIED",
+                "This API key may not call this dealer's agent.".to_owned(),
+            );
+            wire.rpc_status = StatusCode::FORBIDDEN;
+            wire
         }
         AapError::UpstreamTimeout { .. }
         | AapError::UpstreamUnavailable { .. }

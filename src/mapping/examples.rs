@@ -200,7 +200,9 @@ fn error_code(error: &AapError) -> Option<&'static str> {
         | AapError::UnsupportedOperation { .. }
         | AapError::ContentTypeNotSupported { .. }
         | AapError::ExtensionSupportRequired { .. }
-        | AapError::VersionNotSupported { .. } => None,
+        | AapError::VersionNotSupported { .. }
+        | AapError::Unauthenticated { .. }
+        | AapError::PermissionDenied { .. } => None,
     }
 }
 

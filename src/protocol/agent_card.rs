@@ -30,6 +30,8 @@ pub struct CardInput<'a> {
     /// Skills this dealer serves, in card order.
     pub skills: &'a [Skill],
     pub loaded_at: std::time::SystemTime,
+    /// Calls need an API key (`auth.mode: api_key`): the card declares how to send it.
+    pub api_key_required: bool,
 }
 
 impl AgentCard {
@@ -61,6 +63,7 @@ fn card_value(input: &CardInput<'_>, revision: &str) -> Value {
         aap,
         jsonrpc_url,
         skills,
+        api_key_required,
         ..
     } = input;
     let input_modes: Vec<&str> = skills.iter().map(|s| s.request_media_type()).collect();
@@ -131,6 +134,27 @@ fn card_value(input: &CardInput<'_>, revision: &str) -> Value {
     out.insert("defaultInputModes".into(), json!(input_modes));
     out.insert("defaultOutputModes".into(), json!(output_modes));
     out.insert("skills".into(), Value::Array(skill_entries));
+    if *api_key_required {
+        // A2A v1.0 security: either scheme satisfies the requirement (SPEC §4.1).
+        out.insert(
+            "securitySchemes".into(),
+            json!({
+                "bearer": { "httpAuthSecurityScheme": {
+                    "scheme": "Bearer",
+                    "description": "API key issued by the dealer group, as a bearer token." } },
+                "apiKey": { "apiKeySecurityScheme": {
+                    "location": "header", "name": "X-API-Key",
+                    "description": "The same API key, in the X-API-Key header." } },
+            }),
+        );
+        out.insert(
+            "securityRequirements".into(),
+            json!([
+                { "schemes": { "bearer": { "list": [] } } },
+                { "schemes": { "apiKey": { "list": [] } } },
+            ]),
+        );
+    }
     Value::Object(out)
 }
 

@@ -30,6 +30,14 @@ pub struct Call {
     pub context_id: Option<String>,
 }
 
+/// Who sent a call, as the binding saw it: the client's address (the peer, or the client
+/// named by a trusted proxy) and the API key it presented, hashed.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    pub ip: std::net::IpAddr,
+    pub presented: crate::auth::Presented,
+}
+
 /// A successful skill reply, holding the AAP response object `{type, data, message?}`.
 ///
 /// Shared (`Arc`) so fixed replies built at load (a dealer profile) are sent without a copy.

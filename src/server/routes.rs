@@ -8,7 +8,9 @@ use hyper::body::Incoming;
 
 use super::plain;
 use crate::app::{App, Dealer};
+use crate::auth::Presented;
 use crate::binding;
+use crate::protocol::Caller;
 
 pub const CARD_PATH: &str = "/.well-known/agent-card.json";
 
@@ -37,8 +39,22 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
             return not_allowed("POST");
         }
         let (parts, body) = req.into_parts();
+        let peer = parts
+            .extensions
+            .get::<super::PeerAddr>()
+            .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.0.ip());
+        let caller = Caller {
+            ip: crate::rate_limit::client_ip(
+                peer,
+                &parts.headers,
+                &app.settings.rate_limit.trusted_proxies,
+            ),
+            presented: Presented::from_headers(&parts.headers),
+        };
         return match read_body(app, &parts.headers, body).await {
-            Ok(bytes) => binding::jsonrpc::serve(app, dealer, &parts.headers, &bytes).await,
+            Ok(bytes) => {
+                binding::jsonrpc::serve(app, dealer, &caller, &parts.headers, &bytes).await
+            }
             Err(response) => response,
         };
     }

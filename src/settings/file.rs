@@ -102,11 +102,101 @@ impl Default for FileTelemetry {
     }
 }
 
+/// `rate_limit`: how many calls a client may make, per dealer and skill (GCRA).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileRateLimit {
+    /// `memory` (per replica) or `redis` (shared by every replica).
+    pub backend: String,
+    /// `redis://host:port/db` for `backend: redis`; usually `${REDIS_URL}` in the file.
+    pub redis_url: Option<String>,
+    /// When Redis cannot be reached: `local` (fall back to this replica's limits) or `deny`.
+    pub on_backend_error: String,
+    /// How long a Redis command may take before it counts as a backend error.
+    pub redis_timeout: String,
+    /// Proxies (CIDRs) whose `X-Forwarded-For` / `Forwarded` name the real client. From any
+    /// other peer those headers are ignored (anyone can send them).
+    pub trusted_proxies: Vec<String>,
+    /// The quota of each client for each skill of each dealer.
+    pub default: FileQuota,
+    /// Per-skill quotas replacing the default, e.g. `lead.submit: { rate: 10/min, burst: 3 }`.
+    pub skills: std::collections::BTreeMap<String, FileQuota>,
+}
+
+impl Default for FileRateLimit {
+    fn default() -> Self {
+        FileRateLimit {
+            backend: "memory".to_owned(),
+            redis_url: None,
+            on_backend_error: "local".to_owned(),
+            redis_timeout: "50ms".to_owned(),
+            trusted_proxies: Vec::new(),
+            default: FileQuota {
+                rate: "10/s".to_owned(),
+                burst: 20,
+            },
+            skills: std::collections::BTreeMap::new(),
+        }
+    }
+}
+
+/// `rate: 10/s` (also `/min`, `/h`, or a duration: `5/10s`) with `burst` calls at once.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileQuota {
+    pub rate: String,
+    pub burst: u32,
+}
+
+/// `auth`: who may call. `none` (AAP's default: public agents) or `api_key`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileAuth {
+    pub mode: String,
+    /// API keys, stored hashed: `sha256` is the hex SHA-256 of the key.
+    pub keys: Vec<FileApiKey>,
+    /// A YAML file with more `keys:` (e.g. a mounted secret), relative to this file.
+    pub keys_file: Option<String>,
+}
+
+impl Default for FileAuth {
+    fn default() -> Self {
+        FileAuth {
+            mode: "none".to_owned(),
+            keys: Vec::new(),
+            keys_file: None,
+        }
+    }
+}
+
+/// One API key.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileApiKey {
+    /// Names the client in logs and limits (never the key itself).
+    pub id: String,
+    /// Hex SHA-256 of the key (`printf %s "$KEY" | sha256sum`).
+    pub sha256: String,
+    /// Dealer ids this key may call; absent = every dealer.
+    #[serde(default)]
+    pub dealers: Option<Vec<String>>,
+    /// This client's quota, replacing the default quota (per-skill quotas still apply).
+    #[serde(default)]
+    pub quota: Option<FileQuota>,
+}
+
+/// The content of `auth.keys_file`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileKeysFile {
+    pub keys: Vec<FileApiKey>,
+}
+
 /// `idempotency`: where `lead.submit` idempotency keys and their replies are kept.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileIdempotency {
-    /// `memory` (this process; keys are not shared between replicas).
+    /// `memory` (this process). (`redis` is refused until the lead flow uses the shared store.)
     pub backend: String,
     /// How long a reply is replayed for its key (SPEC §6.3: at least 24 h).
     pub ttl: String,

@@ -18,8 +18,8 @@ use serde_json::Value;
 
 pub use file::{DRAFT_EXTENSION_URI, DRAFT_SCHEMA_BASE_URL};
 use file::{
-    FileAap, FileBindings, FileCard, FileDealer, FileIdempotency, FileLimits, FileProvider,
-    FileTelemetry,
+    FileAap, FileApiKey, FileAuth, FileBindings, FileCard, FileDealer, FileIdempotency,
+    FileKeysFile, FileLimits, FileProvider, FileQuota, FileRateLimit, FileTelemetry,
 };
 pub use yaml::{Origin, Problem, SourceMap};
 
@@ -40,6 +40,9 @@ pub struct Settings {
     pub limits: Limits,
     pub telemetry: TelemetrySettings,
     pub idempotency: IdempotencySettings,
+    pub rate_limit: RateLimitSettings,
+    /// `None`: public agents (AAP's default).
+    pub auth: Option<AuthSettings>,
     pub dealers: Vec<DealerSettings>,
     /// Problems that do not stop the gateway but that `check` reports.
     pub warnings: Vec<Problem>,
@@ -57,6 +60,60 @@ pub struct AapSettings {
 pub struct IdempotencySettings {
     pub ttl: Duration,
     pub max_entries: usize,
+}
+
+/// A quota: `count` calls per `period`, `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    pub count: u32,
+    pub period: Duration,
+    pub burst: u32,
+}
+
+impl Quota {
+    /// The time one call "costs": the quota refills one call per interval.
+    pub fn emission_interval(&self) -> Duration {
+        self.period / self.count.max(1)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LimitBackend {
+    Memory,
+    Redis { url: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnBackendError {
+    /// Fall back to this replica's own limits.
+    Local,
+    /// Refuse calls (RATE_LIMITED) until the backend answers again.
+    Deny,
+}
+
+#[derive(Debug, Clone)]
+pub struct RateLimitSettings {
+    pub backend: LimitBackend,
+    pub on_backend_error: OnBackendError,
+    pub redis_timeout: Duration,
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    pub default: Quota,
+    pub skills: HashMap<crate::protocol::Skill, Quota>,
+}
+
+#[derive(Debug, Clone)]
+pub struct AuthSettings {
+    pub keys: Vec<ApiKey>,
+}
+
+/// An API key, known by its hash only.
+#[derive(Debug, Clone)]
+pub struct ApiKey {
+    pub id: String,
+    pub sha256: [u8; 32],
+    /// `None` = every dealer.
+    pub dealers: Option<Vec<String>>,
+    pub quota: Option<Quota>,
 }
 
 #[derive(Debug, Clone)]
@@ -223,6 +280,8 @@ impl Loader {
             "limits",
             "telemetry",
             "idempotency",
+            "rate_limit",
+            "auth",
             "provider",
             "dealers",
         ];
@@ -248,6 +307,9 @@ impl Loader {
             self.optional_section("/telemetry", take("telemetry"));
         let idempotency: Option<FileIdempotency> =
             self.optional_section("/idempotency", take("idempotency"));
+        let rate_limit: Option<FileRateLimit> =
+            self.optional_section("/rate_limit", take("rate_limit"));
+        let auth: Option<FileAuth> = self.optional_section("/auth", take("auth"));
         let provider = match take("provider") {
             Some(v) if !is_nil(&v) => self.section::<FileProvider>("/provider", v).map(Some),
             _ => Some(None),
@@ -258,9 +320,26 @@ impl Loader {
         let jsonrpc_path = self.jsonrpc_path(&bindings?.jsonrpc.path);
         let limits = self.limits(limits?);
         let telemetry = self.telemetry(telemetry?);
+        let rate_limit = self.rate_limit(rate_limit?);
         let idempotency = self.idempotency(idempotency?);
+        let auth = self.auth(auth?);
         let provider = provider?.map(|p| self.provider("/provider", p));
         let dealers = dealers?;
+        if let Some(Some(auth)) = &auth {
+            for key in &auth.keys {
+                for id in key.dealers.iter().flatten() {
+                    if !dealers.iter().any(|d| &d.id == id) {
+                        self.problem(
+                            "/auth/keys",
+                            format!(
+                                "key `{}` names dealer `{id}`, which is not configured",
+                                key.id
+                            ),
+                        );
+                    }
+                }
+            }
+        }
         Some(Settings {
             source: self.source.clone(),
             listen: listen?,
@@ -270,6 +349,8 @@ impl Loader {
             limits: limits?,
             telemetry: telemetry?,
             idempotency: idempotency?,
+            rate_limit: rate_limit?,
+            auth: auth?,
             dealers: dealers
                 .into_iter()
                 .map(|mut d| {
@@ -441,12 +522,24 @@ impl Loader {
     }
 
     fn idempotency(&mut self, file: FileIdempotency) -> Option<IdempotencySettings> {
-        if file.backend != "memory" {
-            self.problem(
-                "/idempotency/backend",
-                format!("`{}` is not a backend; expected memory", file.backend),
-            );
-        }
+        let memory = match file.backend.as_str() {
+            "memory" => Some(()),
+            "redis" => {
+                // The Redis store (src/redis_backend.rs) exists; the lead flow does not use it yet.
+                self.problem(
+                    "/idempotency/backend",
+                    "`redis` is not available for idempotency yet; use memory (keys are per replica)",
+                );
+                None
+            }
+            other => {
+                self.problem(
+                    "/idempotency/backend",
+                    format!("`{other}` is not a backend; expected memory or redis"),
+                );
+                None
+            }
+        };
         let ttl = self.duration("/idempotency/ttl", &file.ttl);
         if ttl.is_some_and(|t| t < Duration::from_secs(24 * 3600)) {
             self.warn(
@@ -460,10 +553,220 @@ impl Loader {
         } else {
             usize::try_from(file.max_entries).ok()
         };
-        (file.backend == "memory").then_some(())?;
         Some(IdempotencySettings {
             ttl: ttl?,
             max_entries: max_entries?,
+        })
+        .filter(|_| memory.is_some())
+    }
+
+    fn quota(&mut self, pointer: &str, file: &FileQuota) -> Option<Quota> {
+        let parsed = file.rate.split_once('/').and_then(|(count, unit)| {
+            let count: u32 = count.trim().parse().ok().filter(|c| *c > 0)?;
+            let period = match unit.trim() {
+                "s" | "sec" | "second" => Duration::from_secs(1),
+                "m" | "min" | "minute" => Duration::from_secs(60),
+                "h" | "hour" => Duration::from_secs(3600),
+                other => humantime::parse_duration(other)
+                    .ok()
+                    .filter(|d| !d.is_zero())?,
+            };
+            Some((count, period))
+        });
+        let Some((count, period)) = parsed else {
+            self.problem(
+                &format!("{pointer}/rate"),
+                format!("`{}` is not a rate like 10/s, 600/min or 5/10s", file.rate),
+            );
+            return None;
+        };
+        if file.burst == 0 {
+            self.problem(&format!("{pointer}/burst"), "must be at least 1");
+            return None;
+        }
+        Some(Quota {
+            count,
+            period,
+            burst: file.burst,
+        })
+    }
+
+    fn rate_limit(&mut self, file: FileRateLimit) -> Option<RateLimitSettings> {
+        let backend = match (file.backend.as_str(), file.redis_url.as_deref()) {
+            ("memory", _) => Some(LimitBackend::Memory),
+            ("redis", Some(url)) if url.starts_with("redis://") || url.starts_with("rediss://") => {
+                Some(LimitBackend::Redis {
+                    url: url.to_owned(),
+                })
+            }
+            ("redis", _) => {
+                self.problem(
+                    "/rate_limit/redis_url",
+                    "`backend: redis` needs `redis_url` like redis://host:6379/0",
+                );
+                None
+            }
+            (other, _) => {
+                self.problem(
+                    "/rate_limit/backend",
+                    format!("`{other}` is not a backend; expected memory or redis"),
+                );
+                None
+            }
+        };
+        let on_backend_error = match file.on_backend_error.as_str() {
+            "local" => Some(OnBackendError::Local),
+            "deny" => Some(OnBackendError::Deny),
+            other => {
+                self.problem(
+                    "/rate_limit/on_backend_error",
+                    format!("`{other}` is not one of local, deny"),
+                );
+                None
+            }
+        };
+        let redis_timeout = self.duration("/rate_limit/redis_timeout", &file.redis_timeout);
+        let mut trusted_proxies = Vec::new();
+        for (i, cidr) in file.trusted_proxies.iter().enumerate() {
+            let parsed = cidr
+                .parse::<ipnet::IpNet>()
+                .or_else(|_| cidr.parse::<std::net::IpAddr>().map(ipnet::IpNet::from));
+            match parsed {
+                Ok(net) => trusted_proxies.push(net),
+                Err(_) => self.problem(
+                    &format!("/rate_limit/trusted_proxies/{i}"),
+                    format!("`{cidr}` is not an address or CIDR like 10.0.0.0/8"),
+                ),
+            }
+        }
+        let default = self.quota("/rate_limit/default", &file.default);
+        let mut skills = HashMap::new();
+        for (name, quota) in &file.skills {
+            let pointer = yaml::push_pointer("/rate_limit/skills", name);
+            match crate::protocol::Skill::from_id(name) {
+                Some(skill) => {
+                    if let Some(q) = self.quota(&pointer, quota) {
+                        skills.insert(skill, q);
+                    }
+                }
+                None => self.problem(&pointer, format!("`{name}` is not an AAP skill")),
+            }
+        }
+        Some(RateLimitSettings {
+            backend: backend?,
+            on_backend_error: on_backend_error?,
+            redis_timeout: redis_timeout?,
+            trusted_proxies,
+            default: default?,
+            skills,
+        })
+    }
+
+    fn auth(&mut self, file: FileAuth) -> Option<Option<AuthSettings>> {
+        match file.mode.as_str() {
+            "none" => {
+                if !file.keys.is_empty() || file.keys_file.is_some() {
+                    self.warn(
+                        "/auth/mode",
+                        "keys are configured but `mode` is none: calls are not authenticated",
+                    );
+                }
+                return Some(None);
+            }
+            "api_key" => {}
+            other => {
+                self.problem(
+                    "/auth/mode",
+                    format!("`{other}` is not one of none, api_key"),
+                );
+                return None;
+            }
+        }
+        let mut keys = Vec::new();
+        for (i, key) in file.keys.iter().enumerate() {
+            if let Some(k) = self.api_key(&format!("/auth/keys/{i}"), key) {
+                keys.push(k);
+            }
+        }
+        if let Some(path) = &file.keys_file {
+            let resolved = resolve(self.source.path(), path);
+            let parsed = std::fs::read_to_string(&resolved)
+                .map_err(|e| e.to_string())
+                .and_then(|text| {
+                    yaml::parse(&resolved, &text)
+                        .map_err(|p| p.to_string())
+                        .and_then(|(value, _)| {
+                            serde_json::from_value::<FileKeysFile>(value).map_err(|e| e.to_string())
+                        })
+                });
+            match parsed {
+                Ok(file) => {
+                    for (i, key) in file.keys.iter().enumerate() {
+                        if let Some(k) = self.api_key(&format!("/auth/keys_file#{i}"), key) {
+                            keys.push(k);
+                        }
+                    }
+                }
+                Err(e) => self.problem(
+                    "/auth/keys_file",
+                    format!("cannot read {}: {e}", resolved.display()),
+                ),
+            }
+        }
+        if keys.is_empty() {
+            self.problem(
+                "/auth",
+                "`mode: api_key` needs at least one key (`keys` or `keys_file`)",
+            );
+            return None;
+        }
+        let mut seen = std::collections::HashSet::new();
+        for key in &keys {
+            if !seen.insert(key.id.clone()) {
+                self.problem("/auth/keys", format!("key id `{}` is used twice", key.id));
+            }
+        }
+        Some(Some(AuthSettings { keys }))
+    }
+
+    fn api_key(&mut self, pointer: &str, file: &FileApiKey) -> Option<ApiKey> {
+        let mut ok = true;
+        if file.id.is_empty()
+            || !file
+                .id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            self.problem(
+                &format!("{pointer}/id"),
+                "must be letters, digits, `-`, `_` or `.`",
+            );
+            ok = false;
+        }
+        let hex = file.sha256.trim().to_ascii_lowercase();
+        let mut sha256 = [0u8; 32];
+        let valid_hex = hex.len() == 64
+            && (0..32).all(|i| {
+                u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+                    .map(|b| sha256[i] = b)
+                    .is_ok()
+            });
+        if !valid_hex {
+            self.problem(
+                &format!("{pointer}/sha256"),
+                "must be the 64 hex digits of the key's SHA-256 (printf %s \"$KEY\" | sha256sum)",
+            );
+            ok = false;
+        }
+        let quota = match &file.quota {
+            Some(q) => Some(self.quota(&format!("{pointer}/quota"), q)?),
+            None => None,
+        };
+        ok.then(|| ApiKey {
+            id: file.id.clone(),
+            sha256,
+            dealers: file.dealers.clone(),
+            quota,
         })
     }
 

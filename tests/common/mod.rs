@@ -1,6 +1,8 @@
 //! Test harness: the real gateway, in-process, on 127.0.0.1 ephemeral ports.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod redis;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

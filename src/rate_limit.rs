@@ -1,0 +1,540 @@
+//! Rate limits: GCRA quotas per dealer, client and skill (DESIGN §5), checked after
+//! authentication and before any schema work or upstream call, so a client that bursts is
+//! told `RATE_LIMITED` before the dealer's legacy systems feel it.
+//!
+//! - **Client**: the authenticated API key when there is one, else the peer's IP address.
+//!   `X-Forwarded-For` / `Forwarded` are believed only when the peer is a configured trusted
+//!   proxy, and then only up to the first address that is not itself trusted (anyone can write
+//!   those headers; only our own proxies' entries are true).
+//! - **Quota**: the skill's own quota when configured, else the key's quota, else the default.
+//!   Each (dealer, client, skill) has its own bucket.
+//! - **Memory** (`governor`, keyed GCRA): keys whose bucket is full again carry no information
+//!   and are swept, so memory stays bounded however many distinct clients appear; past
+//!   [`MAX_KEYS`] a sweep runs inline.
+//! - **Redis**: one atomic GCRA script per decision, shared by every replica; when Redis fails,
+//!   `on_backend_error` decides: `local` falls back to this replica's memory limits, `deny`
+//!   refuses. Either way a warning is logged (at most once per [`BACKEND_WARN_EVERY`]) and
+//!   [`Limiter::backend_errors`] counts it.
+//! - **Overload**: [`Limiter::admit`] sheds calls beyond `limits.max_concurrency` with the same
+//!   `RATE_LIMITED` and a short retry hint, instead of queueing without bound.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use governor::clock::{Clock, DefaultClock, FakeRelativeClock};
+use governor::middleware::NoOpMiddleware;
+use governor::state::keyed::DefaultKeyedStateStore;
+use governor::{Quota as GovernorQuota, RateLimiter};
+use http::HeaderMap;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::error::AapError;
+use crate::protocol::Skill;
+use crate::redis_backend::RedisBackend;
+use crate::settings::{OnBackendError, Quota, RateLimitSettings};
+
+/// Distinct keys held in memory before a sweep runs inline (besides the periodic one).
+pub const MAX_KEYS: usize = 1_000_000;
+
+/// A backend failure is logged at most this often.
+pub const BACKEND_WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// The retry hint when the gateway sheds load (over `limits.max_concurrency`).
+pub const OVERLOAD_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Who is calling, for limits and logs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Client {
+    /// An authenticated API key, by its id.
+    Key(Arc<str>),
+    /// An anonymous caller, by address.
+    Ip(IpAddr),
+}
+
+impl std::fmt::Display for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Client::Key(id) => write!(f, "key:{id}"),
+            Client::Ip(ip) => write!(f, "ip:{ip}"),
+        }
+    }
+}
+
+/// The client's address: the peer, or — when the peer is a trusted proxy — the right-most
+/// forwarded address that is not itself a trusted proxy.
+pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[ipnet::IpNet]) -> IpAddr {
+    let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
+    if !is_trusted(&peer) {
+        return peer;
+    }
+    let mut hops: Vec<IpAddr> = Vec::new();
+    for value in headers.get_all("forwarded").iter() {
+        let Ok(text) = value.to_str() else { continue };
+        for element in text.split(',') {
+            for pair in element.split(';') {
+                if let Some((k, v)) = pair.trim().split_once('=')
+                    && k.trim().eq_ignore_ascii_case("for")
+                    && let Some(ip) = parse_node(v)
+                {
+                    hops.push(ip);
+                }
+            }
+        }
+    }
+    if hops.is_empty() {
+        for value in headers.get_all("x-forwarded-for").iter() {
+            let Ok(text) = value.to_str() else { continue };
+            hops.extend(text.split(',').filter_map(parse_node));
+        }
+    }
+    // Walk back from the proxy nearest to us; the first untrusted hop is the client.
+    hops.into_iter()
+        .rev()
+        .find(|ip| !is_trusted(ip))
+        .unwrap_or(peer)
+}
+
+/// An address from `Forwarded: for=` or `X-Forwarded-For`: `1.2.3.4`, `"[2001:db8::1]:443"`,
+/// `1.2.3.4:5678`.
+fn parse_node(text: &str) -> Option<IpAddr> {
+    let text = text.trim().trim_matches('"');
+    if let Ok(ip) = text.parse() {
+        return Some(ip);
+    }
+    if let Some(rest) = text.strip_prefix('[') {
+        return rest.split(']').next()?.parse().ok();
+    }
+    text.rsplit_once(':')?.0.parse().ok()
+}
+
+/// A bucket's key: (dealer index, skill, client).
+type Key = (u16, Skill, Client);
+
+/// One keyed GCRA limiter per quota.
+type Keyed<C> =
+    RateLimiter<Key, DefaultKeyedStateStore<Key>, C, NoOpMiddleware<<C as Clock>::Instant>>;
+
+/// The limits of one configuration.
+pub struct Limiter<C: Clock + Clone = DefaultClock> {
+    clock: C,
+    default: Keyed<C>,
+    default_quota: Quota,
+    skills: HashMap<Skill, (Keyed<C>, Quota)>,
+    /// Per-key quotas (`auth.keys[].quota`), by key id.
+    keys: HashMap<Arc<str>, (Keyed<C>, Quota)>,
+    redis: Option<RedisBackend>,
+    on_backend_error: OnBackendError,
+    backend_errors: AtomicU64,
+    last_warning: Mutex<Option<Instant>>,
+    slots: Arc<Semaphore>,
+    max_keys: usize,
+    /// Buckets at which the next inline sweep runs: `max_keys`, or twice what the last sweep
+    /// kept, so clients that are all live cannot make every call sweep.
+    sweep_at: std::sync::atomic::AtomicUsize,
+}
+
+impl<C: Clock + Clone> std::fmt::Debug for Limiter<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter")
+            .field("default", &self.default_quota)
+            .field("skills", &self.skills.len())
+            .field("redis", &self.redis.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A slot of `limits.max_concurrency`, held while a call runs.
+pub type Slot = OwnedSemaphorePermit;
+
+fn governor_quota(q: Quota) -> GovernorQuota {
+    let burst = NonZeroU32::new(q.burst).unwrap_or(NonZeroU32::MIN);
+    GovernorQuota::with_period(q.emission_interval().max(Duration::from_nanos(1))).map_or_else(
+        || GovernorQuota::per_second(burst),
+        |g| g.allow_burst(burst),
+    )
+}
+
+impl Limiter<DefaultClock> {
+    /// The limiter for `settings`, on the real clock.
+    pub fn new(
+        settings: &RateLimitSettings,
+        key_quotas: &[(Arc<str>, Quota)],
+        redis: Option<RedisBackend>,
+        max_concurrency: usize,
+    ) -> Limiter<DefaultClock> {
+        Limiter::with_clock(
+            settings,
+            key_quotas,
+            redis,
+            max_concurrency,
+            DefaultClock::default(),
+        )
+    }
+}
+
+impl Limiter<FakeRelativeClock> {
+    /// A limiter on a clock the caller advances (tests).
+    pub fn with_fake_clock(
+        settings: &RateLimitSettings,
+        key_quotas: &[(Arc<str>, Quota)],
+        clock: FakeRelativeClock,
+    ) -> Limiter<FakeRelativeClock> {
+        Limiter::with_clock(settings, key_quotas, None, usize::MAX >> 4, clock)
+    }
+}
+
+impl<C: Clock + Clone> Limiter<C> {
+    fn with_clock(
+        settings: &RateLimitSettings,
+        key_quotas: &[(Arc<str>, Quota)],
+        redis: Option<RedisBackend>,
+        max_concurrency: usize,
+        clock: C,
+    ) -> Limiter<C> {
+        let keyed = |q: Quota| RateLimiter::dashmap_with_clock(governor_quota(q), clock.clone());
+        Limiter {
+            default: keyed(settings.default),
+            default_quota: settings.default,
+            skills: settings
+                .skills
+                .iter()
+                .map(|(s, q)| (*s, (keyed(*q), *q)))
+                .collect(),
+            keys: key_quotas
+                .iter()
+                .map(|(id, q)| (Arc::clone(id), (keyed(*q), *q)))
+                .collect(),
+            redis,
+            on_backend_error: settings.on_backend_error,
+            backend_errors: AtomicU64::new(0),
+            last_warning: Mutex::new(None),
+            slots: Arc::new(Semaphore::new(max_concurrency.max(1))),
+            max_keys: MAX_KEYS,
+            sweep_at: std::sync::atomic::AtomicUsize::new(MAX_KEYS),
+            clock,
+        }
+    }
+
+    /// Caps the keys held in memory (tests).
+    pub fn set_max_keys(&mut self, max_keys: usize) {
+        self.max_keys = max_keys.max(1);
+        self.sweep_at.store(self.max_keys, Ordering::Relaxed);
+    }
+
+    /// A slot among `limits.max_concurrency`, or `RATE_LIMITED` (shed) when all are taken.
+    pub fn admit(&self) -> Result<Slot, AapError> {
+        Arc::clone(&self.slots)
+            .try_acquire_owned()
+            .map_err(|_| AapError::RateLimited {
+                retry_after: OVERLOAD_RETRY_AFTER,
+            })
+    }
+
+    /// Counts one call of `client` to `skill` at dealer number `dealer`; `RATE_LIMITED` with
+    /// the time until the next call would be admitted when the quota is spent.
+    pub async fn check(
+        &self,
+        dealer: u16,
+        dealer_id: &str,
+        skill: Skill,
+        client: &Client,
+    ) -> Result<(), AapError> {
+        let (limiter, quota) = self.pick(skill, client);
+        if let Some(redis) = &self.redis {
+            let key = format!("rl:{dealer_id}:{}:{client}", skill.id());
+            match redis
+                .gcra(&key, quota.emission_interval(), quota.burst)
+                .await
+            {
+                Ok(None) => return Ok(()),
+                Ok(Some(retry_after)) => return Err(AapError::RateLimited { retry_after }),
+                Err(e) => {
+                    self.backend_failed(&e.to_string());
+                    if self.on_backend_error == OnBackendError::Deny {
+                        return Err(AapError::RateLimited {
+                            retry_after: OVERLOAD_RETRY_AFTER,
+                        });
+                    }
+                }
+            }
+        }
+        self.check_local(limiter, (dealer, skill, client.clone()))
+    }
+
+    fn pick(&self, skill: Skill, client: &Client) -> (&Keyed<C>, Quota) {
+        if let Some((l, q)) = self.skills.get(&skill) {
+            return (l, *q);
+        }
+        if let Client::Key(id) = client
+            && let Some((l, q)) = self.keys.get(id)
+        {
+            return (l, *q);
+        }
+        (&self.default, self.default_quota)
+    }
+
+    fn check_local(&self, limiter: &Keyed<C>, key: Key) -> Result<(), AapError> {
+        if limiter.len() >= self.sweep_at.load(Ordering::Relaxed) {
+            limiter.retain_recent();
+            let kept = limiter.len();
+            self.sweep_at
+                .store(self.max_keys.max(kept.saturating_mul(2)), Ordering::Relaxed);
+        }
+        limiter
+            .check_key(&key)
+            .map_err(|not_until| AapError::RateLimited {
+                retry_after: not_until.wait_time_from(self.clock.now()),
+            })
+    }
+
+    /// Forgets buckets that are full again (they hold no information); run periodically.
+    pub fn sweep(&self) {
+        for limiter in std::iter::once(&self.default)
+            .chain(self.skills.values().map(|(l, _)| l))
+            .chain(self.keys.values().map(|(l, _)| l))
+        {
+            limiter.retain_recent();
+            limiter.shrink_to_fit();
+        }
+    }
+
+    /// Buckets held in memory.
+    pub fn len(&self) -> usize {
+        std::iter::once(&self.default)
+            .chain(self.skills.values().map(|(l, _)| l))
+            .chain(self.keys.values().map(|(l, _)| l))
+            .map(RateLimiter::len)
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Backend (Redis) failures so far.
+    pub fn backend_errors(&self) -> u64 {
+        self.backend_errors.load(Ordering::Relaxed)
+    }
+
+    fn backend_failed(&self, error: &str) {
+        self.backend_errors.fetch_add(1, Ordering::Relaxed);
+        let mut last = self
+            .last_warning
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if last.is_none_or(|t| now.duration_since(t) >= BACKEND_WARN_EVERY) {
+            *last = Some(now);
+            tracing::warn!(
+                error,
+                fallback = match self.on_backend_error {
+                    OnBackendError::Local => "local limits",
+                    OnBackendError::Deny => "deny",
+                },
+                errors = self.backend_errors(),
+                "rate-limit backend unavailable"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn settings(rate: u32, per: Duration, burst: u32) -> RateLimitSettings {
+        RateLimitSettings {
+            backend: crate::settings::LimitBackend::Memory,
+            on_backend_error: OnBackendError::Local,
+            redis_timeout: Duration::from_millis(50),
+            trusted_proxies: Vec::new(),
+            default: Quota {
+                count: rate,
+                period: per,
+                burst,
+            },
+            skills: HashMap::new(),
+        }
+    }
+
+    fn ip(n: u8) -> Client {
+        Client::Ip(IpAddr::from([192, 0, 2, n]))
+    }
+
+    fn admitted(l: &Limiter<FakeRelativeClock>, skill: Skill, c: &Client) -> bool {
+        futures_lite(l.check(0, "d", skill, c)).is_ok()
+    }
+
+    /// Polls a future that never waits (memory backend) to completion.
+    fn futures_lite<F: std::future::Future>(f: F) -> F::Output {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(f)
+    }
+
+    #[test]
+    fn admitted_calls_over_a_window_are_burst_plus_rate_times_time() {
+        let clock = FakeRelativeClock::default();
+        let l = Limiter::with_fake_clock(
+            &settings(10, Duration::from_secs(1), 20),
+            &[],
+            clock.clone(),
+        );
+        let c = ip(1);
+        let mut admitted_count = 0;
+        // 10 s in 1 ms steps, a call attempted every step.
+        for _ in 0..10_000 {
+            if admitted(&l, Skill::InventorySearch, &c) {
+                admitted_count += 1;
+            }
+            clock.advance(Duration::from_millis(1));
+        }
+        assert!(
+            (119..=121).contains(&admitted_count),
+            "burst 20 + 10/s × 10 s = 120, got {admitted_count}"
+        );
+    }
+
+    #[test]
+    fn a_refusal_says_exactly_when_to_retry() {
+        let clock = FakeRelativeClock::default();
+        let l =
+            Limiter::with_fake_clock(&settings(2, Duration::from_secs(1), 1), &[], clock.clone());
+        let c = ip(1);
+        assert!(admitted(&l, Skill::InventorySearch, &c));
+        clock.advance(Duration::from_millis(100));
+        match futures_lite(l.check(0, "d", Skill::InventorySearch, &c)) {
+            Err(AapError::RateLimited { retry_after }) => {
+                assert_eq!(retry_after, Duration::from_millis(400));
+            }
+            other => panic!("{other:?}"),
+        }
+        clock.advance(Duration::from_millis(400));
+        assert!(admitted(&l, Skill::InventorySearch, &c));
+    }
+
+    #[test]
+    fn skills_clients_and_dealers_have_separate_buckets() {
+        let clock = FakeRelativeClock::default();
+        let mut s = settings(1, Duration::from_secs(60), 1);
+        s.skills.insert(
+            Skill::LeadSubmit,
+            Quota {
+                count: 1,
+                period: Duration::from_secs(600),
+                burst: 2,
+            },
+        );
+        let l = Limiter::with_fake_clock(&s, &[], clock);
+        let c = ip(1);
+        assert!(admitted(&l, Skill::InventorySearch, &c));
+        assert!(!admitted(&l, Skill::InventorySearch, &c));
+        // Another skill, another bucket (and lead.submit its own quota: burst 2).
+        assert!(admitted(&l, Skill::InventoryVehicle, &c));
+        assert!(admitted(&l, Skill::LeadSubmit, &c));
+        assert!(admitted(&l, Skill::LeadSubmit, &c));
+        assert!(!admitted(&l, Skill::LeadSubmit, &c));
+        // Another client, another dealer.
+        assert!(admitted(&l, Skill::InventorySearch, &ip(2)));
+        assert!(futures_lite(l.check(1, "e", Skill::InventorySearch, &c)).is_ok());
+    }
+
+    #[test]
+    fn an_api_key_can_carry_its_own_quota() {
+        let clock = FakeRelativeClock::default();
+        let partner: Arc<str> = Arc::from("partner");
+        let quota = Quota {
+            count: 100,
+            period: Duration::from_secs(1),
+            burst: 50,
+        };
+        let l = Limiter::with_fake_clock(
+            &settings(1, Duration::from_secs(60), 1),
+            &[(Arc::clone(&partner), quota)],
+            clock,
+        );
+        let key = Client::Key(partner);
+        for _ in 0..50 {
+            assert!(admitted(&l, Skill::InventorySearch, &key));
+        }
+        assert!(!admitted(&l, Skill::InventorySearch, &key));
+    }
+
+    #[test]
+    fn memory_stays_bounded_with_a_million_distinct_clients() {
+        let clock = FakeRelativeClock::default();
+        let mut l = Limiter::with_fake_clock(
+            &settings(10, Duration::from_secs(1), 20),
+            &[],
+            clock.clone(),
+        );
+        l.set_max_keys(50_000);
+        let mut peak = 0;
+        for i in 0..1_000_000u32 {
+            let c = Client::Ip(IpAddr::from(i.to_be_bytes()));
+            let _ = l.check_local(&l.default, (0, Skill::InventorySearch, c));
+            // One call refills in 100 ms; a new client every 10 µs (10,000 live at a time).
+            clock.advance(Duration::from_micros(10));
+            if i % 10_000 == 0 {
+                peak = peak.max(l.len());
+            }
+        }
+        peak = peak.max(l.len());
+        assert!(peak <= 50_000, "peak {peak} buckets");
+        clock.advance(Duration::from_secs(1));
+        l.sweep();
+        assert_eq!(l.len(), 0, "idle buckets are swept");
+    }
+
+    #[test]
+    fn forwarded_addresses_count_only_from_trusted_proxies() {
+        let trusted: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-forwarded-for",
+            "203.0.113.9, 198.51.100.7, 10.1.1.1".parse().unwrap(),
+        );
+        let proxy: IpAddr = "10.0.0.5".parse().unwrap();
+        let stranger: IpAddr = "192.0.2.44".parse().unwrap();
+        // Via our proxy: the right-most untrusted hop (the left one could be forged).
+        assert_eq!(
+            client_ip(proxy, &h, &trusted),
+            "198.51.100.7".parse::<IpAddr>().unwrap()
+        );
+        // From anyone else the header is ignored.
+        assert_eq!(client_ip(stranger, &h, &trusted), stranger);
+        // `Forwarded` wins over X-Forwarded-For; quoted IPv6 with a port.
+        h.insert(
+            "forwarded",
+            "for=\"[2001:db8::7]:4711\";proto=https".parse().unwrap(),
+        );
+        assert_eq!(
+            client_ip(proxy, &h, &trusted),
+            "2001:db8::7".parse::<IpAddr>().unwrap()
+        );
+        // Only trusted hops: the peer itself.
+        let mut only_proxies = HeaderMap::new();
+        only_proxies.insert("x-forwarded-for", "10.2.2.2".parse().unwrap());
+        assert_eq!(client_ip(proxy, &only_proxies, &trusted), proxy);
+    }
+
+    #[test]
+    fn calls_beyond_the_concurrency_limit_are_shed() {
+        let s = settings(10, Duration::from_secs(1), 20);
+        let l = Limiter::new(&s, &[], None, 2);
+        let a = l.admit().expect("slot");
+        let _b = l.admit().expect("slot");
+        assert!(
+            matches!(l.admit(), Err(AapError::RateLimited { retry_after }) if retry_after == OVERLOAD_RETRY_AFTER)
+        );
+        drop(a);
+        assert!(l.admit().is_ok());
+    }
+}

@@ -1,0 +1,491 @@
+//! Shared state on Redis, for gateways running as several replicas behind a load balancer.
+//!
+//! A per-replica rate limit lets a buyer through N times per replica, and a per-replica
+//! idempotency store lets a retried `lead.submit` that lands on another replica create a second
+//! lead. This module keeps both in one Redis so every replica sees the same state:
+//!
+//! - **Rate limits** use GCRA (the generic cell rate algorithm): one number per key, the
+//!   theoretical arrival time (TAT) of the next request. The clock is the Redis server's `TIME`,
+//!   so replicas with skewed clocks still agree.
+//! - **Idempotency** mirrors [`crate::idempotency`]: a reservation (with a lock TTL, so a crashed
+//!   replica's claim runs out), the stored reply for replay, and the fingerprint to detect a
+//!   conflicting payload. Single flight across replicas is the caller's job: [`Reservation::InFlight`]
+//!   says someone else is running the call.
+//!
+//! Every decision is one Lua script, so it is atomic and costs one round trip (`EVALSHA`, falling
+//! back to loading the script once after a Redis restart). Every call is bounded by `timeout`;
+//! failures are reported, never retried here: the caller decides whether to fail open or closed.
+//! Nothing connects before the first call, so startup and `check` never wait for Redis.
+//!
+//! ## Key layout
+//!
+//! ```text
+//! {prefix}rl:{key}     string  TAT in µs since the Unix epoch (server clock);
+//!                              expires when the bucket has drained (PX = TAT − now)
+//! {prefix}idem:{key}   hash    state=inflight, fp, token   expires after the lock TTL
+//!                              state=done, fp, reply       expires after the reply TTL
+//! ```
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, RedisError, RedisResult, Script, Value};
+
+/// Consecutive timeouts after which the connection is dropped and a fresh one made. A
+/// connection whose peer vanished without a reset (a failover, a NAT that forgot us) never
+/// reports an error: its commands just go unanswered.
+const FRESH_CONNECTION_AFTER_TIMEOUTS: u32 = 3;
+
+/// Longest expiry or interval sent to Redis (about 34 years), so conversions never overflow.
+const MAX_UNITS: u64 = 1 << 40;
+
+/// A shared-state backend on Redis: one pooled, auto-reconnecting connection
+/// ([`ConnectionManager`]), every command bounded by `timeout`, keys namespaced by `prefix`
+/// (e.g. `"aapgw:"`).
+#[derive(Clone)]
+pub struct RedisBackend {
+    inner: Arc<Inner>,
+}
+
+/// Why a backend call failed. For the gateway both mean the same: no shared decision now.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// Redis refused, dropped the connection, or answered with an error.
+    #[error("redis unavailable: {0}")]
+    Unavailable(String),
+    /// No answer within the backend's timeout.
+    #[error("redis did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
+/// What [`RedisBackend::reserve`] found for a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reservation {
+    /// The key was free and is now held: run the call, then `complete` (or `release`) with
+    /// `token`.
+    Reserved { token: String },
+    /// Another call with this key is running (maybe on another replica).
+    InFlight { fingerprint: String },
+    /// A call with this key completed: `reply` is its stored reply.
+    Done { fingerprint: String, reply: String },
+}
+
+struct Inner {
+    client: Client,
+    /// Where Redis is, for `Debug`: never the password.
+    server: String,
+    timeout: Duration,
+    prefix: String,
+    /// Made on first use (it needs a running Tokio runtime); emptied to force a fresh one.
+    connection: Mutex<Option<ConnectionManager>>,
+    timeouts_in_a_row: AtomicU32,
+    gcra: Script,
+    reserve: Script,
+    complete: Script,
+    release: Script,
+}
+
+/// GCRA. KEYS[1]: the limiter key. ARGV[1]: emission interval (µs), ARGV[2]: burst.
+/// Returns {1, 0} when admitted (the new TAT is stored), {0, retry_after_µs} when refused
+/// (nothing is written).
+const GCRA_LUA: &str = r"
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[1])
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then tat = now end
+local new_tat = tat + interval
+local allow_at = new_tat - interval * tonumber(ARGV[2])
+if now < allow_at then
+  return {0, allow_at - now}
+end
+redis.call('SET', KEYS[1], string.format('%d', new_tat), 'PX', math.ceil((new_tat - now) / 1000))
+return {1, 0}
+";
+
+/// KEYS[1]: the entry. ARGV[1]: fingerprint, ARGV[2]: the new token, ARGV[3]: lock TTL (ms).
+/// Returns {'reserved'}, {'inflight', fp} or {'done', fp, reply}.
+const RESERVE_LUA: &str = r"
+local e = redis.call('HMGET', KEYS[1], 'state', 'fp', 'reply')
+if e[1] == 'done' then return {'done', e[2] or '', e[3] or ''} end
+if e[1] == 'inflight' then return {'inflight', e[2] or ''} end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'state', 'inflight', 'fp', ARGV[1], 'token', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {'reserved'}
+";
+
+/// KEYS[1]: the entry. ARGV[1]: token, ARGV[2]: fingerprint, ARGV[3]: reply, ARGV[4]: TTL (ms).
+/// Only an in-flight entry has a token, so a match means this caller still holds the key.
+/// Returns 1 when stored, 0 when the token no longer holds the key.
+const COMPLETE_LUA: &str = r"
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'state', 'done', 'fp', ARGV[2], 'reply', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1
+";
+
+/// KEYS[1]: the entry. ARGV[1]: token. Deletes the entry if the token still holds it.
+const RELEASE_LUA: &str = r"
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+";
+
+impl RedisBackend {
+    /// Validates the URL (`redis://[[user]:password@]host[:port][/db]`) and builds the client.
+    /// Connects lazily on first use and reconnects after failures: no connection is attempted
+    /// here, so `check` and startup never wait for Redis (and no runtime is needed yet).
+    pub fn new(url: &str, timeout: Duration, prefix: &str) -> Result<RedisBackend, String> {
+        let scheme = url
+            .split_once("://")
+            .map(|(scheme, _)| scheme.to_ascii_lowercase());
+        match scheme.as_deref() {
+            Some("redis") => {}
+            Some("rediss") => {
+                return Err(
+                    "rediss:// (TLS) is not supported: this build's redis client has no \
+                     TLS support (redis crate feature `tokio-rustls-comp`); use redis:// on a \
+                     private network"
+                        .to_owned(),
+                );
+            }
+            Some(other) => {
+                return Err(format!(
+                    "redis url scheme `{other}` is not supported, use redis://"
+                ));
+            }
+            None => return Err("redis url must start with redis://".to_owned()),
+        }
+        if timeout.is_zero() {
+            return Err("redis timeout must be greater than zero".to_owned());
+        }
+        // redis-rs' parse errors name the problem, never the URL.
+        let client = Client::open(url).map_err(|e| format!("invalid redis url: {e}"))?;
+        let info = client.get_connection_info();
+        let settings = info.redis_settings();
+        let credentials = if settings.username().is_some() || settings.password().is_some() {
+            "***@"
+        } else {
+            ""
+        };
+        let server = format!("redis://{credentials}{}/{}", info.addr(), settings.db());
+        Ok(RedisBackend {
+            inner: Arc::new(Inner {
+                client,
+                server,
+                timeout,
+                prefix: prefix.to_owned(),
+                connection: Mutex::new(None),
+                timeouts_in_a_row: AtomicU32::new(0),
+                gcra: Script::new(GCRA_LUA),
+                reserve: Script::new(RESERVE_LUA),
+                complete: Script::new(COMPLETE_LUA),
+                release: Script::new(RELEASE_LUA),
+            }),
+        })
+    }
+
+    /// GCRA in one round trip, on the Redis server's clock. `emission_interval` = period / count
+    /// (at least 1 µs); `burst` = how many requests may arrive at once (at least 1).
+    /// `Ok(None)`: admitted and recorded. `Ok(Some(retry_after))`: refused, nothing recorded;
+    /// one request would be admitted after `retry_after`. An idle key expires once drained.
+    pub async fn gcra(
+        &self,
+        key: &str,
+        emission_interval: Duration,
+        burst: u32,
+    ) -> Result<Option<Duration>, BackendError> {
+        let interval = clamp_units(emission_interval.as_micros());
+        let mut call = self.inner.gcra.key(self.key("rl:", key));
+        call.arg(interval).arg(burst.max(1));
+        let (admitted, retry_after_us): (i64, i64) = self
+            .bounded(|mut conn| async move { call.invoke_async(&mut conn).await })
+            .await?;
+        if admitted == 1 {
+            Ok(None)
+        } else {
+            let micros = u64::try_from(retry_after_us).unwrap_or(0).max(1);
+            Ok(Some(Duration::from_micros(micros)))
+        }
+    }
+
+    /// Idempotency: reserve `key` for a call with `fingerprint` (hex), holding it for `lock_ttl`
+    /// (so a crashed replica's reservation runs out), or report what is stored. One round trip.
+    pub async fn reserve(
+        &self,
+        key: &str,
+        fingerprint: &str,
+        lock_ttl: Duration,
+    ) -> Result<Reservation, BackendError> {
+        let token = uuid::Uuid::new_v4().to_string();
+        let mut call = self.inner.reserve.key(self.key("idem:", key));
+        call.arg(fingerprint).arg(&token).arg(millis(lock_ttl));
+        let reply: Value = self
+            .bounded(|mut conn| async move { call.invoke_async(&mut conn).await })
+            .await?;
+        parse_reservation(reply, token)
+    }
+
+    /// Stores `reply` (opaque text) with `fingerprint` for `ttl`, only if `token` still holds the
+    /// reservation: `Ok(false)` when it does not (the lock expired, or another token holds it).
+    pub async fn complete(
+        &self,
+        key: &str,
+        token: &str,
+        fingerprint: &str,
+        reply: &str,
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        let mut call = self.inner.complete.key(self.key("idem:", key));
+        call.arg(token).arg(fingerprint).arg(reply).arg(millis(ttl));
+        let stored: i64 = self
+            .bounded(|mut conn| async move { call.invoke_async(&mut conn).await })
+            .await?;
+        Ok(stored == 1)
+    }
+
+    /// Drops the reservation if `token` still holds it (the call failed: the key is free again).
+    pub async fn release(&self, key: &str, token: &str) -> Result<(), BackendError> {
+        let mut call = self.inner.release.key(self.key("idem:", key));
+        call.arg(token);
+        let _released: i64 = self
+            .bounded(|mut conn| async move { call.invoke_async(&mut conn).await })
+            .await?;
+        Ok(())
+    }
+
+    /// `PING`, for readiness reports.
+    pub async fn ping(&self) -> Result<(), BackendError> {
+        let _pong: String = self
+            .bounded(|mut conn| async move { redis::cmd("PING").query_async(&mut conn).await })
+            .await?;
+        Ok(())
+    }
+
+    fn key(&self, kind: &str, key: &str) -> String {
+        format!("{}{kind}{key}", self.inner.prefix)
+    }
+
+    /// Runs one Redis exchange under the timeout and sorts its failure.
+    async fn bounded<T, F, Fut>(&self, exchange: F) -> Result<T, BackendError>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let conn = self.connection()?;
+        let timeout = self.inner.timeout;
+        match tokio::time::timeout(timeout, exchange(conn)).await {
+            Ok(Ok(value)) => {
+                self.inner.timeouts_in_a_row.store(0, Ordering::Relaxed);
+                Ok(value)
+            }
+            Ok(Err(error)) if error.is_timeout() => Err(self.timed_out()),
+            Ok(Err(error)) => Err(unavailable(&error)),
+            Err(_elapsed) => Err(self.timed_out()),
+        }
+    }
+
+    /// The shared connection, made on first use or after [`Self::timed_out`] dropped it.
+    fn connection(&self) -> Result<ConnectionManager, BackendError> {
+        let mut slot = self.slot();
+        if let Some(conn) = slot.as_ref() {
+            return Ok(conn.clone());
+        }
+        // Short reconnect back-off: a call waits on a reconnect only up to its timeout anyway,
+        // and after an outage the first calls should find Redis again quickly.
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.inner.timeout))
+            .set_response_timeout(None)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(500))
+            .set_number_of_retries(3);
+        let conn = ConnectionManager::new_lazy_with_config(self.inner.client.clone(), config)
+            .map_err(|e| unavailable(&e))?;
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    fn timed_out(&self) -> BackendError {
+        let in_a_row = self.inner.timeouts_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
+        if in_a_row >= FRESH_CONNECTION_AFTER_TIMEOUTS {
+            self.inner.timeouts_in_a_row.store(0, Ordering::Relaxed);
+            *self.slot() = None;
+        }
+        BackendError::Timeout(self.inner.timeout)
+    }
+
+    fn slot(&self) -> MutexGuard<'_, Option<ConnectionManager>> {
+        // Only ever replaced whole: a panic elsewhere cannot leave it half-written.
+        self.inner
+            .connection
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("server", &self.inner.server)
+            .field("prefix", &self.inner.prefix)
+            .field("timeout", &self.inner.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// redis-rs errors name the failure (refused, reset, a server error), never the URL.
+fn unavailable(error: &RedisError) -> BackendError {
+    BackendError::Unavailable(error.to_string())
+}
+
+/// Decodes the reserve script's reply by hand: a generic conversion error would quote the
+/// stored reply, which may hold a buyer's personal data, into the message.
+fn parse_reservation(reply: Value, token: String) -> Result<Reservation, BackendError> {
+    let malformed =
+        || BackendError::Unavailable("malformed reply to the reserve script".to_owned());
+    let Value::Array(items) = reply else {
+        return Err(malformed());
+    };
+    let mut items = items.into_iter().map(text);
+    let state = items.next().flatten();
+    let fingerprint = items.next().flatten();
+    let stored = items.next().flatten();
+    match (state.as_deref(), fingerprint, stored) {
+        (Some("reserved"), None, None) => Ok(Reservation::Reserved { token }),
+        (Some("inflight"), Some(fingerprint), None) => Ok(Reservation::InFlight { fingerprint }),
+        (Some("done"), Some(fingerprint), Some(reply)) => {
+            Ok(Reservation::Done { fingerprint, reply })
+        }
+        _ => Err(malformed()),
+    }
+}
+
+fn text(value: Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
+        Value::SimpleString(text) => Some(text),
+        _ => None,
+    }
+}
+
+/// A TTL in whole milliseconds, at least 1 (`PEXPIRE 0` would delete the key at once).
+fn millis(ttl: Duration) -> u64 {
+    clamp_units(ttl.as_millis())
+}
+
+fn clamp_units(units: u128) -> u64 {
+    u64::try_from(units)
+        .unwrap_or(MAX_UNITS)
+        .clamp(1, MAX_UNITS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_millis(50);
+
+    #[test]
+    fn new_needs_neither_a_server_nor_a_runtime() {
+        // Port 1 on localhost: nothing listens, and nothing is tried yet.
+        let backend = RedisBackend::new("redis://127.0.0.1:1/3", T, "aapgw:").unwrap();
+        assert_eq!(
+            format!("{backend:?}"),
+            r#"RedisBackend { server: "redis://127.0.0.1:1/3", prefix: "aapgw:", timeout: 50ms, .. }"#
+        );
+    }
+
+    #[test]
+    fn debug_hides_credentials() {
+        let backend =
+            RedisBackend::new("redis://gw:s3cr3t@cache.internal:6380/1", T, "p:").unwrap();
+        let shown = format!("{backend:?}");
+        assert!(
+            !shown.contains("s3cr3t") && !shown.contains("gw:"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("redis://***@cache.internal:6380/1"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn tls_and_foreign_schemes_are_refused_clearly() {
+        let tls = RedisBackend::new("rediss://:pw@cache:6380", T, "p:").unwrap_err();
+        assert!(tls.contains("TLS") && !tls.contains("pw"), "{tls}");
+        let http = RedisBackend::new("http://cache:6379", T, "p:").unwrap_err();
+        assert!(http.contains("`http`"), "{http}");
+        assert!(RedisBackend::new("cache:6379", T, "p:").is_err());
+        assert!(RedisBackend::new("REDIS://cache:6379", T, "p:").is_ok());
+        assert!(RedisBackend::new("redis://cache:6379", Duration::ZERO, "p:").is_err());
+    }
+
+    #[test]
+    fn bad_urls_are_refused_without_echoing_them() {
+        let error = RedisBackend::new("redis://:s3cr3t@cache:6379/notadb", T, "p:").unwrap_err();
+        assert!(!error.contains("s3cr3t"), "{error}");
+    }
+
+    #[test]
+    fn durations_are_clamped_for_redis() {
+        assert_eq!(millis(Duration::ZERO), 1);
+        assert_eq!(millis(Duration::from_millis(1500)), 1500);
+        assert_eq!(millis(Duration::MAX), MAX_UNITS);
+    }
+
+    #[test]
+    fn reserve_replies_are_decoded_strictly() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let token = || "t".to_owned();
+        assert_eq!(
+            parse_reservation(Value::Array(vec![bulk("reserved")]), token()).unwrap(),
+            Reservation::Reserved { token: token() }
+        );
+        assert_eq!(
+            parse_reservation(Value::Array(vec![bulk("inflight"), bulk("ab")]), token()).unwrap(),
+            Reservation::InFlight {
+                fingerprint: "ab".to_owned()
+            }
+        );
+        assert_eq!(
+            parse_reservation(
+                Value::Array(vec![bulk("done"), bulk("ab"), bulk("{}")]),
+                token()
+            )
+            .unwrap(),
+            Reservation::Done {
+                fingerprint: "ab".to_owned(),
+                reply: "{}".to_owned()
+            }
+        );
+        let secret = Value::Array(vec![bulk("weird"), bulk("ab"), bulk("jane@example.com")]);
+        let error = parse_reservation(secret, token()).unwrap_err().to_string();
+        assert!(!error.contains("jane"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn calls_fail_fast_when_nothing_listens() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let backend = RedisBackend::new(&format!("redis://127.0.0.1:{port}"), T, "p:").unwrap();
+        let started = std::time::Instant::now();
+        let error = backend.ping().await.unwrap_err();
+        assert!(
+            matches!(
+                error,
+                BackendError::Unavailable(_) | BackendError::Timeout(_)
+            ),
+            "{error}"
+        );
+        assert!(started.elapsed() < T * 4, "{:?}", started.elapsed());
+    }
+}

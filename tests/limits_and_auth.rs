@@ -1,0 +1,315 @@
+//! Rate limits and API keys through the real gateway: `RATE_LIMITED` in the protocol's own shape
+//! (JSON-RPC -32000, HTTP 200, `Retry-After`, `retryable`, `details.retry_after_ms`), separate
+//! quotas per skill and per client, forwarded addresses believed only from trusted proxies,
+//! and authentication: 401 with `WWW-Authenticate`, 403 for a key not allowed at the dealer,
+//! the card declaring its security only when keys are required, cards and health public.
+
+mod common;
+
+use common::{EXT, Gateway, Reply, send_message, standard_headers};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+const PROFILE: &str = r#"
+    profile:
+      name: Limit Motors
+      rooftops:
+        - name: Limit Motors
+          phones: [{ name: Sales, value: "+14085550100" }]
+          address: { address_line_1: 1 Main St, city: San Jose, state: CA, zip: "95128" }
+          timezone: America/Los_Angeles
+          capabilities: [sales]
+"#;
+
+/// One profile-only dealer (`dealer.information`) under `extra` top-level settings.
+async fn gateway(extra: &str) -> Gateway {
+    common::start_yaml(&format!(
+        "{extra}\ndealers:\n  - id: limit_motors\n    card: {{ name: Limit Motors, description: Test dealer. }}\n{PROFILE}\n  - id: other_motors\n    path_prefix: /other\n    card: {{ name: Other Motors, description: Test dealer. }}\n{}",
+        PROFILE.replace("Limit Motors", "Other Motors")
+    ))
+    .await
+}
+
+fn info() -> Value {
+    json!({ "type": "dealer.information.request" })
+}
+
+async fn call(gw: &Gateway, path: &str, extra: &[(&str, &str)]) -> Reply {
+    let mut headers = standard_headers();
+    headers.extend_from_slice(extra);
+    gw.post_raw(
+        path,
+        &headers,
+        send_message(info()).to_string().into_bytes(),
+    )
+    .await
+}
+
+fn ok(reply: &Reply) -> bool {
+    reply.body.get("result").is_some()
+}
+
+fn sha256_hex(key: &str) -> String {
+    Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rate limits
+
+#[tokio::test]
+async fn a_spent_quota_is_rate_limited_in_the_protocols_shape() {
+    let gw = gateway("rate_limit:\n  default: { rate: 1/min, burst: 3 }").await;
+    for i in 0..3 {
+        assert!(
+            ok(&call(&gw, "/a2a", &[]).await),
+            "call {i} is within the burst"
+        );
+    }
+    let reply = call(&gw, "/a2a", &[]).await;
+    assert_eq!(reply.status, 200, "a JSON-RPC error is HTTP 200");
+    assert_eq!(reply.error_code(), -32000, "{}", reply.text);
+    assert_eq!(reply.aap_code(), "RATE_LIMITED");
+    let error = reply.aap_error();
+    assert_eq!(error["retryable"], true);
+    let ms = error["details"]["retry_after_ms"]
+        .as_u64()
+        .expect("retry_after_ms");
+    // One call per minute, the burst just spent: the next one in ~60 s.
+    assert!((59_000..=60_000).contains(&ms), "retry_after_ms {ms}");
+    let retry_after: u64 = reply.headers["retry-after"]
+        .to_str()
+        .expect("header")
+        .parse()
+        .expect("seconds");
+    assert_eq!(retry_after, 60);
+    assert_eq!(reply.error_info()["reason"], "RATE_LIMITED");
+    // The extension stays activated on the refusal.
+    assert_eq!(reply.headers["a2a-extensions"], EXT);
+}
+
+#[tokio::test]
+async fn skills_and_dealers_have_their_own_buckets() {
+    let gw = gateway(
+        "rate_limit:\n  default: { rate: 1/min, burst: 1 }\n  skills:\n    inventory.search: { rate: 1/min, burst: 5 }",
+    )
+    .await;
+    assert!(ok(&call(&gw, "/a2a", &[]).await));
+    assert_eq!(call(&gw, "/a2a", &[]).await.aap_code(), "RATE_LIMITED");
+    // The other dealer is another bucket.
+    assert!(ok(&call(&gw, "/other/a2a", &[]).await));
+    // inventory.search is not served here: UNSUPPORTED_SKILL comes before the limit (DESIGN §3).
+    let reply = gw
+        .send("/a2a", json!({ "type": "inventory.search.request" }))
+        .await;
+    assert_eq!(reply.aap_code(), "UNSUPPORTED_SKILL");
+}
+
+#[tokio::test]
+async fn forwarded_addresses_count_only_from_trusted_proxies() {
+    // The test client connects from 127.0.0.1.
+    let untrusted = gateway("rate_limit:\n  default: { rate: 1/min, burst: 1 }").await;
+    assert!(ok(&call(
+        &untrusted,
+        "/a2a",
+        &[("x-forwarded-for", "203.0.113.1")]
+    )
+    .await));
+    // A forged header from an untrusted peer changes nothing: the same client.
+    let reply = call(&untrusted, "/a2a", &[("x-forwarded-for", "203.0.113.2")]).await;
+    assert_eq!(reply.aap_code(), "RATE_LIMITED");
+
+    let trusted = gateway(
+        "rate_limit:\n  default: { rate: 1/min, burst: 1 }\n  trusted_proxies: [127.0.0.1/32]",
+    )
+    .await;
+    assert!(ok(&call(
+        &trusted,
+        "/a2a",
+        &[("x-forwarded-for", "203.0.113.1")]
+    )
+    .await));
+    // Through our proxy, each forwarded client has its own bucket...
+    assert!(ok(&call(
+        &trusted,
+        "/a2a",
+        &[("x-forwarded-for", "203.0.113.2")]
+    )
+    .await));
+    // ...and a client cannot escape by prepending a forged hop.
+    let reply = call(
+        &trusted,
+        "/a2a",
+        &[("x-forwarded-for", "198.51.100.99, 203.0.113.2")],
+    )
+    .await;
+    assert_eq!(reply.aap_code(), "RATE_LIMITED");
+}
+
+#[tokio::test]
+async fn the_demo_quotas_are_generous_but_real() {
+    let gw = common::demo().await;
+    let mut admitted = 0;
+    for _ in 0..150 {
+        if ok(&gw.send("/a2a", info()).await) {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 150, "the demo admits a burst of 150");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Authentication
+
+fn keys_config() -> String {
+    format!(
+        "auth:\n  mode: api_key\n  keys:\n    - id: partner\n      sha256: {}\n    - id: limit-only\n      sha256: {}\n      dealers: [limit_motors]\n      quota: {{ rate: 1/min, burst: 2 }}\n",
+        sha256_hex("partner-secret-key"),
+        sha256_hex("limit-only-key"),
+    )
+}
+
+#[tokio::test]
+async fn a_missing_or_unknown_key_is_401_with_a_challenge() {
+    let gw = gateway(&keys_config()).await;
+    for headers in [
+        vec![],
+        vec![("x-api-key", "not-a-key")],
+        vec![("authorization", "Bearer nope")],
+    ] {
+        let reply = call(&gw, "/a2a", &headers).await;
+        assert_eq!(reply.status, 401, "{headers:?}: {}", reply.text);
+        assert_eq!(
+            reply.headers["www-authenticate"],
+            "Bearer realm=\"aap-gateway\""
+        );
+        // Still a JSON-RPC error body.
+        assert_eq!(reply.body["jsonrpc"], "2.0");
+        assert_eq!(reply.body["id"], "req-1");
+        assert_eq!(reply.error_code(), -32000);
+        assert_eq!(reply.error_info()["reason"], "UNAUTHENTICATED");
+        assert!(!reply.text.contains("not-a-key"), "the key is never echoed");
+    }
+}
+
+#[tokio::test]
+async fn a_valid_key_works_as_bearer_or_x_api_key() {
+    let gw = gateway(&keys_config()).await;
+    assert!(ok(&call(
+        &gw,
+        "/a2a",
+        &[("authorization", "Bearer partner-secret-key")]
+    )
+    .await));
+    assert!(ok(&call(
+        &gw,
+        "/other/a2a",
+        &[("x-api-key", "partner-secret-key")]
+    )
+    .await));
+}
+
+#[tokio::test]
+async fn a_key_outside_its_dealers_is_403() {
+    let gw = gateway(&keys_config()).await;
+    assert!(ok(
+        &call(&gw, "/a2a", &[("x-api-key", "limit-only-key")]).await
+    ));
+    let reply = call(&gw, "/other/a2a", &[("x-api-key", "limit-only-key")]).await;
+    assert_eq!(reply.status, 403, "{}", reply.text);
+    assert_eq!(reply.error_info()["reason"], "PERMISSION_DENIED");
+}
+
+#[tokio::test]
+async fn a_key_carries_its_own_quota_and_is_the_client() {
+    let gw = gateway(&keys_config()).await;
+    let key = [("x-api-key", "limit-only-key")];
+    assert!(ok(&call(&gw, "/a2a", &key).await));
+    assert!(ok(&call(&gw, "/a2a", &key).await));
+    assert_eq!(call(&gw, "/a2a", &key).await.aap_code(), "RATE_LIMITED");
+    // Another key from the same address is another client with the default quota.
+    assert!(ok(&call(
+        &gw,
+        "/a2a",
+        &[("x-api-key", "partner-secret-key")]
+    )
+    .await));
+}
+
+#[tokio::test]
+async fn the_card_declares_security_only_when_keys_are_required() {
+    let open = gateway("").await;
+    let card: Value = open
+        .client()
+        .get(open.url("/.well-known/agent-card.json"))
+        .send()
+        .await
+        .expect("card")
+        .json()
+        .await
+        .expect("json");
+    assert!(card.get("securitySchemes").is_none());
+    assert!(card.get("securityRequirements").is_none());
+
+    let closed = gateway(&keys_config()).await;
+    // The card and the health probes stay public.
+    let response = closed
+        .client()
+        .get(closed.url("/.well-known/agent-card.json"))
+        .send()
+        .await
+        .expect("card");
+    assert_eq!(response.status(), 200);
+    let card: Value = response.json().await.expect("json");
+    assert_eq!(
+        card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"],
+        "Bearer"
+    );
+    assert_eq!(
+        card["securitySchemes"]["apiKey"]["apiKeySecurityScheme"],
+        json!({ "location": "header", "name": "X-API-Key",
+                "description": "The same API key, in the X-API-Key header." })
+    );
+    assert_eq!(
+        card["securityRequirements"],
+        json!([{ "schemes": { "bearer": { "list": [] } } }, { "schemes": { "apiKey": { "list": [] } } }])
+    );
+    let health = closed
+        .client()
+        .get(closed.admin_url("/healthz"))
+        .send()
+        .await
+        .expect("health");
+    assert_eq!(health.status(), 200);
+}
+
+#[tokio::test]
+async fn bad_limit_and_auth_settings_are_located() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &path,
+        "rate_limit:\n  backend: memcached\n  default: { rate: often, burst: 0 }\n  trusted_proxies: [not-an-ip]\n  skills:\n    inventory.teleport: { rate: 1/s, burst: 1 }\nauth:\n  mode: api_key\n  keys:\n    - id: x\n      sha256: abc\n      dealers: [nobody]\ndealers:\n  - id: d\n    card: { name: D, description: D. }\n",
+    )
+    .expect("write");
+    let problems = aap_gateway::settings::load_with_env(&path, std::collections::HashMap::new())
+        .expect_err("problems");
+    let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    let all = text.join("\n");
+    for (line, message) in [
+        (2, "`memcached` is not a backend; expected memory or redis"),
+        (3, "`often` is not a rate like 10/s, 600/min or 5/10s"),
+        (4, "`not-an-ip` is not an address or CIDR like 10.0.0.0/8"),
+        (6, "`inventory.teleport` is not an AAP skill"),
+        (11, "must be the 64 hex digits of the key's SHA-256"),
+    ] {
+        let located = format!("gateway.yaml:{line}:");
+        assert!(
+            text.iter()
+                .any(|p| p.contains(&located) && p.contains(message)),
+            "missing {located} {message:?} in:\n{all}"
+        );
+    }
+}

@@ -1,0 +1,103 @@
+//! Rate limits shared by replicas through a real `redis-server` (started on a free port; `.ci/run`
+//! installs it): two gateway instances admit no more than one quota in total, and when Redis
+//! goes away `on_backend_error` decides — `local` keeps answering under this replica's own
+//! limits, `deny` refuses with RATE_LIMITED — and the gateway keeps answering either way.
+
+mod common;
+
+use common::redis::RedisServer;
+use common::{Gateway, send_message};
+use serde_json::json;
+
+async fn replica(redis_url: &str, on_error: &str) -> Gateway {
+    common::start_yaml(&format!(
+        r#"
+rate_limit:
+  backend: redis
+  redis_url: {redis_url}
+  redis_timeout: 200ms
+  on_backend_error: {on_error}
+  default: {{ rate: 1/min, burst: 5 }}
+dealers:
+  - id: shared_motors
+    card: {{ name: Shared Motors, description: Test dealer. }}
+    profile:
+      name: Shared Motors
+      rooftops:
+        - name: Shared Motors
+          phones: [{{ name: Sales, value: "+14085550100" }}]
+          address: {{ address_line_1: 1 Main St, city: San Jose, state: CA, zip: "95128" }}
+          timezone: America/Los_Angeles
+          capabilities: [sales]
+"#
+    ))
+    .await
+}
+
+async fn outcome(gw: &Gateway) -> String {
+    let reply = gw
+        .rpc(
+            "/a2a",
+            &send_message(json!({ "type": "dealer.information.request" })),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    if reply.body.get("result").is_some() {
+        "ok".to_owned()
+    } else {
+        reply.aap_code().to_owned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_sharing_redis_admit_one_quota_in_total() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let a = replica(&redis.url, "local").await;
+    let b = replica(&redis.url, "local").await;
+    let mut admitted = 0;
+    for i in 0..12 {
+        let gw = if i % 2 == 0 { &a } else { &b };
+        if outcome(gw).await == "ok" {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 5, "one burst of 5 across both replicas");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_redis_local_falls_back_and_deny_refuses() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let local = replica(&redis.url, "local").await;
+    let deny = replica(&redis.url, "deny").await;
+    assert_eq!(outcome(&local).await, "ok");
+    assert_eq!(outcome(&deny).await, "ok");
+    redis.stop();
+    // `local`: this replica's own quota (burst 5) still applies.
+    let mut admitted = 0;
+    for _ in 0..8 {
+        if outcome(&local).await == "ok" {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 5, "local limits while Redis is down");
+    assert!(local.app.limits.backend_errors() >= 8);
+    // `deny`: refused, but answered (RATE_LIMITED, retryable), never hung.
+    let started = std::time::Instant::now();
+    assert_eq!(outcome(&deny).await, "RATE_LIMITED");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    // Redis back: shared limits again.
+    redis.restart();
+    let mut back = false;
+    for _ in 0..20 {
+        if outcome(&deny).await == "ok" {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(back, "the deny replica admits again once Redis is back");
+}
