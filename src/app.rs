@@ -10,7 +10,7 @@ use crate::error::AapError;
 use std::sync::Arc;
 
 use crate::auth::Authenticator;
-use crate::idempotency::Store;
+use crate::idempotency::Idempotency;
 use crate::mapping::feed::Feed;
 use crate::mapping::load::{LoadContext, load_folder};
 use crate::mapping::{Example, Handler};
@@ -33,7 +33,7 @@ pub struct App {
     /// Most specific first (see `router`).
     pub dealers: Vec<Dealer>,
     /// `lead.submit` idempotency keys and their replies.
-    pub idempotency: Arc<Store>,
+    pub idempotency: Idempotency,
     /// Quotas per dealer, client and skill, and the concurrency limit.
     pub limits: Arc<Limiter>,
     /// `None`: public agents.
@@ -97,10 +97,18 @@ impl App {
         for (i, dealer) in dealers.iter_mut().enumerate() {
             dealer.index = u16::try_from(i).unwrap_or(u16::MAX);
         }
-        let idempotency = Arc::new(Store::new(
-            settings.idempotency.ttl,
-            settings.idempotency.max_entries,
-        ));
+        let keys = &settings.idempotency;
+        let idempotency = match &keys.backend {
+            LimitBackend::Memory => Idempotency::local(keys.ttl, keys.max_entries),
+            LimitBackend::Redis { url } => Idempotency::shared(
+                keys.ttl,
+                keys.max_entries,
+                RedisBackend::new(url, keys.redis_timeout, "aapgw:")
+                    .map_err(|e| vec![settings.source.problem("/idempotency/redis_url", e)])?,
+                keys.lock_ttl,
+                keys.on_backend_error,
+            ),
+        };
         let redis = match &settings.rate_limit.backend {
             LimitBackend::Redis { url } => Some(
                 RedisBackend::new(url, settings.rate_limit.redis_timeout, "aapgw:")

@@ -15,9 +15,20 @@
 //!   the CRM again.
 //! - **Bounded**: at most `max_entries` keys are held; beyond that the oldest completed entries
 //!   are dropped first (they would expire first anyway, the TTL being the same for all).
+//! - **Replicas** (`idempotency.backend: redis`): the in-process [`Store`] still serves single
+//!   flight and replays inside a replica; a fresh local claim then reserves the key in Redis
+//!   ([`crate::redis_backend`]), so a retry that lands on another replica replays the stored
+//!   reply, conflicts, or waits (polling) while the first replica's call runs. A reservation
+//!   holds for `lock_ttl` only, so a replica that dies mid-call frees the key; a waiter that then
+//!   finds it free runs the call itself (the CRM's duplicate check on the stable lead reference
+//!   keeps that from creating a second lead). When Redis fails, `on_backend_error` decides:
+//!   `local` delivers with this replica's store only (a lead delivered beats a lead lost),
+//!   `deny` refuses the lead as retryable.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -25,7 +36,9 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use crate::error::{AapCode, AapError};
-use crate::protocol::Reply;
+use crate::protocol::{Reply, Skill};
+use crate::redis_backend::{RedisBackend, Reservation};
+use crate::settings::OnBackendError;
 
 /// SHA-256 of the canonical JSON of a request.
 pub type Fingerprint = [u8; 32];
@@ -51,6 +64,219 @@ impl Scope {
             source: source.to_owned(),
             key: key.to_owned(),
         })
+    }
+
+    /// The key's name in a shared store: the dealer in clear (for operators), the buyer's
+    /// strings hashed (any length, any characters, and no buyer text in Redis's key space).
+    fn shared_key(&self) -> String {
+        let mut hasher = Sha256::new();
+        hasher.update((self.source.len() as u64).to_be_bytes());
+        hasher.update(self.source.as_bytes());
+        hasher.update(self.key.as_bytes());
+        format!("{}:{}", self.dealer, hex(&hasher.finalize().into()))
+    }
+}
+
+/// Counts for metrics.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Replies answered again for a repeated key.
+    pub replays: AtomicU64,
+    /// Keys reused with another payload.
+    pub conflicts: AtomicU64,
+    /// Shared-store (Redis) failures.
+    pub backend_errors: AtomicU64,
+}
+
+/// The idempotency keys of one configuration: the in-process store, plus Redis when replicas
+/// share keys.
+#[derive(Debug)]
+pub struct Idempotency {
+    local: Arc<Store>,
+    shared: Option<Shared>,
+    pub counters: Counters,
+}
+
+#[derive(Debug)]
+struct Shared {
+    redis: RedisBackend,
+    lock_ttl: Duration,
+    on_backend_error: OnBackendError,
+}
+
+/// A key held in the shared store while this replica runs the call.
+#[derive(Debug)]
+struct Hold {
+    redis: RedisBackend,
+    key: String,
+    token: String,
+    fingerprint: String,
+}
+
+/// First and longest pause between polls of a key another replica is running.
+const POLL_FIRST: Duration = Duration::from_millis(20);
+const POLL_MAX: Duration = Duration::from_millis(250);
+
+impl Idempotency {
+    /// Keys in this process only.
+    pub fn local(ttl: Duration, max_entries: usize) -> Idempotency {
+        Idempotency {
+            local: Arc::new(Store::new(ttl, max_entries)),
+            shared: None,
+            counters: Counters::default(),
+        }
+    }
+
+    /// Keys shared through `redis` (the local store still coalesces calls inside the replica).
+    pub fn shared(
+        ttl: Duration,
+        max_entries: usize,
+        redis: RedisBackend,
+        lock_ttl: Duration,
+        on_backend_error: OnBackendError,
+    ) -> Idempotency {
+        Idempotency {
+            shared: Some(Shared {
+                redis,
+                lock_ttl,
+                on_backend_error,
+            }),
+            ..Idempotency::local(ttl, max_entries)
+        }
+    }
+
+    /// The in-process store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.local
+    }
+
+    /// Claims `scope` for a request with `fingerprint`: a fresh ticket, the stored reply, or
+    /// `IDEMPOTENCY_CONFLICT`; waits while an equal request with the same key runs here or on
+    /// another replica.
+    pub async fn claim(&self, scope: Scope, fingerprint: Fingerprint) -> Result<Claim, AapError> {
+        let claim = self.local.claim(scope.clone(), fingerprint).await;
+        let claim = match (claim, &self.shared) {
+            (Ok(Claim::Fresh(ticket)), Some(shared)) => {
+                self.claim_shared(shared, &scope, ticket).await
+            }
+            (other, _) => other,
+        };
+        match &claim {
+            Ok(Claim::Replay(_)) => self.counters.replays.fetch_add(1, Ordering::Relaxed),
+            Err(AapError::Domain {
+                code: AapCode::IdempotencyConflict,
+                ..
+            }) => self.counters.conflicts.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
+        };
+        claim
+    }
+
+    /// The local claim was fresh: now the replicas' claim.
+    async fn claim_shared(
+        &self,
+        shared: &Shared,
+        scope: &Scope,
+        mut ticket: Ticket,
+    ) -> Result<Claim, AapError> {
+        let key = scope.shared_key();
+        let fingerprint = hex(&ticket.fingerprint);
+        let give_up = Instant::now() + shared.lock_ttl;
+        let mut pause = POLL_FIRST;
+        loop {
+            let found = shared.look(&key, &fingerprint).await;
+            match found {
+                Ok(Found::Reserved(token)) => {
+                    ticket.hold = Some(Hold {
+                        redis: shared.redis.clone(),
+                        key,
+                        token,
+                        fingerprint,
+                    });
+                    return Ok(Claim::Fresh(ticket));
+                }
+                Ok(Found::Done(f, payload)) => {
+                    if f != fingerprint {
+                        return Err(conflict());
+                    }
+                    let reply = Reply {
+                        skill: Skill::LeadSubmit,
+                        payload: Arc::new(payload),
+                    };
+                    ticket.complete_local(&reply); // local waiters and later retries here
+                    return Ok(Claim::Replay(reply));
+                }
+                Ok(Found::Running(f)) => {
+                    if f != fingerprint {
+                        return Err(conflict());
+                    }
+                    if Instant::now() + pause > give_up {
+                        return Err(still_running());
+                    }
+                    tokio::time::sleep(pause).await; // another replica runs it: wait for its reply
+                    pause = (pause * 2).min(POLL_MAX);
+                }
+                Err(error) => {
+                    self.counters.backend_errors.fetch_add(1, Ordering::Relaxed);
+                    let deny = shared.on_backend_error == OnBackendError::Deny;
+                    tracing::warn!(
+                        %error,
+                        fallback = if deny { "deny" } else { "local store" },
+                        "idempotency backend unavailable"
+                    );
+                    return if deny {
+                        Err(AapError::Domain {
+                            code: AapCode::InternalError,
+                            message: "The lead could not be registered right now; retry with \
+                                      the same idempotency_key."
+                                .to_owned(),
+                            details: None,
+                        })
+                    } else {
+                        Ok(Claim::Fresh(ticket))
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// What the shared store holds for a key, its stored reply parsed.
+enum Found {
+    /// Now held by this replica, with this token.
+    Reserved(String),
+    /// Running elsewhere, for a request with this fingerprint.
+    Running(String),
+    /// Completed for a request with this fingerprint, with this reply payload.
+    Done(String, Value),
+}
+
+impl Shared {
+    async fn look(&self, key: &str, fingerprint: &str) -> Result<Found, String> {
+        let reservation = self
+            .redis
+            .reserve(key, fingerprint, self.lock_ttl)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(match reservation {
+            Reservation::Reserved { token } => Found::Reserved(token),
+            Reservation::InFlight { fingerprint } => Found::Running(fingerprint),
+            Reservation::Done { fingerprint, reply } => Found::Done(
+                fingerprint,
+                serde_json::from_str(&reply)
+                    .map_err(|e| format!("stored reply is not JSON: {e}"))?,
+            ),
+        })
+    }
+}
+
+fn still_running() -> AapError {
+    AapError::Domain {
+        code: AapCode::InternalError,
+        message: "A submission with this idempotency_key is still being processed; retry with \
+                  the same key."
+            .to_owned(),
+        details: None,
     }
 }
 
@@ -105,11 +331,13 @@ enum Outcome {
 /// a cancelled request) frees the key and fails the waiters.
 #[derive(Debug)]
 pub struct Ticket {
-    store: Option<std::sync::Arc<Store>>,
+    store: Option<Arc<Store>>,
     scope: Scope,
     fingerprint: Fingerprint,
     id: u64,
     tx: watch::Sender<Outcome>,
+    /// The key's reservation in the shared store, when replicas share keys.
+    hold: Option<Hold>,
 }
 
 impl Store {
@@ -142,7 +370,7 @@ impl Store {
     /// Claims `scope` for a request with `fingerprint`: a fresh ticket, the stored reply, or
     /// `IDEMPOTENCY_CONFLICT`. Waits while an equal request with the same key is running.
     pub async fn claim(
-        self: &std::sync::Arc<Self>,
+        self: &Arc<Self>,
         scope: Scope,
         fingerprint: Fingerprint,
     ) -> Result<Claim, AapError> {
@@ -186,11 +414,12 @@ impl Store {
                         },
                     );
                     return Ok(Claim::Fresh(Ticket {
-                        store: Some(std::sync::Arc::clone(self)),
+                        store: Some(Arc::clone(self)),
                         scope,
                         fingerprint,
                         id,
                         tx,
+                        hold: None,
                     }));
                 }
             }
@@ -246,8 +475,38 @@ impl Inner {
 }
 
 impl Ticket {
-    /// Stores `reply` for the key and hands it to every waiter.
-    pub fn complete(mut self, reply: &Reply) {
+    /// Stores `reply` for the key (in the shared store too) and hands it to every waiter.
+    pub async fn complete(mut self, reply: &Reply) {
+        if let Some(hold) = self.hold.take() {
+            let ttl = self.store.as_ref().map_or(Duration::ZERO, |s| s.ttl);
+            let stored = hold
+                .redis
+                .complete(
+                    &hold.key,
+                    &hold.token,
+                    &hold.fingerprint,
+                    &reply.payload.to_string(),
+                    ttl,
+                )
+                .await;
+            // The lead is delivered either way; a retry elsewhere then runs it again, and the
+            // CRM's duplicate check on the stable reference keeps it one lead.
+            match stored {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!(
+                    "idempotency reservation expired before the lead was delivered; raise \
+                     idempotency.lock_ttl"
+                ),
+                Err(error) => {
+                    tracing::warn!(%error, "idempotency backend: the reply was not stored");
+                }
+            }
+        }
+        self.complete_local(reply);
+    }
+
+    /// Stores `reply` in this process's store and hands it to every waiter.
+    fn complete_local(mut self, reply: &Reply) {
         if let Some(store) = self.store.take() {
             let mut inner = store.lock();
             inner.seq += 1;
@@ -272,6 +531,17 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
+        if let Some(hold) = self.hold.take() {
+            // The call failed or was cancelled: free the key for a retry on any replica now,
+            // rather than after lock_ttl. Best effort (the lock runs out anyway).
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    if let Err(error) = hold.redis.release(&hold.key, &hold.token).await {
+                        tracing::debug!(%error, "idempotency backend: reservation not released");
+                    }
+                });
+            }
+        }
         if let Some(store) = self.store.take() {
             let mut inner = store.lock();
             let current = matches!(inner.entries.get(&self.scope), Some(Entry::InFlight { id, .. }) if *id == self.id);
@@ -290,6 +560,15 @@ fn conflict() -> AapError {
         "This idempotency_key was already used with a different request; use a new key for a \
          new lead.",
     )
+}
+
+/// Lower-case hex of a fingerprint.
+pub fn hex(fingerprint: &Fingerprint) -> String {
+    let mut out = String::with_capacity(64);
+    for byte in fingerprint {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
 }
 
 /// SHA-256 of the canonical JSON of `value`: object keys sorted at every level, no whitespace.
@@ -376,7 +655,7 @@ mod tests {
         let Claim::Fresh(ticket) = store.claim(scope("k"), [1; 32]).await.unwrap() else {
             panic!("fresh")
         };
-        ticket.complete(&reply("L-1"));
+        ticket.complete(&reply("L-1")).await;
         let again = store.claim(scope("k"), [1; 32]).await.unwrap();
         assert_eq!(lead_id(&again).as_deref(), Some("L-1"));
         let err = store.claim(scope("k"), [2; 32]).await.unwrap_err();
@@ -422,7 +701,7 @@ mod tests {
             })
             .collect();
         tokio::time::sleep(Duration::from_millis(20)).await;
-        ticket.complete(&reply("L-7"));
+        ticket.complete(&reply("L-7")).await;
         for w in waiters {
             let claim = w.await.unwrap().unwrap();
             assert_eq!(lead_id(&claim).as_deref(), Some("L-7"));
@@ -459,7 +738,7 @@ mod tests {
             else {
                 panic!("fresh")
             };
-            t.complete(&reply(&format!("L-{i}")));
+            t.complete(&reply(&format!("L-{i}"))).await;
             assert!(store.len() <= 3, "{} entries", store.len());
         }
         // The newest survive eviction.

@@ -58,7 +58,7 @@ async fn submit_lead(
     let data = lead.deliver(None, request, &facts).await?; // acknowledged by the CRM, or an error
     let reply = check_reply(app, handler, lead.reply(data, request))?; // response schema
     if let Some(ticket) = ticket {
-        ticket.complete(&reply); // replayed for the key from now on
+        ticket.complete(&reply).await; // replayed for the key from now on
     }
     Ok(reply)
 }

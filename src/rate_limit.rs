@@ -122,6 +122,8 @@ type Keyed<C> =
 /// The limits of one configuration.
 pub struct Limiter<C: Clock + Clone = DefaultClock> {
     clock: C,
+    /// `rate_limit.enabled`: when off, `check` admits every call.
+    enabled: bool,
     default: Keyed<C>,
     default_quota: Quota,
     skills: HashMap<Skill, (Keyed<C>, Quota)>,
@@ -198,6 +200,7 @@ impl<C: Clock + Clone> Limiter<C> {
     ) -> Limiter<C> {
         let keyed = |q: Quota| RateLimiter::dashmap_with_clock(governor_quota(q), clock.clone());
         Limiter {
+            enabled: settings.enabled,
             default: keyed(settings.default),
             default_quota: settings.default,
             skills: settings
@@ -244,6 +247,9 @@ impl<C: Clock + Clone> Limiter<C> {
         skill: Skill,
         client: &Client,
     ) -> Result<(), AapError> {
+        if !self.enabled {
+            return Ok(());
+        }
         let (limiter, quota) = self.pick(skill, client);
         if let Some(redis) = &self.redis {
             let key = format!("rl:{dealer_id}:{}:{client}", skill.id());
@@ -350,6 +356,7 @@ mod tests {
 
     fn settings(rate: u32, per: Duration, burst: u32) -> RateLimitSettings {
         RateLimitSettings {
+            enabled: true,
             backend: crate::settings::LimitBackend::Memory,
             on_backend_error: OnBackendError::Local,
             redis_timeout: Duration::from_millis(50),
@@ -400,6 +407,15 @@ mod tests {
             (119..=121).contains(&admitted_count),
             "burst 20 + 10/s × 10 s = 120, got {admitted_count}"
         );
+    }
+
+    #[test]
+    fn disabled_limits_admit_every_call_and_hold_no_buckets() {
+        let mut s = settings(1, Duration::from_secs(60), 1);
+        s.enabled = false;
+        let l = Limiter::with_fake_clock(&s, &[], FakeRelativeClock::default());
+        assert!((0..100).all(|_| admitted(&l, Skill::InventorySearch, &ip(1))));
+        assert!(l.is_empty());
     }
 
     #[test]

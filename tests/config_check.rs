@@ -134,6 +134,45 @@ fn environment_overrides_win_and_their_problems_name_the_variable() {
 }
 
 #[test]
+fn replicas_share_one_redis_set_from_the_environment() {
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/demo.yaml");
+    let var = |k: &str, v: &str| (format!("AAP_GATEWAY__{k}"), v.to_owned());
+    let env = HashMap::from([
+        var("RATE_LIMIT__BACKEND", "redis"),
+        var("RATE_LIMIT__REDIS_URL", "redis://redis:6379/0"),
+        var("IDEMPOTENCY__BACKEND", "redis"),
+        var("IDEMPOTENCY__ON_BACKEND_ERROR", "deny"),
+    ]);
+    let s = settings::load_with_env(&demo, env).unwrap();
+    let shared = settings::LimitBackend::Redis {
+        url: "redis://redis:6379/0".to_owned(),
+    };
+    assert_eq!(s.rate_limit.backend, shared);
+    // The idempotency store defaults to the rate limiter's Redis.
+    assert_eq!(s.idempotency.backend, shared);
+    assert_eq!(
+        s.idempotency.on_backend_error,
+        settings::OnBackendError::Deny
+    );
+    assert!(s.rate_limit.enabled);
+
+    let env = HashMap::from([
+        var("IDEMPOTENCY__BACKEND", "redis"),
+        var("IDEMPOTENCY__LOCK_TTL", "10ms"),
+        var("RATE_LIMIT__ENABLED", "false"),
+    ]);
+    let problems = settings::load_with_env(&demo, env).unwrap_err();
+    let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        [
+            "env AAP_GATEWAY__IDEMPOTENCY__BACKEND: `backend: redis` needs `redis_url` like redis://host:6379/0",
+            "env AAP_GATEWAY__IDEMPOTENCY__LOCK_TTL: must be at least 1s: it has to outlast a lead's delivery to the CRM",
+        ]
+    );
+}
+
+#[test]
 fn card_command_prints_the_served_card() {
     let out = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))

@@ -9,6 +9,7 @@
 mod common;
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use aap_gateway::demo::Simulators;
@@ -712,4 +713,136 @@ async fn a_failing_smtp_intake_is_a_retryable_internal_error() {
     let retry = gw.send(HONDA, request).await;
     assert_eq!(data(&retry)["status"], "received");
     assert_eq!(sims.smtp.messages().len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replicas sharing idempotency keys through a real redis-server
+
+/// A replica of the demo whose idempotency keys live in `redis_url`.
+async fn replica(sims: &Simulators, redis_url: &str, on_error: &str) -> Gateway {
+    let files = DemoCopy::new();
+    files.append(
+        "config/demo.yaml",
+        &format!(
+            "idempotency:\n  backend: redis\n  redis_url: {redis_url}\n  redis_timeout: 200ms\n  \
+             on_backend_error: {on_error}\n"
+        ),
+    );
+    files.start(simulator_vars(sims)).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lead_retried_on_another_replica_replays_the_first_replicas_reply() {
+    let Some(redis) = common::redis::RedisServer::start() else {
+        return;
+    };
+    let sims = Simulators::start().await.expect("simulators");
+    let a = replica(&sims, &redis.url, "local").await;
+    let b = replica(&sims, &redis.url, "local").await;
+    let request = lead(&toyota(Status::InStock), "across-replicas");
+
+    let first = a.send(TOYOTA, request.clone()).await;
+    assert_eq!(data(&first)["status"], "received");
+    let calls = crm_calls(&sims);
+    let retried = b.send(TOYOTA, request.clone()).await;
+    assert_eq!(
+        retried.payload(),
+        first.payload(),
+        "the first replica's reply"
+    );
+    assert_eq!(crm_calls(&sims), calls, "no second CRM call");
+    assert_eq!(
+        b.app.idempotency.counters.replays.load(Relaxed),
+        1,
+        "counted as a replay"
+    );
+    // The second replica now replays from its own store too, and a changed payload conflicts
+    // on either replica.
+    assert_eq!(
+        b.send(TOYOTA, request.clone()).await.payload(),
+        first.payload()
+    );
+    let changed = with(request, "/message", json!("Actually, the red one."));
+    assert_code(
+        &b.send(TOYOTA, changed.clone()).await,
+        "IDEMPOTENCY_CONFLICT",
+    );
+    assert_code(&a.send(TOYOTA, changed).await, "IDEMPOTENCY_CONFLICT");
+    assert_eq!(crm_leads(&sims).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_duplicates_on_two_replicas_make_exactly_one_crm_call() {
+    let Some(redis) = common::redis::RedisServer::start() else {
+        return;
+    };
+    let sims = Simulators::start().await.expect("simulators");
+    let replicas = std::sync::Arc::new([
+        replica(&sims, &redis.url, "local").await,
+        replica(&sims, &redis.url, "local").await,
+    ]);
+    sims.crm.set_mode(Mode::Slow, 300); // the duplicates overlap the first call
+    let request = lead(&toyota(Status::InStock), "burst-across-replicas");
+    let calls: Vec<_> = (0..8)
+        .map(|i| {
+            let replicas = std::sync::Arc::clone(&replicas);
+            let request = request.clone();
+            tokio::spawn(async move { replicas[i % 2].send(TOYOTA, request).await })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for call in calls {
+        ids.push(data(&call.await.expect("task"))["lead_id"].clone());
+    }
+    assert!(ids.windows(2).all(|w| w[0] == w[1]), "{ids:?}");
+    assert_eq!(crm_calls(&sims), 1, "exactly one CRM call");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lead_that_failed_on_one_replica_runs_again_on_the_other() {
+    let Some(redis) = common::redis::RedisServer::start() else {
+        return;
+    };
+    let sims = Simulators::start().await.expect("simulators");
+    let a = replica(&sims, &redis.url, "local").await;
+    let b = replica(&sims, &redis.url, "local").await;
+    let request = lead(&toyota(Status::InStock), "failed-then-retried");
+    sims.crm.set_mode(Mode::Fail, 0);
+    assert_code(&a.send(TOYOTA, request.clone()).await, "INTERNAL_ERROR");
+    sims.crm.set_mode(Mode::Normal, 0);
+    // The failure released the key at once: the retry neither waits for the lock nor replays.
+    let started = Instant::now();
+    let retry = b.send(TOYOTA, request).await;
+    assert_eq!(data(&retry)["status"], "received");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(crm_leads(&sims).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_redis_local_still_delivers_and_deny_refuses_the_lead() {
+    let Some(mut redis) = common::redis::RedisServer::start() else {
+        return;
+    };
+    let sims = Simulators::start().await.expect("simulators");
+    let local = replica(&sims, &redis.url, "local").await;
+    let deny = replica(&sims, &redis.url, "deny").await;
+    redis.stop();
+
+    // `local`: delivered, and replayed by this replica's own store.
+    let request = lead(&toyota(Status::InStock), "redis-down-local");
+    let first = local.send(TOYOTA, request.clone()).await;
+    assert_eq!(data(&first)["status"], "received");
+    assert_eq!(local.send(TOYOTA, request).await.payload(), first.payload());
+    assert!(local.app.idempotency.counters.backend_errors.load(Relaxed) >= 1);
+
+    // `deny`: refused as retryable before the CRM sees it, answered well within a second.
+    let calls = crm_calls(&sims);
+    let started = Instant::now();
+    let refused = deny
+        .send(TOYOTA, lead(&toyota(Status::InStock), "redis-down-deny"))
+        .await;
+    assert_code(&refused, "INTERNAL_ERROR");
+    assert_eq!(refused.aap_error()["retryable"], true);
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(crm_calls(&sims), calls, "no CRM call");
 }

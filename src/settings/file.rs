@@ -106,6 +106,9 @@ impl Default for FileTelemetry {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileRateLimit {
+    /// `false` turns per-client limits off (e.g. behind an API gateway that limits already);
+    /// `limits.max_concurrency` still sheds load.
+    pub enabled: bool,
     /// `memory` (per replica) or `redis` (shared by every replica).
     pub backend: String,
     /// `redis://host:port/db` for `backend: redis`; usually `${REDIS_URL}` in the file.
@@ -126,6 +129,7 @@ pub struct FileRateLimit {
 impl Default for FileRateLimit {
     fn default() -> Self {
         FileRateLimit {
+            enabled: true,
             backend: "memory".to_owned(),
             redis_url: None,
             on_backend_error: "local".to_owned(),
@@ -196,8 +200,16 @@ pub struct FileKeysFile {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileIdempotency {
-    /// `memory` (this process). (`redis` is refused until the lead flow uses the shared store.)
+    /// `memory` (this process) or `redis` (shared by every replica).
     pub backend: String,
+    /// `redis://…` for `backend: redis`; defaults to `rate_limit.redis_url`.
+    pub redis_url: Option<String>,
+    /// When Redis cannot be reached: `local` (this replica's store) or `deny` (refuse leads).
+    pub on_backend_error: String,
+    /// How long a Redis command may take before it counts as a backend error.
+    pub redis_timeout: String,
+    /// How long a replica's claim on a key holds while it delivers the lead.
+    pub lock_ttl: String,
     /// How long a reply is replayed for its key (SPEC §6.3: at least 24 h).
     pub ttl: String,
     /// Most keys held in memory; the oldest completed ones are dropped first beyond it.
@@ -208,6 +220,10 @@ impl Default for FileIdempotency {
     fn default() -> Self {
         FileIdempotency {
             backend: "memory".to_owned(),
+            redis_url: None,
+            on_backend_error: "local".to_owned(),
+            redis_timeout: "250ms".to_owned(),
+            lock_ttl: "60s".to_owned(),
             ttl: "24h".to_owned(),
             max_entries: 100_000,
         }

@@ -58,6 +58,16 @@ pub struct AapSettings {
 
 #[derive(Debug, Clone)]
 pub struct IdempotencySettings {
+    /// Where keys live; `Redis` shares them between replicas.
+    pub backend: LimitBackend,
+    /// When Redis fails: `Local` runs the lead with this replica's store only (the CRM's
+    /// de-duplication on the stable lead reference is the safety net); `Deny` refuses the lead
+    /// (INTERNAL_ERROR, retryable).
+    pub on_backend_error: OnBackendError,
+    pub redis_timeout: Duration,
+    /// How long a replica's reservation of a key holds (longer than a lead delivery takes), so
+    /// a replica that dies mid-call does not lock the key for the whole TTL.
+    pub lock_ttl: Duration,
     pub ttl: Duration,
     pub max_entries: usize,
 }
@@ -85,14 +95,16 @@ pub enum LimitBackend {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnBackendError {
-    /// Fall back to this replica's own limits.
+    /// Fall back to this replica's own state.
     Local,
-    /// Refuse calls (RATE_LIMITED) until the backend answers again.
+    /// Refuse calls until the backend answers again.
     Deny,
 }
 
 #[derive(Debug, Clone)]
 pub struct RateLimitSettings {
+    /// `false`: no per-client quotas at all (`rate_limit.enabled`).
+    pub enabled: bool,
     pub backend: LimitBackend,
     pub on_backend_error: OnBackendError,
     pub redis_timeout: Duration,
@@ -320,8 +332,10 @@ impl Loader {
         let jsonrpc_path = self.jsonrpc_path(&bindings?.jsonrpc.path);
         let limits = self.limits(limits?);
         let telemetry = self.telemetry(telemetry?);
-        let rate_limit = self.rate_limit(rate_limit?);
-        let idempotency = self.idempotency(idempotency?);
+        let rate_limit = rate_limit?;
+        let shared_redis_url = rate_limit.redis_url.clone();
+        let rate_limit = self.rate_limit(rate_limit);
+        let idempotency = self.idempotency(idempotency?, shared_redis_url);
         let auth = self.auth(auth?);
         let provider = provider?.map(|p| self.provider("/provider", p));
         let dealers = dealers?;
@@ -521,25 +535,25 @@ impl Loader {
         })
     }
 
-    fn idempotency(&mut self, file: FileIdempotency) -> Option<IdempotencySettings> {
-        let memory = match file.backend.as_str() {
-            "memory" => Some(()),
-            "redis" => {
-                // The Redis store (src/redis_backend.rs) exists; the lead flow does not use it yet.
-                self.problem(
-                    "/idempotency/backend",
-                    "`redis` is not available for idempotency yet; use memory (keys are per replica)",
-                );
-                None
-            }
-            other => {
-                self.problem(
-                    "/idempotency/backend",
-                    format!("`{other}` is not a backend; expected memory or redis"),
-                );
-                None
-            }
-        };
+    fn idempotency(
+        &mut self,
+        file: FileIdempotency,
+        rate_limit_redis_url: Option<String>,
+    ) -> Option<IdempotencySettings> {
+        // One Redis for both is the common case: `idempotency.redis_url` defaults to the
+        // rate limiter's.
+        let url = file.redis_url.clone().or(rate_limit_redis_url);
+        let backend = self.backend("/idempotency", &file.backend, url.as_deref());
+        let on_backend_error =
+            self.on_backend_error("/idempotency/on_backend_error", &file.on_backend_error);
+        let redis_timeout = self.duration("/idempotency/redis_timeout", &file.redis_timeout);
+        let lock_ttl = self.duration("/idempotency/lock_ttl", &file.lock_ttl);
+        if lock_ttl.is_some_and(|t| t < Duration::from_secs(1)) {
+            self.problem(
+                "/idempotency/lock_ttl",
+                "must be at least 1s: it has to outlast a lead's delivery to the CRM",
+            );
+        }
         let ttl = self.duration("/idempotency/ttl", &file.ttl);
         if ttl.is_some_and(|t| t < Duration::from_secs(24 * 3600)) {
             self.warn(
@@ -554,10 +568,13 @@ impl Loader {
             usize::try_from(file.max_entries).ok()
         };
         Some(IdempotencySettings {
+            backend: backend?,
+            on_backend_error: on_backend_error?,
+            redis_timeout: redis_timeout?,
+            lock_ttl: lock_ttl.filter(|t| *t >= Duration::from_secs(1))?,
             ttl: ttl?,
             max_entries: max_entries?,
         })
-        .filter(|_| memory.is_some())
     }
 
     fn quota(&mut self, pointer: &str, file: &FileQuota) -> Option<Quota> {
@@ -591,8 +608,9 @@ impl Loader {
         })
     }
 
-    fn rate_limit(&mut self, file: FileRateLimit) -> Option<RateLimitSettings> {
-        let backend = match (file.backend.as_str(), file.redis_url.as_deref()) {
+    /// `backend: memory | redis` with the `redis_url` a Redis backend needs.
+    fn backend(&mut self, section: &str, name: &str, url: Option<&str>) -> Option<LimitBackend> {
+        match (name, url) {
             ("memory", _) => Some(LimitBackend::Memory),
             ("redis", Some(url)) if url.starts_with("redis://") || url.starts_with("rediss://") => {
                 Some(LimitBackend::Redis {
@@ -601,30 +619,36 @@ impl Loader {
             }
             ("redis", _) => {
                 self.problem(
-                    "/rate_limit/redis_url",
+                    &format!("{section}/backend"),
                     "`backend: redis` needs `redis_url` like redis://host:6379/0",
                 );
                 None
             }
             (other, _) => {
                 self.problem(
-                    "/rate_limit/backend",
+                    &format!("{section}/backend"),
                     format!("`{other}` is not a backend; expected memory or redis"),
                 );
                 None
             }
-        };
-        let on_backend_error = match file.on_backend_error.as_str() {
+        }
+    }
+
+    fn on_backend_error(&mut self, pointer: &str, value: &str) -> Option<OnBackendError> {
+        match value {
             "local" => Some(OnBackendError::Local),
             "deny" => Some(OnBackendError::Deny),
             other => {
-                self.problem(
-                    "/rate_limit/on_backend_error",
-                    format!("`{other}` is not one of local, deny"),
-                );
+                self.problem(pointer, format!("`{other}` is not one of local, deny"));
                 None
             }
-        };
+        }
+    }
+
+    fn rate_limit(&mut self, file: FileRateLimit) -> Option<RateLimitSettings> {
+        let backend = self.backend("/rate_limit", &file.backend, file.redis_url.as_deref());
+        let on_backend_error =
+            self.on_backend_error("/rate_limit/on_backend_error", &file.on_backend_error);
         let redis_timeout = self.duration("/rate_limit/redis_timeout", &file.redis_timeout);
         let mut trusted_proxies = Vec::new();
         for (i, cidr) in file.trusted_proxies.iter().enumerate() {
@@ -653,6 +677,7 @@ impl Loader {
             }
         }
         Some(RateLimitSettings {
+            enabled: file.enabled,
             backend: backend?,
             on_backend_error: on_backend_error?,
             redis_timeout: redis_timeout?,

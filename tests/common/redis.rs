@@ -2,7 +2,8 @@
 //!
 //! The binary is `$REDIS_SERVER` or `redis-server` on the PATH. Without it [`RedisServer::start`]
 //! returns `None` and the calling test returns early, so the suite still passes on a machine
-//! without Redis (the skip is printed). Nothing is persisted: `--save "" --appendonly no`.
+//! without Redis (the skip is printed) — unless `AAP_TEST_REQUIRE_REDIS=1` (set by `.ci/run`),
+//! where a missing server fails the test instead of skipping it. Nothing is persisted: `--save "" --appendonly no`.
 //!
 //! `start` and `restart` block the calling thread while the server boots (milliseconds, at most
 //! 5 s); that is fine inside `#[tokio::test]`, where nothing else needs the thread meanwhile.
@@ -35,6 +36,11 @@ impl RedisServer {
             let mut child = match spawn(port) {
                 Ok(child) => child,
                 Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                    assert!(
+                        std::env::var_os("AAP_TEST_REQUIRE_REDIS").is_none_or(|v| v != "1"),
+                        "{} not found and AAP_TEST_REQUIRE_REDIS=1",
+                        binary()
+                    );
                     eprintln!("redis-server not found ({}): skipping this test", binary());
                     return None;
                 }
