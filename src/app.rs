@@ -283,6 +283,7 @@ fn build_dealer(
         skills: &skills,
         loaded_at,
         api_key_required: settings.auth.is_some(),
+        http_json: settings.http_json,
     });
     Ok(Dealer {
         index: 0,

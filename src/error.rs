@@ -113,6 +113,10 @@ pub enum AapError {
     UnsupportedOperation { operation: String },
     #[error("content type not supported: {detail}")]
     ContentTypeNotSupported { detail: String },
+    /// The request's own `Content-Type` (not a part's): the same A2A error, but HTTP 415 on the
+    /// HTTP+JSON binding.
+    #[error("request media type not supported: {detail}")]
+    RequestMediaType { detail: String },
     #[error("AAP extension not activated; required {uri}")]
     ExtensionSupportRequired { uri: String },
     #[error("A2A version not supported: {requested:?}")]

@@ -4,6 +4,8 @@
 //! edges", plus the agent card (SPEC §4), the admin listener and graceful shutdown. Every
 //! JSON-RPC reply is checked for HTTP 200, `jsonrpc: "2.0"`, the `id` echo rule, and the
 //! `error.data` array of SPEC §2.2 / §3.2 (ErrorInfo first; `aap.error` only on AAP errors).
+//! Every `SendMessage` case also runs through the HTTP+JSON binding and must reach the same
+//! outcome there (parity; `common::parity`).
 
 mod common;
 
@@ -30,6 +32,12 @@ const HONDA: &str = "/dealers/demo-honda/a2a";
 const MAX_BODY: usize = 65536;
 
 // === helpers ===
+
+/// The shipped demo, with every `SendMessage` of this suite also run through the HTTP+JSON
+/// binding, which must reach the same outcome (`common::parity`).
+async fn demo() -> Gateway {
+    common::demo().await.with_parity()
+}
 
 fn di() -> Value {
     json!({ "type": "dealer.information.request" })
@@ -429,7 +437,7 @@ fn assert_plain_http_error(response: &RawResponse, status: u16) {
 
 #[tokio::test]
 async fn get_on_the_jsonrpc_endpoint_is_405_with_allow_post() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for path in ["/a2a", "/a2a/", HONDA] {
         let resp = gw.client().get(gw.url(path)).send().await.expect("request");
         assert_eq!(resp.status().as_u16(), 405, "{path}");
@@ -441,7 +449,7 @@ async fn get_on_the_jsonrpc_endpoint_is_405_with_allow_post() {
 
 #[tokio::test]
 async fn put_and_delete_on_the_jsonrpc_endpoint_are_405() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for method in [
         reqwest::Method::PUT,
         reqwest::Method::DELETE,
@@ -460,7 +468,7 @@ async fn put_and_delete_on_the_jsonrpc_endpoint_are_405() {
 
 #[tokio::test]
 async fn trailing_slash_endpoint_is_served_without_redirect() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let request = send_message(di());
     for path in ["/a2a/", "/dealers/demo-honda/a2a/"] {
         let reply = gw.rpc(path, &request).await;
@@ -470,7 +478,7 @@ async fn trailing_slash_endpoint_is_served_without_redirect() {
 
 #[tokio::test]
 async fn declared_content_length_over_max_body_bytes_is_413() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for length in [MAX_BODY + 1, 10 * MAX_BODY, 1 << 40] {
         let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
         let head = request_head(gw.addr, "/a2a", &[&format!("Content-Length: {length}")]);
@@ -483,7 +491,7 @@ async fn declared_content_length_over_max_body_bytes_is_413() {
 
 #[tokio::test]
 async fn chunked_body_over_max_body_bytes_is_413() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     let head = request_head(gw.addr, "/a2a", &["Transfer-Encoding: chunked"]);
     stream.write_all(head.as_bytes()).await.expect("write head");
@@ -499,7 +507,7 @@ async fn chunked_body_over_max_body_bytes_is_413() {
 
 #[tokio::test]
 async fn chunked_body_within_max_body_bytes_is_served() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     let head = request_head(gw.addr, "/a2a", &["Transfer-Encoding: chunked"]);
     let body = send_message(di()).to_string();
@@ -518,7 +526,7 @@ async fn chunked_body_within_max_body_bytes_is_served() {
 
 #[tokio::test]
 async fn body_of_exactly_max_body_bytes_is_accepted() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let mut body = send_message(di()).to_string().into_bytes();
     body.resize(MAX_BODY, b' '); // trailing whitespace is still one JSON value
     let reply = gw.post_raw("/a2a", &standard_headers(), body).await;
@@ -527,7 +535,7 @@ async fn body_of_exactly_max_body_bytes_is_accepted() {
 
 #[tokio::test]
 async fn unknown_dealer_is_plain_404_without_jsonrpc() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for path in ["/nope", "/a2a", "/.well-known/agent-card.json"] {
         let reply = gw
             .post_raw(
@@ -558,7 +566,7 @@ async fn unknown_dealer_is_plain_404_without_jsonrpc() {
 
 #[tokio::test]
 async fn unknown_path_of_a_known_dealer_is_plain_404() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for path in [
         "/nope",
         "/a2a/x",
@@ -580,7 +588,7 @@ async fn unknown_path_of_a_known_dealer_is_plain_404() {
 
 #[tokio::test]
 async fn host_matching_ignores_port_and_case() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let request = send_message(di());
     for host in ["LOCALHOST", "localhost:1", "127.0.0.1"] {
         let mut headers = standard_headers();
@@ -605,7 +613,7 @@ async fn host_matching_ignores_port_and_case() {
 
 #[tokio::test]
 async fn content_type_absent_is_content_type_not_supported_with_null_id() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let reply = post(
         &gw,
         &headers_with("content-type", None),
@@ -617,7 +625,7 @@ async fn content_type_absent_is_content_type_not_supported_with_null_id() {
 
 #[tokio::test]
 async fn content_type_not_json_is_content_type_not_supported_with_null_id() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for ct in [
         "text/plain",
         "application/a2a+json",
@@ -636,7 +644,7 @@ async fn content_type_not_json_is_content_type_not_supported_with_null_id() {
 
 #[tokio::test]
 async fn content_type_is_checked_before_the_body_is_parsed() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let reply = gw
         .post_raw(
             "/a2a",
@@ -649,7 +657,7 @@ async fn content_type_is_checked_before_the_body_is_parsed() {
 
 #[tokio::test]
 async fn content_type_parameters_are_accepted() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let request = send_message(di());
     for ct in [
         "application/json; charset=utf-8",
@@ -665,7 +673,7 @@ async fn content_type_parameters_are_accepted() {
 
 #[tokio::test]
 async fn invalid_json_is_parse_error_with_null_id() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for body in [
         &b"{"[..],
         b"",
@@ -683,7 +691,7 @@ async fn invalid_json_is_parse_error_with_null_id() {
 
 #[tokio::test]
 async fn batch_array_is_invalid_request_with_null_id() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for body in [json!([send_message(di())]), json!([])] {
         let reply = gw.rpc("/a2a", &body).await;
         assert_a2a_error(&reply, -32600, "INVALID_REQUEST", &Value::Null);
@@ -692,7 +700,7 @@ async fn batch_array_is_invalid_request_with_null_id() {
 
 #[tokio::test]
 async fn non_object_json_is_invalid_request_with_null_id() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for body in [json!("SendMessage"), json!(42), json!(null), json!(true)] {
         let reply = gw.rpc("/a2a", &body).await;
         assert_a2a_error(&reply, -32600, "INVALID_REQUEST", &Value::Null);
@@ -701,7 +709,7 @@ async fn non_object_json_is_invalid_request_with_null_id() {
 
 #[tokio::test]
 async fn missing_jsonrpc_is_invalid_request_echoing_the_id() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let mut body = send_message(di());
     body.as_object_mut().expect("object").remove("jsonrpc");
     let reply = gw.rpc("/a2a", &body).await;
@@ -710,7 +718,7 @@ async fn missing_jsonrpc_is_invalid_request_echoing_the_id() {
 
 #[tokio::test]
 async fn wrong_jsonrpc_version_is_invalid_request_echoing_the_id() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for version in [json!("1.0"), json!(2.0), json!(null)] {
         let mut body = send_message(di());
         body["jsonrpc"] = version;
@@ -722,7 +730,7 @@ async fn wrong_jsonrpc_version_is_invalid_request_echoing_the_id() {
 
 #[tokio::test]
 async fn null_id_is_invalid_request_with_null_id() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let mut body = send_message(di());
     body["id"] = Value::Null;
     let reply = gw.rpc("/a2a", &body).await;
@@ -731,7 +739,7 @@ async fn null_id_is_invalid_request_with_null_id() {
 
 #[tokio::test]
 async fn missing_id_notification_is_refused_not_executed() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for method in ["SendMessage", "ListTasks", "GetTask"] {
         let mut body = send_message(di());
         body["method"] = json!(method);
@@ -744,7 +752,7 @@ async fn missing_id_notification_is_refused_not_executed() {
 
 #[tokio::test]
 async fn id_of_bad_type_is_invalid_request_with_null_id() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for id in [json!({"a": 1}), json!([1]), json!(true), json!(false)] {
         let mut body = send_message(di());
         body["id"] = id;
@@ -755,7 +763,7 @@ async fn id_of_bad_type_is_invalid_request_with_null_id() {
 
 #[tokio::test]
 async fn string_and_number_ids_are_echoed_exactly() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for id in [
         json!("req-1"),
         json!(""),
@@ -774,7 +782,7 @@ async fn string_and_number_ids_are_echoed_exactly() {
 
 #[tokio::test]
 async fn non_string_method_is_invalid_request_echoing_the_id() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for method in [
         json!(1),
         json!(null),
@@ -830,37 +838,37 @@ async fn assert_version_refused(gw: &Gateway, version: Option<&str>, requested: 
 
 #[tokio::test]
 async fn version_header_absent_is_version_not_supported() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     assert_version_refused(&gw, None, "<absent>").await;
 }
 
 #[tokio::test]
 async fn version_header_empty_is_version_not_supported() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     assert_version_refused(&gw, Some(""), "").await;
 }
 
 #[tokio::test]
 async fn version_2_0_is_version_not_supported() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     assert_version_refused(&gw, Some("2.0"), "2.0").await;
 }
 
 #[tokio::test]
 async fn version_0_3_is_version_not_supported() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     assert_version_refused(&gw, Some("0.3"), "0.3").await;
 }
 
 #[tokio::test]
 async fn version_major_only_is_version_not_supported() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     assert_version_refused(&gw, Some("1"), "1").await;
 }
 
 #[tokio::test]
 async fn malformed_versions_are_version_not_supported() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for version in ["1.1", "1.0.", "1.0.x", "1.00", "v1.0", "1.0.1.2", "10.0"] {
         let reply = post(
             &gw,
@@ -874,7 +882,7 @@ async fn malformed_versions_are_version_not_supported() {
 
 #[tokio::test]
 async fn version_with_patch_number_is_accepted_as_1_0() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let request = send_message(di());
     for version in ["1.0", "1.0.3", "1.0.0", " 1.0 "] {
         let reply = post(&gw, &headers_with("a2a-version", Some(version)), &request).await;
@@ -884,7 +892,7 @@ async fn version_with_patch_number_is_accepted_as_1_0() {
 
 #[tokio::test]
 async fn version_query_parameter_is_no_substitute_for_the_header() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let reply = gw
         .post_raw(
             "/a2a?A2A-Version=1.0",
@@ -897,7 +905,7 @@ async fn version_query_parameter_is_no_substitute_for_the_header() {
 
 #[tokio::test]
 async fn version_is_checked_before_the_extension() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let headers = [("content-type", "application/json")];
     let reply = post(&gw, &headers, &send_message(di())).await;
     assert_a2a_error(&reply, -32009, "VERSION_NOT_SUPPORTED", &json!("req-1"));
@@ -907,7 +915,7 @@ async fn version_is_checked_before_the_extension() {
 
 #[tokio::test]
 async fn streaming_subscribe_and_extended_card_are_unsupported_operation() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for method in [
         "SendStreamingMessage",
         "SubscribeToTask",
@@ -925,7 +933,7 @@ async fn streaming_subscribe_and_extended_card_are_unsupported_operation() {
 
 #[tokio::test]
 async fn push_notification_config_methods_are_push_notification_not_supported() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for method in [
         "CreateTaskPushNotificationConfig",
         "GetTaskPushNotificationConfig",
@@ -946,7 +954,7 @@ async fn push_notification_config_methods_are_push_notification_not_supported() 
 
 #[tokio::test]
 async fn get_task_and_cancel_task_are_task_not_found() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for method in ["GetTask", "CancelTask"] {
         let reply = gw
             .rpc("/a2a", &call(method, json!({ "id": "task-1" })))
@@ -957,7 +965,7 @@ async fn get_task_and_cancel_task_are_task_not_found() {
 
 #[tokio::test]
 async fn list_tasks_is_an_empty_list() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for (params, size) in [
         (json!({ "pageSize": 10 }), 10),
         (json!({ "pageSize": 10.0 }), 10),
@@ -989,7 +997,7 @@ async fn list_tasks_is_an_empty_list() {
 
 #[tokio::test]
 async fn unknown_method_is_method_not_found() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for method in ["NoSuchMethod", "message/send", "sendMessage", ""] {
         let reply = gw.rpc("/a2a", &call(method, json!({}))).await;
         assert_a2a_error(&reply, -32601, "METHOD_NOT_FOUND", &json!("call-1"));
@@ -998,7 +1006,7 @@ async fn unknown_method_is_method_not_found() {
 
 #[tokio::test]
 async fn out_of_scope_methods_answer_before_the_extension_check() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let headers = headers_with("a2a-extensions", None);
     let cases = [
         ("GetTask", -32001),
@@ -1036,7 +1044,7 @@ fn assert_extension_required(reply: &Reply) {
 
 #[tokio::test]
 async fn extensions_header_absent_is_extension_support_required() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let reply = post(
         &gw,
         &headers_with("a2a-extensions", None),
@@ -1048,7 +1056,7 @@ async fn extensions_header_absent_is_extension_support_required() {
 
 #[tokio::test]
 async fn extensions_header_empty_is_extension_support_required() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for value in ["", " ", ",", " , "] {
         let reply = post(
             &gw,
@@ -1062,7 +1070,7 @@ async fn extensions_header_empty_is_extension_support_required() {
 
 #[tokio::test]
 async fn other_aap_version_uri_is_extension_support_required() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let near_misses = [
         V13_URI.to_owned(),
         format!("{EXT}/"),
@@ -1085,7 +1093,7 @@ async fn other_aap_version_uri_is_extension_support_required() {
 
 #[tokio::test]
 async fn extension_uri_among_several_members_is_accepted() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let request = send_message(di());
     let lists = [
         format!("https://example.com/ext/other,{EXT}"),
@@ -1100,7 +1108,7 @@ async fn extension_uri_among_several_members_is_accepted() {
 
 #[tokio::test]
 async fn extension_uri_split_over_two_header_lines_is_accepted() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let request = send_message(di());
     let mut headers = headers_with("a2a-extensions", Some("https://example.com/ext/other"));
     headers.push(("a2a-extensions", EXT));
@@ -1128,7 +1136,7 @@ async fn extension_uri_split_over_two_header_lines_is_accepted() {
 
 #[tokio::test]
 async fn replies_echo_the_activated_extension() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let mut headers = headers_with("a2a-extensions", Some("urn:example:other"));
     headers.push(("a2a-extensions", EXT));
     // On success...
@@ -1157,7 +1165,7 @@ async fn replies_echo_the_activated_extension() {
 
 #[tokio::test]
 async fn params_not_an_object_is_invalid_params() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for params in [json!([]), json!("message"), json!(1), json!(null)] {
         let reply = gw.rpc("/a2a", &with_params(params)).await;
         let fields = assert_invalid_params(&reply);
@@ -1171,7 +1179,7 @@ async fn params_not_an_object_is_invalid_params() {
 
 #[tokio::test]
 async fn message_absent_or_not_an_object_is_invalid_params() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for params in [json!({}), json!({"message": []}), json!({"message": "hi"})] {
         let reply = gw.rpc("/a2a", &with_params(params)).await;
         assert_eq!(assert_invalid_params(&reply), ["message"], "{}", reply.text);
@@ -1180,7 +1188,7 @@ async fn message_absent_or_not_an_object_is_invalid_params() {
 
 #[tokio::test]
 async fn message_id_missing_is_invalid_params() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for id in [Value::Null, json!(""), json!(5)] {
         let members = if id.is_null() {
             json!({ "messageId": null })
@@ -1194,7 +1202,7 @@ async fn message_id_missing_is_invalid_params() {
 
 #[tokio::test]
 async fn role_agent_is_invalid_params() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for role in ["ROLE_AGENT", "user", "ROLE_UNSPECIFIED"] {
         let reply = gw.rpc("/a2a", &with_message(json!({ "role": role }))).await;
         assert_eq!(assert_invalid_params(&reply), ["message.role"], "{role}");
@@ -1205,7 +1213,7 @@ async fn role_agent_is_invalid_params() {
 
 #[tokio::test]
 async fn parts_empty_is_invalid_params() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for parts in [json!([]), json!({}), json!("data")] {
         let reply = gw.rpc("/a2a", &with_parts(parts)).await;
         assert_eq!(assert_invalid_params(&reply), ["message.parts"]);
@@ -1218,7 +1226,7 @@ async fn parts_empty_is_invalid_params() {
 
 #[tokio::test]
 async fn two_data_parts_are_invalid_params() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let reply = gw
         .rpc(
             "/a2a",
@@ -1230,7 +1238,7 @@ async fn two_data_parts_are_invalid_params() {
 
 #[tokio::test]
 async fn context_id_empty_is_invalid_params() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for context in [json!(""), json!(7)] {
         let reply = gw
             .rpc("/a2a", &with_message(json!({ "contextId": context })))
@@ -1241,7 +1249,7 @@ async fn context_id_empty_is_invalid_params() {
 
 #[tokio::test]
 async fn context_id_of_257_chars_is_invalid_params() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let reply = gw
         .rpc(
             "/a2a",
@@ -1258,7 +1266,7 @@ async fn context_id_of_257_chars_is_invalid_params() {
 
 #[tokio::test]
 async fn several_envelope_violations_are_listed_at_once() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let body = with_message(json!({
         "messageId": null,
         "role": "ROLE_AGENT",
@@ -1299,7 +1307,7 @@ async fn several_envelope_violations_are_listed_at_once() {
 
 #[tokio::test]
 async fn task_id_is_task_not_found() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let reply = gw
         .rpc("/a2a", &with_message(json!({ "taskId": "task-1" })))
         .await;
@@ -1308,7 +1316,7 @@ async fn task_id_is_task_not_found() {
 
 #[tokio::test]
 async fn only_a_text_part_is_content_type_not_supported() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for parts in [
         json!([{ "text": "show me dealer information" }]),
         json!([{ "text": "a" }, { "url": "https://example.com/x", "mediaType": "text/html" }]),
@@ -1325,7 +1333,7 @@ async fn only_a_text_part_is_content_type_not_supported() {
 
 #[tokio::test]
 async fn text_parts_beside_the_data_part_are_ignored() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let request = with_parts(json!([
         { "text": "please ignore me" },
         { "data": di(), "mediaType": DI_REQUEST_MT },
@@ -1338,7 +1346,7 @@ async fn text_parts_beside_the_data_part_are_ignored() {
 
 #[tokio::test]
 async fn part_media_type_text_plain_is_content_type_not_supported() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for mt in [
         "text/plain",
         "application/xml",
@@ -1361,7 +1369,7 @@ async fn part_media_type_text_plain_is_content_type_not_supported() {
 
 #[tokio::test]
 async fn part_media_type_of_another_skill_is_schema_validation_failed_at_type() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for other in [Skill::LeadSubmit, Skill::InventorySearch] {
         let parts = json!([{ "data": di(), "mediaType": other.request_media_type() }]);
         let reply = gw.rpc("/a2a", &with_parts(parts)).await;
@@ -1377,7 +1385,7 @@ async fn part_media_type_of_another_skill_is_schema_validation_failed_at_type() 
 
 #[tokio::test]
 async fn part_media_type_application_json_or_absent_is_accepted() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for part in [
         json!({ "data": di(), "mediaType": "application/json" }),
         json!({ "data": di(), "mediaType": "application/json; charset=utf-8" }),
@@ -1393,7 +1401,7 @@ async fn part_media_type_application_json_or_absent_is_accepted() {
 
 #[tokio::test]
 async fn part_media_type_parameters_and_case_are_ignored() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for mt in [
         format!("{DI_REQUEST_MT}; charset=utf-8"),
         DI_REQUEST_MT.to_uppercase(),
@@ -1419,7 +1427,7 @@ async fn part_media_type_parameters_and_case_are_ignored() {
 
 #[tokio::test]
 async fn accepted_output_modes_excluding_ours_is_content_type_not_supported() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for modes in [
         json!(["text/plain"]),
         json!(["application/vnd.autoagent.inventory-search-response+json"]),
@@ -1438,7 +1446,7 @@ async fn accepted_output_modes_excluding_ours_is_content_type_not_supported() {
 
 #[tokio::test]
 async fn accepted_output_modes_with_wildcard_json_ours_or_empty_are_accepted() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for configuration in [
         json!({ "acceptedOutputModes": ["*/*"] }),
         json!({ "acceptedOutputModes": ["application/json"] }),
@@ -1460,7 +1468,7 @@ async fn accepted_output_modes_with_wildcard_json_ours_or_empty_are_accepted() {
 
 #[tokio::test]
 async fn accepted_output_modes_parameters_and_case_are_ignored() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for mode in [
         format!("{DI_RESPONSE_MT}; q=0.9"),
         DI_RESPONSE_MT.to_uppercase(),
@@ -1476,7 +1484,7 @@ async fn accepted_output_modes_parameters_and_case_are_ignored() {
 
 #[tokio::test]
 async fn unknown_data_type_is_unsupported_skill() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for ty in ["vehicle.trade_in.request", "inventory.search", "x.y"] {
         let reply = gw.send("/a2a", json!({ "type": ty })).await;
         let payload = assert_aap_error(&reply, -32004, "UNSUPPORTED_SKILL");
@@ -1488,7 +1496,7 @@ async fn unknown_data_type_is_unsupported_skill() {
 /// gateway does not know, that list cannot be judged, and the informative answer is the skill's.
 #[tokio::test]
 async fn unknown_data_type_with_its_own_output_mode_is_unsupported_skill() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let mut body = send_message(json!({ "type": "inventory.compare.request" }));
     body["params"]["configuration"] = json!({
         "acceptedOutputModes": ["application/vnd.autoagent.inventory-compare-response+json"]
@@ -1558,7 +1566,7 @@ async fn unconfigured_known_skill_is_unsupported_skill() {
 
 #[tokio::test]
 async fn data_without_type_is_missing_required_field_at_type() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let reply = gw.send("/a2a", json!({})).await;
     assert_aap_error(&reply, -32602, "MISSING_REQUIRED_FIELD");
     assert_eq!(failures(&reply), [pair("/type", "required")].into());
@@ -1578,7 +1586,7 @@ async fn data_without_type_is_missing_required_field_at_type() {
 
 #[tokio::test]
 async fn data_type_not_a_string_is_schema_validation_failed_at_type() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let reply = gw.send("/a2a", json!({ "type": 5 })).await;
     assert_aap_error(&reply, -32602, "SCHEMA_VALIDATION_FAILED");
     assert_eq!(failures(&reply), [pair("/type", "type")].into());
@@ -1586,7 +1594,7 @@ async fn data_type_not_a_string_is_schema_validation_failed_at_type() {
 
 #[tokio::test]
 async fn dealer_information_with_an_extra_key_is_schema_validation_failed_at_that_key() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let reply = gw
         .send(
             "/a2a",
@@ -1610,7 +1618,7 @@ async fn dealer_information_with_an_extra_key_is_schema_validation_failed_at_tha
 
 #[tokio::test]
 async fn data_not_an_object_is_invalid_params() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for data in [json!("dealer.information.request"), json!([]), json!(null)] {
         let reply = gw.rpc("/a2a", &with_parts(json!([{ "data": data }]))).await;
         assert_eq!(
@@ -1649,7 +1657,7 @@ async fn whole_number_floats_are_integers_before_any_stage_reads_them() {
         r#"{"skip":0,"limit":20}"#,
         "serialized without .0"
     );
-    let gw = common::demo().await;
+    let gw = demo().await;
     assert!(
         gw.app
             .schemas
@@ -1676,7 +1684,7 @@ async fn whole_number_floats_are_integers_before_any_stage_reads_them() {
 
 #[tokio::test]
 async fn reply_has_fresh_message_id_agent_role_and_one_data_part() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let request = send_message(di());
     let first = gw.rpc("/a2a", &request).await;
     let second = gw.rpc("/a2a", &request).await;
@@ -1706,7 +1714,7 @@ async fn reply_has_fresh_message_id_agent_role_and_one_data_part() {
 
 #[tokio::test]
 async fn context_id_is_preserved_when_sent() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let request = with_message(json!({ "contextId": "ctx-buyer-42" }));
     let reply = gw.rpc("/a2a", &request).await;
     let message = assert_success(&reply, &request);
@@ -1715,7 +1723,7 @@ async fn context_id_is_preserved_when_sent() {
 
 #[tokio::test]
 async fn context_id_is_generated_when_absent() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let request = send_message(di());
     assert!(request["params"]["message"].get("contextId").is_none());
     let a = assert_success(&gw.rpc("/a2a", &request).await, &request);
@@ -1733,7 +1741,7 @@ async fn context_id_is_generated_when_absent() {
 
 #[tokio::test]
 async fn each_dealer_answers_with_its_own_profile() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let toyota = gw.send("/a2a", di()).await;
     let honda = gw.send(HONDA, di()).await;
     assert_eq!(toyota.payload()["data"]["name"], "Demo Toyota");
@@ -1849,7 +1857,7 @@ fn assert_card_shape(card: &Value, url: &str, name: &str) {
 
 #[tokio::test]
 async fn agent_card_has_the_exact_spec_shape() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let (_, toyota) = get_card(&gw, TOYOTA_CARD).await;
     assert_card_shape(&toyota, &format!("http://{}/a2a", gw.addr), "Demo Toyota");
     let (_, honda) = get_card(&gw, HONDA_CARD).await;
@@ -1858,7 +1866,7 @@ async fn agent_card_has_the_exact_spec_shape() {
 
 #[tokio::test]
 async fn agent_card_interface_url_is_the_one_actually_served() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for card_path in [TOYOTA_CARD, HONDA_CARD] {
         let (_, card) = get_card(&gw, card_path).await;
         let url = card["supportedInterfaces"][0]["url"].as_str().expect("url");
@@ -1884,7 +1892,7 @@ async fn agent_card_interface_url_is_the_one_actually_served() {
 
 #[tokio::test]
 async fn agent_card_has_cache_headers() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let (headers, _) = get_card(&gw, TOYOTA_CARD).await;
     assert_eq!(headers["cache-control"], "public, max-age=300");
     let etag = headers["etag"].to_str().expect("ascii");
@@ -1909,7 +1917,7 @@ async fn agent_card_has_cache_headers() {
 
 #[tokio::test]
 async fn agent_card_etag_is_a_hash_of_the_body() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let resp = gw
         .client()
         .get(gw.url(TOYOTA_CARD))
@@ -1930,7 +1938,7 @@ async fn agent_card_etag_is_a_hash_of_the_body() {
 
 #[tokio::test]
 async fn agent_card_if_none_match_is_304() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let (headers, _) = get_card(&gw, TOYOTA_CARD).await;
     let etag = headers["etag"].to_str().expect("ascii").to_owned();
     for value in [
@@ -1954,7 +1962,7 @@ async fn agent_card_if_none_match_is_304() {
 
 #[tokio::test]
 async fn agent_card_stale_if_none_match_is_200() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let resp = gw
         .client()
         .get(gw.url(TOYOTA_CARD))
@@ -1969,7 +1977,7 @@ async fn agent_card_stale_if_none_match_is_200() {
 
 #[tokio::test]
 async fn agent_cards_differ_per_dealer() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let (toyota_headers, toyota) = get_card(&gw, TOYOTA_CARD).await;
     let (honda_headers, honda) = get_card(&gw, HONDA_CARD).await;
     assert_ne!(toyota["name"], honda["name"]);
@@ -1984,7 +1992,7 @@ async fn agent_cards_differ_per_dealer() {
 
 #[tokio::test]
 async fn agent_card_is_get_only() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     let resp = gw
         .client()
         .post(gw.url(TOYOTA_CARD))
@@ -2006,7 +2014,7 @@ async fn agent_card_is_get_only() {
 
 #[tokio::test]
 async fn admin_healthz_and_readyz_are_200() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for (path, status) in [("/healthz", "ok"), ("/readyz", "ready")] {
         let resp = gw
             .client()
@@ -2022,7 +2030,7 @@ async fn admin_healthz_and_readyz_are_200() {
 
 #[tokio::test]
 async fn admin_unknown_path_is_404() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for path in ["/nope", "/", "/a2a", "/healthz/x"] {
         let resp = gw
             .client()
@@ -2036,7 +2044,7 @@ async fn admin_unknown_path_is_404() {
 
 #[tokio::test]
 async fn admin_endpoints_are_not_on_the_public_listener() {
-    let gw = common::demo().await;
+    let gw = demo().await;
     for path in ["/healthz", "/readyz"] {
         let resp = gw.client().get(gw.url(path)).send().await.expect("request");
         assert_eq!(resp.status().as_u16(), 404, "{path}");
@@ -2047,7 +2055,7 @@ async fn admin_endpoints_are_not_on_the_public_listener() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_completes_a_request_in_flight() {
-    let mut gw = common::demo().await;
+    let mut gw = demo().await;
     let addr = gw.addr;
     let body = send_message(di()).to_string();
     let (first, rest) = body.split_at(body.len() / 2);
@@ -2087,7 +2095,7 @@ async fn graceful_shutdown_completes_a_request_in_flight() {
 
 #[tokio::test]
 async fn graceful_shutdown_ends_the_server_when_idle() {
-    let mut gw = common::demo().await;
+    let mut gw = demo().await;
     let reply = gw.send("/a2a", di()).await;
     assert_eq!(reply.status, 200);
     let task = gw.task.take().expect("server task");

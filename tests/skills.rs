@@ -100,7 +100,11 @@ static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
 static DEMO: LazyLock<Demo> = LazyLock::new(|| {
     RUNTIME.block_on(async {
         let (gw, sims) = common::demo_with_simulators().await;
-        Demo { gw, sims }
+        // Every skill call of this suite also runs through HTTP+JSON, which must agree.
+        Demo {
+            gw: gw.with_parity(),
+            sims,
+        }
     })
 });
 

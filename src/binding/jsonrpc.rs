@@ -9,10 +9,9 @@ use http::{Response, StatusCode};
 use http_body_util::Full;
 use serde_json::{Value, json};
 
-use super::send_message;
+use super::{headers, send_message};
 use crate::app::{App, Dealer};
 use crate::error::AapError;
-use crate::pipeline;
 use crate::protocol::Caller;
 
 /// The JSON-RPC `id`: a string or a number; `null` when it could not be read.
@@ -66,18 +65,7 @@ pub async fn serve(
     };
     let mut response = respond(body, activated.then_some(dealer.extension_uri()));
     *response.status_mut() = status;
-    let h = response.headers_mut();
-    if let Some(after) = retry_after {
-        // Whole seconds, rounded up: a client that waits this long is admitted.
-        let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
-        h.insert(http::header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
-    }
-    if status == StatusCode::UNAUTHORIZED {
-        h.insert(
-            http::header::WWW_AUTHENTICATE,
-            HeaderValue::from_static(crate::auth::CHALLENGE),
-        );
-    }
+    headers::error_headers(response.headers_mut(), status, retry_after);
     response
 }
 
@@ -130,23 +118,9 @@ async fn send(
     caller: &Caller,
     params: Value,
 ) -> Result<Success, AapError> {
-    // Over `limits.max_concurrency`: shed now (RATE_LIMITED) rather than queue without bound.
-    let _slot = app.limits.admit()?;
-    let call = send_message::decode(params)?;
-    let context_id = call.context_id.clone();
-    let deadline = app.settings.limits.request_timeout;
-    let handled = pipeline::handle(app, dealer, caller, call);
-    let reply = match tokio::time::timeout(deadline, handled).await {
-        Ok(reply) => reply?,
-        Err(_) => {
-            return Err(AapError::Internal(format!(
-                "request deadline of {deadline:?} exceeded"
-            )));
-        }
-    };
-    Ok(Success::Message(send_message::encode_reply(
-        reply, context_id,
-    )))
+    super::send_message(app, dealer, caller, params)
+        .await
+        .map(Success::Message)
 }
 
 /// DESIGN §3 steps 2–6, up to and including the extension check.
@@ -159,24 +133,7 @@ fn envelope(
     activated: &mut bool,
 ) -> Result<Request, (Id, AapError)> {
     // 2. Media type.
-    let content_type = headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let essence = content_type.split(';').next().unwrap_or_default().trim();
-    if !essence.eq_ignore_ascii_case("application/json") {
-        let shown = if content_type.is_empty() {
-            "<absent>"
-        } else {
-            content_type
-        };
-        return Err((
-            Value::Null,
-            AapError::ContentTypeNotSupported {
-                detail: format!("request Content-Type `{shown}`; send application/json"),
-            },
-        ));
-    }
+    headers::check_media_type(headers, &["application/json"]).map_err(|e| (Value::Null, e))?;
     // 3. JSON, then a single JSON-RPC request object.
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         (
@@ -209,9 +166,7 @@ fn envelope(
         _ => return Err(invalid(id, "`method` must be a string")),
     };
     // 4. A2A-Version, for every method.
-    if let Err(requested) = check_version(headers) {
-        return Err((id, AapError::VersionNotSupported { requested }));
-    }
+    headers::check_version(headers).map_err(|e| (id.clone(), e))?;
     // 5. Method dispatch: only SendMessage runs a skill.
     match method.as_str() {
         "SendMessage" => {}
@@ -238,20 +193,9 @@ fn envelope(
         _ => return Err((id, AapError::MethodNotFound { method })),
     }
     // 6. The AAP profile must be activated with this dealer's exact extension URI.
-    let uri = dealer.extension_uri();
-    *activated = headers
-        .get_all("a2a-extensions")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|member| member.trim() == uri);
+    *activated = headers::activated(dealer, headers);
     if !*activated {
-        return Err((
-            id,
-            AapError::ExtensionSupportRequired {
-                uri: uri.to_owned(),
-            },
-        ));
+        return Err((id, headers::extension_required(dealer)));
     }
     match object.remove("params") {
         Some(params @ Value::Object(_)) => Ok(Request::SendMessage { id, params }),
@@ -274,27 +218,6 @@ fn invalid(id: Id, detail: &str) -> (Id, AapError) {
             detail: detail.to_owned(),
         },
     )
-}
-
-/// `A2A-Version` must be present with Major.Minor 1.0; a patch number is ignored (SPEC §1.2).
-fn check_version(headers: &HeaderMap) -> Result<(), Option<String>> {
-    let Some(raw) = headers.get("a2a-version") else {
-        return Err(None);
-    };
-    let text = raw
-        .to_str()
-        .map_err(|_| Some("<not text>".to_owned()))?
-        .trim();
-    let mut parts = text.split('.');
-    let ok = parts.next() == Some("1")
-        && parts.next() == Some("0")
-        && parts.clone().count() <= 1
-        && parts.all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-    if ok {
-        Ok(())
-    } else {
-        Err(Some(text.to_owned()))
-    }
 }
 
 fn respond(body: Vec<u8>, extension: Option<&str>) -> Response<Full<Bytes>> {

@@ -1,16 +1,50 @@
 //! The only wire-aware code: bindings decode HTTP into `Call`s and encode `Reply`s and errors.
 //!
-//! `jsonrpc` is the AAP binding. `send_message` is the A2A `SendMessageRequest` shape both
-//! bindings share; `wire_error` is the one error mapping. `report` is the one place an error is
-//! logged and converted, so an internal cause is logged exactly once and never sent.
+//! `jsonrpc` is the AAP binding; `http_json` the optional A2A HTTP+JSON (REST) binding, equal in
+//! checks and outcomes. `send_message` is the A2A `SendMessageRequest` shape both carry,
+//! `headers` the service parameters both check, `wire_error` the one error mapping. `report` is
+//! the one place an error is logged and converted, so an internal cause is logged exactly once
+//! and never sent.
 
+pub mod headers;
+pub mod http_json;
 pub mod jsonrpc;
 pub mod send_message;
 pub mod wire_error;
 
-use crate::app::Dealer;
+use serde_json::Value;
+
+use crate::app::{App, Dealer};
 use crate::error::AapError;
+use crate::pipeline;
+use crate::protocol::Caller;
+use send_message::SendMessageResponse;
 use wire_error::{ErrorStamp, WireError};
+
+/// Runs a decoded `SendMessageRequest` (JSON-RPC `params` or the HTTP+JSON body) through the
+/// pipeline under the request deadline, after taking a concurrency slot.
+pub(crate) async fn send_message(
+    app: &App,
+    dealer: &Dealer,
+    caller: &Caller,
+    request: Value,
+) -> Result<SendMessageResponse, AapError> {
+    // Over `limits.max_concurrency`: shed now (RATE_LIMITED) rather than queue without bound.
+    let _slot = app.limits.admit()?;
+    let call = send_message::decode(request)?;
+    let context_id = call.context_id.clone();
+    let deadline = app.settings.limits.request_timeout;
+    let handled = pipeline::handle(app, dealer, caller, call);
+    let reply = match tokio::time::timeout(deadline, handled).await {
+        Ok(reply) => reply?,
+        Err(_) => {
+            return Err(AapError::Internal(format!(
+                "request deadline of {deadline:?} exceeded"
+            )));
+        }
+    };
+    Ok(send_message::encode_reply(reply, context_id))
+}
 
 /// Converts `error` for the wire, logging the internal cause (once) under its `error_id`.
 pub(crate) fn report(error: &AapError, dealer: &Dealer) -> WireError {

@@ -266,6 +266,12 @@ pub fn to_wire(error: &AapError, stamp: &ErrorStamp) -> WireError {
             "CONTENT_TYPE_NOT_SUPPORTED",
             format!("Content type not supported: {detail}"),
         ),
+        AapError::RequestMediaType { detail } => a2a(
+            -32005,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "CONTENT_TYPE_NOT_SUPPORTED",
+            format!("Content type not supported: {detail}"),
+        ),
         AapError::ExtensionSupportRequired { uri } => a2a_with(
             -32008,
             StatusCode::BAD_REQUEST,
@@ -404,6 +410,24 @@ pub fn to_wire(error: &AapError, stamp: &ErrorStamp) -> WireError {
         | AapError::InvalidUpstreamResponse { .. }
         | AapError::InvalidReply { .. }
         | AapError::Internal(_) => internal(stamp),
+    }
+}
+
+/// The `google.rpc.Code` name of an HTTP status, for the `status` of a `google.rpc.Status`
+/// body (the canonical HTTP mapping of google.rpc.Code).
+pub fn status_name(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 | 415 | 422 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        405 | 501 => "UNIMPLEMENTED",
+        409 => "ABORTED",
+        429 => "RESOURCE_EXHAUSTED",
+        499 => "CANCELLED",
+        503 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        _ => "INTERNAL",
     }
 }
 

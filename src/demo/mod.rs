@@ -96,6 +96,7 @@ pub fn endpoints(app: &App, gateway: SocketAddr, admin: SocketAddr, simulators: 
                 "id": d.id(),
                 "card_url": d.card_url,
                 "jsonrpc_url": d.jsonrpc_url,
+                "http_json_url": app.settings.http_json.then(|| format!("{}/message:send", d.jsonrpc_url)),
                 "host": d.settings.hosts.first(),
             })
         })
@@ -124,13 +125,20 @@ pub fn banner(app: &App, admin: SocketAddr) -> String {
             .unwrap_or_default();
         let skills: Vec<&str> = d.skills().map(|s| s.id()).collect();
         out.push_str(&format!(
-            "Dealer {} ({})\n  card:     curl -s{host} {}\n  skills:   {}\n  call:     curl -s{host} {} \\\n              -H 'Content-Type: application/json' -H 'A2A-Version: 1.0' \\\n              -H 'A2A-Extensions: {uri}' \\\n              -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"SendMessage\",\"params\":{{\"message\":{{\"messageId\":\"m-1\",\"role\":\"ROLE_USER\",\"parts\":[{{\"data\":{{\"type\":\"dealer.information.request\"}}}}]}}}}}}'\n\n",
+            "Dealer {} ({})\n  card:     curl -s{host} {}\n  skills:   {}\n  call:     curl -s{host} {} \\\n              -H 'Content-Type: application/json' -H 'A2A-Version: 1.0' \\\n              -H 'A2A-Extensions: {uri}' \\\n              -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"SendMessage\",\"params\":{{\"message\":{{\"messageId\":\"m-1\",\"role\":\"ROLE_USER\",\"parts\":[{{\"data\":{{\"type\":\"dealer.information.request\"}}}}]}}}}}}'\n",
             d.settings.card.name,
             d.id(),
             d.card_url,
             skills.join(", "),
             d.jsonrpc_url,
         ));
+        if app.settings.http_json {
+            out.push_str(&format!(
+                "  or REST:  curl -s{host} {}/message:send \\\n              -H 'Content-Type: application/json' -H 'A2A-Version: 1.0' \\\n              -H 'A2A-Extensions: {uri}' \\\n              -d '{{\"message\":{{\"messageId\":\"m-1\",\"role\":\"ROLE_USER\",\"parts\":[{{\"data\":{{\"type\":\"dealer.information.request\"}}}}]}}}}'\n",
+                d.jsonrpc_url,
+            ));
+        }
+        out.push('\n');
     }
     out.push_str(&format!(
         "Health: curl -s http://{admin}/readyz\nStop with Ctrl-C.\n"

@@ -199,6 +199,7 @@ fn error_code(error: &AapError) -> Option<&'static str> {
         | AapError::PushNotificationNotSupported
         | AapError::UnsupportedOperation { .. }
         | AapError::ContentTypeNotSupported { .. }
+        | AapError::RequestMediaType { .. }
         | AapError::ExtensionSupportRequired { .. }
         | AapError::VersionNotSupported { .. }
         | AapError::Unauthenticated { .. }

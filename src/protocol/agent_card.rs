@@ -32,6 +32,8 @@ pub struct CardInput<'a> {
     pub loaded_at: std::time::SystemTime,
     /// Calls need an API key (`auth.mode: api_key`): the card declares how to send it.
     pub api_key_required: bool,
+    /// The HTTP+JSON binding is served too (at the same base URL).
+    pub http_json: bool,
 }
 
 impl AgentCard {
@@ -64,6 +66,7 @@ fn card_value(input: &CardInput<'_>, revision: &str) -> Value {
         jsonrpc_url,
         skills,
         api_key_required,
+        http_json,
         ..
     } = input;
     let input_modes: Vec<&str> = skills.iter().map(|s| s.request_media_type()).collect();
@@ -94,10 +97,16 @@ fn card_value(input: &CardInput<'_>, revision: &str) -> Value {
     let mut out = Map::new();
     out.insert("name".into(), json!(card.name));
     out.insert("description".into(), json!(card.description));
-    out.insert(
-        "supportedInterfaces".into(),
-        json!([{ "url": jsonrpc_url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0" }]),
-    );
+    // JSON-RPC first: AAP clients pick the first interface they support. The HTTP+JSON base
+    // URL is the JSON-RPC endpoint's (its routes are `{base}/message:send`, …).
+    let mut interfaces =
+        vec![json!({ "url": jsonrpc_url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0" })];
+    if *http_json {
+        interfaces.push(
+            json!({ "url": jsonrpc_url, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0" }),
+        );
+    }
+    out.insert("supportedInterfaces".into(), Value::Array(interfaces));
     if let Some(p) = &card.provider {
         out.insert(
             "provider".into(),

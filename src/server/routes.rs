@@ -1,4 +1,5 @@
-//! Routes of the public listener: pick the dealer, then its card or its JSON-RPC endpoint.
+//! Routes of the public listener: pick the dealer, then its card, its JSON-RPC endpoint, or
+//! (when enabled) the HTTP+JSON routes below that endpoint.
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -10,6 +11,7 @@ use super::plain;
 use crate::app::{App, Dealer};
 use crate::auth::Presented;
 use crate::binding;
+use crate::binding::http_json;
 use crate::protocol::Caller;
 
 pub const CARD_PATH: &str = "/.well-known/agent-card.json";
@@ -39,18 +41,7 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
             return not_allowed("POST");
         }
         let (parts, body) = req.into_parts();
-        let peer = parts
-            .extensions
-            .get::<super::PeerAddr>()
-            .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.0.ip());
-        let caller = Caller {
-            ip: crate::rate_limit::client_ip(
-                peer,
-                &parts.headers,
-                &app.settings.rate_limit.trusted_proxies,
-            ),
-            presented: Presented::from_headers(&parts.headers),
-        };
+        let caller = caller(app, &parts);
         return match read_body(app, &parts.headers, body).await {
             Ok(bytes) => {
                 binding::jsonrpc::serve(app, dealer, &caller, &parts.headers, &bytes).await
@@ -58,7 +49,46 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
             Err(response) => response,
         };
     }
+    if app.settings.http_json
+        && let Some(below) = rest.strip_prefix(jsonrpc).and_then(|r| r.strip_prefix('/'))
+    {
+        let Some(route) = http_json::Route::of(below) else {
+            return plain(StatusCode::NOT_FOUND, "not an A2A HTTP+JSON route");
+        };
+        if !route.allows(req.method()) {
+            return not_allowed(route.allow());
+        }
+        let (parts, body) = req.into_parts();
+        let caller = caller(app, &parts);
+        let query = parts.uri.query();
+        let bytes = if route == http_json::Route::SendMessage {
+            match read_body(app, &parts.headers, body).await {
+                Ok(bytes) => bytes,
+                Err(response) => return response,
+            }
+        } else {
+            Bytes::new()
+        };
+        return http_json::serve(app, dealer, &caller, route, query, &parts.headers, &bytes).await;
+    }
     plain(StatusCode::NOT_FOUND, "not found")
+}
+
+/// Who is calling: the client address (forwarded headers believed from trusted proxies only)
+/// and the API key presented, if any.
+fn caller(app: &App, parts: &http::request::Parts) -> Caller {
+    let peer = parts
+        .extensions
+        .get::<super::PeerAddr>()
+        .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.0.ip());
+    Caller {
+        ip: crate::rate_limit::client_ip(
+            peer,
+            &parts.headers,
+            &app.settings.rate_limit.trusted_proxies,
+        ),
+        presented: Presented::from_headers(&parts.headers),
+    }
 }
 
 fn not_allowed(allow: &'static str) -> Response<Full<Bytes>> {

@@ -43,6 +43,15 @@ impl Default for FileAap {
 pub struct FileBindings {
     /// The JSON-RPC 2.0 binding (always on; AAP's only required binding).
     pub jsonrpc: FileJsonRpc,
+    /// The A2A HTTP+JSON binding (`POST {jsonrpc path}/message:send`), off unless enabled.
+    pub http_json: FileHttpJson,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileHttpJson {
+    /// Serve it and list it on the card after the JSON-RPC interface.
+    pub enabled: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -37,6 +37,8 @@ pub struct Settings {
     pub aap: AapSettings,
     /// Path of the JSON-RPC endpoint below each dealer's prefix, e.g. `/a2a`.
     pub jsonrpc_path: String,
+    /// `bindings.http_json.enabled`: the HTTP+JSON binding at `{jsonrpc_path}/message:send`.
+    pub http_json: bool,
     pub limits: Limits,
     pub telemetry: TelemetrySettings,
     pub idempotency: IdempotencySettings,
@@ -329,7 +331,8 @@ impl Loader {
         let dealers = self.dealers(take("dealers"));
 
         let aap = self.aap(aap?);
-        let jsonrpc_path = self.jsonrpc_path(&bindings?.jsonrpc.path);
+        let bindings = bindings?;
+        let jsonrpc_path = self.jsonrpc_path(&bindings.jsonrpc.path);
         let limits = self.limits(limits?);
         let telemetry = self.telemetry(telemetry?);
         let rate_limit = rate_limit?;
@@ -360,6 +363,7 @@ impl Loader {
             admin_listen: admin_listen?,
             aap: aap?,
             jsonrpc_path: jsonrpc_path?,
+            http_json: bindings.http_json.enabled,
             limits: limits?,
             telemetry: telemetry?,
             idempotency: idempotency?,

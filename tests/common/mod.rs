@@ -1,6 +1,7 @@
 //! Test harness: the real gateway, in-process, on 127.0.0.1 ephemeral ports.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod parity;
 pub mod redis;
 
 use std::collections::HashMap;
@@ -24,6 +25,9 @@ pub struct Gateway {
     pub task: Option<tokio::task::JoinHandle<()>>,
     _dir: Option<tempfile::TempDir>,
     client: reqwest::Client,
+    /// Every `SendMessage` posted to a JSON-RPC endpoint also runs through the HTTP+JSON
+    /// binding, which must reach the same outcome ([`Gateway::with_parity`]).
+    parity: bool,
 }
 
 impl Drop for Gateway {
@@ -214,6 +218,7 @@ pub async fn start_file_with_vars(
             .no_proxy()
             .build()
             .expect("client"),
+        parity: false,
     }
 }
 
@@ -301,8 +306,35 @@ impl Gateway {
         &self.client
     }
 
+    /// From now on every `SendMessage` this harness posts to a JSON-RPC endpoint is sent again
+    /// through the HTTP+JSON binding (`{endpoint}/message:send`, the `params` as the body, the
+    /// same headers), and the two replies must agree: the same skill reply, or the same error
+    /// (ErrorInfo reason, `aap.error` code, retryability and details, BadRequest violations) with
+    /// the HTTP status of SPEC §2.1 / §3.3. Needs `bindings.http_json.enabled` (the demo has it).
+    pub fn with_parity(mut self) -> Gateway {
+        assert!(
+            self.app.settings.http_json,
+            "parity needs bindings.http_json.enabled"
+        );
+        self.parity = true;
+        self
+    }
+
     /// POSTs raw bytes to `path` with the given headers.
     pub async fn post_raw(&self, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Reply {
+        let rest = self
+            .parity
+            .then(|| parity::rest_twin(path, headers, &body))
+            .flatten();
+        let reply = self.post_once(path, headers, body).await;
+        if let Some((rest_path, rest_body)) = rest {
+            let twin = self.post_once(&rest_path, headers, rest_body).await;
+            parity::assert_same_outcome(&reply, &twin, headers);
+        }
+        reply
+    }
+
+    async fn post_once(&self, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Reply {
         let mut req = self.client.post(self.url(path)).body(body);
         for (k, v) in headers {
             req = req.header(*k, *v);
