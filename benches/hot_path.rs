@@ -9,6 +9,7 @@ use std::path::Path;
 use aap_gateway::app::App;
 use aap_gateway::binding::{jsonrpc, send_message};
 use aap_gateway::protocol::Skill;
+use aap_gateway::telemetry::request::RequestLog;
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::{HeaderMap, HeaderValue};
 use serde_json::json;
@@ -100,13 +101,18 @@ fn bench(c: &mut Criterion) {
     .expect("json");
     c.bench_function("jsonrpc_serve/dealer.information (end to end)", |b| {
         b.iter(|| {
-            runtime.block_on(jsonrpc::serve(
+            // Including the request's log line and metrics, as the router finishes it.
+            let mut log = RequestLog::start("jsonrpc", &headers);
+            let response = runtime.block_on(jsonrpc::serve(
                 &app,
                 dealer,
                 &caller,
                 &headers,
                 black_box(&info),
-            ))
+                &mut log,
+            ));
+            log.finish(&app.metrics, &dealer.label, response.status());
+            response
         })
     });
     // inventory.search is not served by the demo's profile-only dealers yet: this measures the
@@ -115,13 +121,18 @@ fn bench(c: &mut Criterion) {
         "jsonrpc_serve/inventory.search (decode+checks+error encode)",
         |b| {
             b.iter(|| {
-                runtime.block_on(jsonrpc::serve(
+                // Including the request's log line and metrics, as the router finishes it.
+                let mut log = RequestLog::start("jsonrpc", &headers);
+                let response = runtime.block_on(jsonrpc::serve(
                     &app,
                     dealer,
                     &caller,
                     &headers,
                     black_box(&search_bytes),
-                ))
+                    &mut log,
+                ));
+                log.finish(&app.metrics, &dealer.label, response.status());
+                response
             })
         },
     );

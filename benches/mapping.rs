@@ -50,11 +50,13 @@ fn search_mapping(dms_url: &str) -> Arc<Mapped> {
         "DMS_API_KEY" => Some(aap_gateway::demo::dms::API_KEY.to_owned()),
         _ => None,
     };
+    let metrics = aap_gateway::telemetry::metrics::Metrics::new();
     let ctx = LoadContext {
         schemas: &schemas,
         vars: &vars,
         dealer_id: "demo_toyota",
         dealer_name: "Demo Toyota",
+        metrics: &metrics,
     };
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("mappings/demo-toyota");
     let mut loaded = load_folder(&dir, &ctx).unwrap_or_else(|problems| {

@@ -22,6 +22,7 @@ use crate::redis_backend::RedisBackend;
 use crate::schema::Schemas;
 use crate::settings::LimitBackend;
 use crate::settings::{DealerSettings, Problem, Settings};
+use crate::telemetry::metrics::Metrics;
 
 /// How often idle rate-limit buckets are forgotten.
 const LIMIT_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
@@ -39,12 +40,16 @@ pub struct App {
     /// `None`: public agents.
     pub auth: Option<Authenticator>,
     pub loaded_at: SystemTime,
+    /// The process's metrics (shared with the apps before and after a reload).
+    pub metrics: Arc<Metrics>,
 }
 
 #[derive(Debug)]
 pub struct Dealer {
     /// Position in `App::dealers`; names the dealer in rate-limit keys.
     pub index: u16,
+    /// The dealer id as a metrics label.
+    pub label: Arc<str>,
     pub settings: DealerSettings,
     pub card: AgentCard,
     /// The JSON-RPC URL the card advertises.
@@ -72,6 +77,17 @@ impl App {
         listen: SocketAddr,
         vars: &dyn Fn(&str) -> Option<String>,
     ) -> Result<App, Vec<Problem>> {
+        App::build_with(settings, listen, vars, Metrics::new())
+    }
+
+    /// Like `build_with_vars`, counting into `metrics` (a reload passes the running app's, so
+    /// counters carry on).
+    pub fn build_with(
+        settings: Settings,
+        listen: SocketAddr,
+        vars: &dyn Fn(&str) -> Option<String>,
+        metrics: Arc<Metrics>,
+    ) -> Result<App, Vec<Problem>> {
         let schemas = Schemas::load().map_err(|e| {
             vec![Problem {
                 origin: crate::settings::Origin::WholeFile {
@@ -84,7 +100,9 @@ impl App {
         let mut problems = Vec::new();
         let mut dealers = Vec::with_capacity(settings.dealers.len());
         for dealer in &settings.dealers {
-            match build_dealer(&settings, &schemas, dealer, listen, loaded_at, vars) {
+            match build_dealer(
+                &settings, &schemas, dealer, listen, loaded_at, vars, &metrics,
+            ) {
                 Ok(d) => dealers.push(d),
                 Err(mut p) => problems.append(&mut p),
             }
@@ -137,6 +155,7 @@ impl App {
             limits,
             auth,
             loaded_at,
+            metrics,
         })
     }
 
@@ -185,6 +204,7 @@ fn build_dealer(
     listen: SocketAddr,
     loaded_at: SystemTime,
     vars: &dyn Fn(&str) -> Option<String>,
+    metrics: &Arc<Metrics>,
 ) -> Result<Dealer, Vec<Problem>> {
     let mut problems = Vec::new();
     let mut handlers = BTreeMap::new();
@@ -196,6 +216,7 @@ fn build_dealer(
             vars,
             dealer_id: &dealer.id,
             dealer_name: &dealer.card.name,
+            metrics,
         };
         match load_folder(dir, &ctx) {
             Ok(m) => {
@@ -287,6 +308,7 @@ fn build_dealer(
     });
     Ok(Dealer {
         index: 0,
+        label: Arc::from(dealer.id.as_str()),
         settings: dealer.clone(),
         card,
         card_url: format!("{base}/.well-known/agent-card.json"),

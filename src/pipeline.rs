@@ -4,7 +4,7 @@
 use jiff::Timestamp;
 
 use crate::app::{App, Dealer};
-use crate::error::AapError;
+use crate::error::{AapCode, AapError};
 use crate::idempotency::{self, Claim, Scope};
 use crate::mapping::lead::LeadMapping;
 use crate::mapping::{Answer, Handler};
@@ -43,9 +43,24 @@ async fn submit_lead(
     let request = &call.data;
     let fingerprint = idempotency::fingerprint(request); // canonical JSON
     let ticket = match Scope::of(dealer.id(), request) {
-        Some(scope) => match app.idempotency.claim(scope, fingerprint).await? {
-            Claim::Replay(reply) => return Ok(reply), // same key, same payload: same reply
-            Claim::Fresh(ticket) => Some(ticket),     // IDEMPOTENCY_CONFLICT is the `?` above
+        Some(scope) => match app.idempotency.claim(scope, fingerprint).await {
+            Ok(Claim::Replay(reply)) => {
+                app.metrics.idempotency_replay(&dealer.label);
+                return Ok(reply); // same key, same payload: same reply
+            }
+            Ok(Claim::Fresh(ticket)) => Some(ticket),
+            Err(error) => {
+                if matches!(
+                    error,
+                    AapError::Domain {
+                        code: AapCode::IdempotencyConflict,
+                        ..
+                    }
+                ) {
+                    app.metrics.idempotency_conflict(&dealer.label);
+                }
+                return Err(error);
+            }
         },
         None => None,
     };

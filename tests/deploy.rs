@@ -18,8 +18,9 @@
 //! - the real binary serves that configuration (`serve`, listeners moved to free loopback ports
 //!   through the documented environment overrides) and answers the probe paths on the admin
 //!   listener and not on the public one, and the dealer's agent card on the public one;
-//! - security context, resources, shutdown timing, replicas vs the rate-limit backend, HPA /
-//!   PDB / Service selectors are checked for consistency.
+//! - security context, resources, shutdown timing, replicas vs the shared-state backends (more
+//!   than one replica needs Redis for both the rate limits and the idempotency keys), HPA / PDB /
+//!   Service selectors are checked for consistency.
 //!
 //! The Dockerfile is parsed line by line (EXPOSE, USER, ENTRYPOINT/CMD, COPY, its ignore file),
 //! the mapping copies are compared with `deploy/config`, and the Grafana dashboard and
@@ -132,6 +133,39 @@ fn sidecar_manifests_match_the_binary() {
 fn standalone_manifests_match_the_binary() {
     let set = kubernetes_set("standalone");
     check_set(&set, Mode::Standalone);
+}
+
+/// The replicas rule bites: the standalone pod with either shared backend turned back to
+/// `memory` (through the documented environment override) is refused.
+#[test]
+fn several_replicas_refuse_a_memory_backend() {
+    let set = kubernetes_set("standalone");
+    let pods = gateway_pods(&set);
+    let pod = &pods[0];
+    let view = PodView::build(&set, pod);
+    let config = view.host_path(&pod.config_path);
+    let checked = |env: &BTreeMap<String, String>| Checked {
+        name: &set.name,
+        set: &set,
+        pod,
+        ports: container_ports(pod.container),
+        settings: load_settings(&config, env),
+    };
+    check_replicas(&checked(&view.env));
+    for section in ["RATE_LIMIT", "IDEMPOTENCY"] {
+        let mut env = view.env.clone();
+        env.insert(
+            format!("{}__{section}__BACKEND", settings::ENV_PREFIX),
+            "memory".to_owned(),
+        );
+        let c = checked(&env);
+        let refused =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check_replicas(&c))).is_err();
+        assert!(
+            refused,
+            "{section}: a memory backend with several replicas passed check_replicas"
+        );
+    }
 }
 
 #[test]
@@ -718,8 +752,8 @@ fn check_shutdown(c: &Checked<'_>) {
     );
 }
 
-/// An HPA owns the replica count; more than one replica shares limits through Redis; PDBs and
-/// HPAs point at this pod.
+/// An HPA owns the replica count; more than one replica shares its limits and its idempotency
+/// keys through Redis; PDBs and HPAs point at this pod.
 fn check_replicas(c: &Checked<'_>) {
     let name = c.name;
     let hpas: Vec<&Doc> = c.set.all("HorizontalPodAutoscaler").collect();
@@ -747,9 +781,15 @@ fn check_replicas(c: &Checked<'_>) {
         None => replicas.as_i64().unwrap_or(1),
     };
     if most > 1 {
+        // Per replica, a buyer gets N quotas, and a lead.submit retry on another replica runs
+        // again instead of replaying the first reply.
         assert!(
             matches!(c.settings.rate_limit.backend, LimitBackend::Redis { .. }),
             "{name}: up to {most} replicas: rate_limit.backend must be redis"
+        );
+        assert!(
+            matches!(c.settings.idempotency.backend, LimitBackend::Redis { .. }),
+            "{name}: up to {most} replicas: idempotency.backend must be redis"
         );
     }
     for pdb in c.set.all("PodDisruptionBudget") {

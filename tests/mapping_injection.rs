@@ -51,11 +51,13 @@ struct Loaded {
 static LOADED: LazyLock<Loaded> =
     LazyLock::new(|| {
         let schemas = Schemas::load().expect("schemas");
+        let metrics = aap_gateway::telemetry::metrics::Metrics::new();
         let ctx = LoadContext {
             schemas: &schemas,
             vars: &|_| None,
             dealer_id: "demo_toyota",
             dealer_name: "Demo Toyota",
+            metrics: &metrics,
         };
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let dir = root.join("mappings/demo-toyota");

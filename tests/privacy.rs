@@ -117,6 +117,10 @@ async fn no_customer_data_reaches_the_logs_at_debug_level() {
         async move {
             let mut req = client
                 .post(url)
+                .header(
+                    "traceparent",
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                )
                 .body(common::send_message(data).to_string());
             for (k, v) in common::standard_headers() {
                 req = req.header(k, v);
@@ -184,6 +188,42 @@ async fn no_customer_data_reaches_the_logs_at_debug_level() {
         log.contains("\"upstream\":\"crm\""),
         "the SOAP CRM calls are logged:\n{log}"
     );
+    // One line per request, with its ids, outcome and latency (and nothing of its content).
+    let requests: Vec<Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["target"] == "aap_gateway::request")
+        .collect();
+    let outcomes: Vec<(&str, &str)> = requests
+        .iter()
+        .map(|r| {
+            (
+                r["dealer"].as_str().unwrap_or_default(),
+                r["outcome"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("demo_toyota", "ok"),
+            ("demo_honda", "ok"),
+            ("demo_toyota", "ok"),
+            ("demo_toyota", "CONTACT_CONSENT_REQUIRED"),
+            ("demo_toyota", "SCHEMA_VALIDATION_FAILED"),
+            ("demo_toyota", "INTERNAL_ERROR"),
+        ],
+        "{requests:?}"
+    );
+    for r in &requests {
+        assert_eq!(r["level"], "INFO");
+        assert_eq!(r["skill"], "lead.submit");
+        assert_eq!(r["binding"], "jsonrpc");
+        assert_eq!(r["status"], 200);
+        assert_eq!(r["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert!(r["latency_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{r}");
+        assert_eq!(r["request_id"].as_str().map(str::len), Some(36), "{r}");
+    }
     for secret in [
         FIRST,
         LAST,

@@ -18,6 +18,7 @@ use super::{headers, wire_error};
 use crate::app::{App, Dealer};
 use crate::error::AapError;
 use crate::protocol::Caller;
+use crate::telemetry::request::RequestLog;
 
 /// Media types a request body may have; the reply uses the caller's.
 const JSON: &str = "application/json";
@@ -120,13 +121,14 @@ pub async fn serve(
     dealer: &Dealer,
     caller: &Caller,
     route: Route,
-    query: Option<&str>,
-    headers: &HeaderMap,
+    request: &http::request::Parts,
     body: &[u8],
+    log: &mut RequestLog,
 ) -> Response<Full<Bytes>> {
+    let (headers, query) = (&request.headers, request.uri.query());
     let mut activated = false;
     let outcome = match route {
-        Route::SendMessage => send(app, dealer, caller, headers, body, &mut activated).await,
+        Route::SendMessage => send(app, dealer, caller, headers, body, &mut activated, log).await,
         // Like every JSON-RPC method, these check A2A-Version first.
         Route::ListTasks => headers::check_version(headers).map(|()| encode(&list_tasks(query))),
         Route::Refused(refused) => headers::check_version(headers).and(Err(refused.error())),
@@ -137,6 +139,7 @@ pub async fn serve(
         Ok(body) => respond(StatusCode::OK, body, media_type, extension),
         Err(error) => {
             let wire = super::report(&error, dealer);
+            log.outcome = wire.reason;
             let status = json!({
                 "error": {
                     "code": wire.http_status.as_u16(),
@@ -160,6 +163,7 @@ async fn send(
     headers: &HeaderMap,
     body: &[u8],
     activated: &mut bool,
+    log: &mut RequestLog,
 ) -> Result<Vec<u8>, AapError> {
     headers::check_media_type(headers, &[JSON, A2A_JSON])?;
     let request: Value = serde_json::from_slice(body).map_err(|e| AapError::Parse {
@@ -175,7 +179,7 @@ async fn send(
     if !*activated {
         return Err(headers::extension_required(dealer));
     }
-    let response = super::send_message(app, dealer, caller, request).await?;
+    let response = super::send_message(app, dealer, caller, request, log).await?;
     Ok(encode(&response))
 }
 

@@ -13,6 +13,7 @@ use super::{headers, send_message};
 use crate::app::{App, Dealer};
 use crate::error::AapError;
 use crate::protocol::Caller;
+use crate::telemetry::request::RequestLog;
 
 /// The JSON-RPC `id`: a string or a number; `null` when it could not be read.
 type Id = Value;
@@ -24,13 +25,14 @@ pub async fn serve(
     caller: &Caller,
     headers: &HeaderMap,
     body: &[u8],
+    log: &mut RequestLog,
 ) -> Response<Full<Bytes>> {
     let mut activated = false;
     let mut status = StatusCode::OK;
     let mut retry_after = None;
     let (id, outcome) = match envelope(dealer, headers, body, &mut activated) {
         Ok(Request::SendMessage { id, params }) => {
-            let outcome = send(app, dealer, caller, params).await;
+            let outcome = send(app, dealer, caller, params, log).await;
             (id, outcome)
         }
         Ok(Request::Answered { id, result }) => (id, Ok(Success::Value(result))),
@@ -49,6 +51,7 @@ pub async fn serve(
         }),
         Err(error) => {
             let wire = super::report(&error, dealer);
+            log.outcome = wire.reason;
             status = wire.rpc_status;
             retry_after = wire.retry_after;
             let error = RpcErrorObject {
@@ -117,8 +120,9 @@ async fn send(
     dealer: &Dealer,
     caller: &Caller,
     params: Value,
+    log: &mut RequestLog,
 ) -> Result<Success, AapError> {
-    super::send_message(app, dealer, caller, params)
+    super::send_message(app, dealer, caller, params, log)
         .await
         .map(Success::Message)
 }

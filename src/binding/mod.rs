@@ -18,6 +18,7 @@ use crate::app::{App, Dealer};
 use crate::error::AapError;
 use crate::pipeline;
 use crate::protocol::Caller;
+use crate::telemetry::request::RequestLog;
 use send_message::SendMessageResponse;
 use wire_error::{ErrorStamp, WireError};
 
@@ -28,10 +29,12 @@ pub(crate) async fn send_message(
     dealer: &Dealer,
     caller: &Caller,
     request: Value,
+    log: &mut RequestLog,
 ) -> Result<SendMessageResponse, AapError> {
     // Over `limits.max_concurrency`: shed now (RATE_LIMITED) rather than queue without bound.
     let _slot = app.limits.admit()?;
     let call = send_message::decode(request)?;
+    log.skill(&call.skill);
     let context_id = call.context_id.clone();
     let deadline = app.settings.limits.request_timeout;
     let handled = pipeline::handle(app, dealer, caller, call);

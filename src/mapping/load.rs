@@ -6,6 +6,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::telemetry::metrics::Meter;
+
 use http::{HeaderName, Method};
 use minijinja::value::Value as TplValue;
 use serde::de::DeserializeOwned;
@@ -34,6 +36,8 @@ pub struct LoadContext<'a> {
     pub vars: &'a dyn Fn(&str) -> Option<String>,
     pub dealer_id: &'a str,
     pub dealer_name: &'a str,
+    /// Where the dealer's upstream calls are counted.
+    pub metrics: &'a Arc<crate::telemetry::metrics::Metrics>,
 }
 
 /// A dealer's compiled mappings.
@@ -322,11 +326,14 @@ impl Loader<'_> {
             let Some(file) = self.deserialize::<FileUpstream>(&src, &pointer, entry) else {
                 continue;
             };
+            let meter = Meter::new(self.ctx.metrics, self.ctx.dealer_id, &name);
             match crate::upstream::build(&name, file) {
                 Ok(Endpoint::Http(u)) => {
+                    u.attach_meter(meter);
                     out.insert(name, Some(Target::Http(Arc::new(u))));
                 }
                 Ok(Endpoint::Smtp(m)) => {
+                    m.attach_meter(meter);
                     out.insert(name, Some(Target::Smtp(Arc::new(m))));
                 }
                 Err(problems) => {

@@ -8,6 +8,8 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -39,6 +41,9 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Running {
     /// Cleared when shutdown starts, so `/readyz` turns away new traffic while draining.
     pub ready: AtomicBool,
+    /// The configuration serving new requests. A reload swaps it whole; a request keeps the
+    /// `App` it started with until it finishes.
+    pub app: ArcSwap<App>,
 }
 
 /// Serves `app` on the two listeners until `shutdown` completes, then drains.
@@ -50,6 +55,7 @@ pub async fn run(
 ) {
     let state = Arc::new(Running {
         ready: AtomicBool::new(true),
+        app: ArcSwap::from(Arc::clone(&app)),
     });
     let limit = Arc::new(Semaphore::new(app.settings.limits.max_concurrency));
     let grace = app.settings.limits.shutdown_grace;
@@ -66,7 +72,7 @@ pub async fn run(
         tokio::select! {
             accepted = gateway.accept() => {
                 let Some((stream, peer)) = accepted_or_log(accepted).await else { continue };
-                let app = Arc::clone(&app);
+                let state = Arc::clone(&state);
                 let service = ServiceBuilder::new()
                     // A panic in any handler becomes a bare 500: no stack trace, no dropped
                     // connection, and the rest of the server keeps going.
@@ -75,7 +81,7 @@ pub async fn run(
                     // `limits.max_concurrency` requests run at once across all connections.
                     .layer(GlobalConcurrencyLimitLayer::with_semaphore(Arc::clone(&limit)))
                     .service_fn(move |mut req: Request<Incoming>| {
-                        let app = Arc::clone(&app);
+                        let app = state.app.load_full();
                         req.extensions_mut().insert(PeerAddr(peer));
                         async move { Ok::<_, Infallible>(routes::route(&app, req).await) }
                     });

@@ -13,6 +13,7 @@ use crate::auth::Presented;
 use crate::binding;
 use crate::binding::http_json;
 use crate::protocol::Caller;
+use crate::telemetry::request::RequestLog;
 
 pub const CARD_PATH: &str = "/.well-known/agent-card.json";
 
@@ -42,12 +43,15 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
         }
         let (parts, body) = req.into_parts();
         let caller = caller(app, &parts);
-        return match read_body(app, &parts.headers, body).await {
+        let mut log = RequestLog::start("jsonrpc", &parts.headers);
+        let response = match read_body(app, &parts.headers, body).await {
             Ok(bytes) => {
-                binding::jsonrpc::serve(app, dealer, &caller, &parts.headers, &bytes).await
+                binding::jsonrpc::serve(app, dealer, &caller, &parts.headers, &bytes, &mut log)
+                    .await
             }
-            Err(response) => response,
+            Err(response) => return response,
         };
+        return finish(app, dealer, log, response);
     }
     if app.settings.http_json
         && let Some(below) = rest.strip_prefix(jsonrpc).and_then(|r| r.strip_prefix('/'))
@@ -60,7 +64,6 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
         }
         let (parts, body) = req.into_parts();
         let caller = caller(app, &parts);
-        let query = parts.uri.query();
         let bytes = if route == http_json::Route::SendMessage {
             match read_body(app, &parts.headers, body).await {
                 Ok(bytes) => bytes,
@@ -69,9 +72,26 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
         } else {
             Bytes::new()
         };
-        return http_json::serve(app, dealer, &caller, route, query, &parts.headers, &bytes).await;
+        let mut log = RequestLog::start("http_json", &parts.headers);
+        let response =
+            http_json::serve(app, dealer, &caller, route, &parts, &bytes, &mut log).await;
+        return finish(app, dealer, log, response);
     }
     plain(StatusCode::NOT_FOUND, "not found")
+}
+
+/// Logs and counts a request the binding answered, and tells the caller its request id.
+fn finish(
+    app: &App,
+    dealer: &Dealer,
+    log: RequestLog,
+    mut response: Response<Full<Bytes>>,
+) -> Response<Full<Bytes>> {
+    if let Ok(id) = HeaderValue::from_str(&log.request_id) {
+        response.headers_mut().insert("x-request-id", id);
+    }
+    log.finish(&app.metrics, &dealer.label, response.status());
+    response
 }
 
 /// Who is calling: the client address (forwarded headers believed from trusted proxies only)

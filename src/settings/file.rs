@@ -120,7 +120,8 @@ pub struct FileRateLimit {
     pub enabled: bool,
     /// `memory` (per replica) or `redis` (shared by every replica).
     pub backend: String,
-    /// `redis://host:port/db` for `backend: redis`; usually `${REDIS_URL}` in the file.
+    /// `redis://host:port/db` for `backend: redis`; usually set through the environment
+    /// (`AAP_GATEWAY__RATE_LIMIT__REDIS_URL`), as `${NAME}` is not expanded in this file.
     pub redis_url: Option<String>,
     /// When Redis cannot be reached: `local` (fall back to this replica's limits) or `deny`.
     pub on_backend_error: String,

@@ -54,6 +54,8 @@ struct Inner {
     breaker: Breaker,
     budget: RetryBudget,
     auth: Auth,
+    /// Metrics of this upstream's calls, once the app attaches them.
+    meter: std::sync::OnceLock<crate::telemetry::metrics::Meter>,
 }
 
 impl Upstream {
@@ -117,6 +119,7 @@ impl Upstream {
                 auth,
                 client,
                 settings,
+                meter: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -146,6 +149,26 @@ impl Upstream {
     ///
     /// Cancel-safe: dropping the future releases the concurrency slot and the breaker's trial.
     pub async fn call(&self, req: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError> {
+        let started = Instant::now();
+        let result = self.call_unmetered(req).await;
+        if let Some(meter) = self.inner.meter.get() {
+            meter.observe(
+                result.as_ref().map(|r| r.status.as_u16()),
+                started.elapsed(),
+            );
+        }
+        result
+    }
+
+    /// Records this upstream's calls in `meter` from now on (set once, by the app).
+    pub fn attach_meter(&self, meter: crate::telemetry::metrics::Meter) {
+        let _ = self.inner.meter.set(meter);
+    }
+
+    async fn call_unmetered(
+        &self,
+        req: UpstreamRequest,
+    ) -> Result<UpstreamResponse, UpstreamError> {
         let inner = &*self.inner;
         let started = Instant::now();
         let url = self.url(&req.path_and_query)?;

@@ -68,6 +68,8 @@ struct Inner {
     pool: Mutex<Pool>,
     slots: Semaphore,
     breaker: Breaker,
+    /// Metrics of this mailer's sends, once the app attaches them.
+    meter: std::sync::OnceLock<crate::telemetry::metrics::Meter>,
 }
 
 /// The current transport; `generation` tells a send whether the one it used was retired since.
@@ -187,6 +189,7 @@ impl Mailer {
                 slots: Semaphore::new(settings.max_concurrency),
                 breaker: Breaker::new(name, settings.breaker_failures, settings.breaker_cool_down),
                 settings,
+                meter: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -213,6 +216,21 @@ impl Mailer {
     /// `Timeout` after the message went out does not prove it was lost: the server may still
     /// accept it, hence the stable `Message-ID`.
     pub async fn send(&self, mail: OutgoingMail) -> Result<MailReceipt, UpstreamError> {
+        let started = Instant::now();
+        let result = self.send_unmetered(mail).await;
+        if let Some(meter) = self.inner.meter.get() {
+            // An accepted mail counts as a 2xx.
+            meter.observe(result.as_ref().map(|_| 200), started.elapsed());
+        }
+        result
+    }
+
+    /// Records this mailer's sends in `meter` from now on (set once, by the app).
+    pub fn attach_meter(&self, meter: crate::telemetry::metrics::Meter) {
+        let _ = self.inner.meter.set(meter);
+    }
+
+    async fn send_unmetered(&self, mail: OutgoingMail) -> Result<MailReceipt, UpstreamError> {
         let inner = &*self.inner;
         let started = Instant::now();
         let message_id = mail.message_id.clone();

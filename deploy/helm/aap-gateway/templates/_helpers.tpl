@@ -53,8 +53,8 @@ ConfigMap key of a mapping file: keys cannot hold "/", so <folder>__<file>.
 {{- end }}
 
 {{/*
-gateway.yaml: .Values.config with the listeners from .Values.ports, and the Redis backend when
-redis.enabled.
+gateway.yaml: .Values.config with the listeners from .Values.ports, and the Redis backend of the
+rate limits and of the idempotency keys when redis.enabled (the URL comes from the environment).
 */}}
 {{- define "aap-gateway.config" -}}
 {{- $config := deepCopy .Values.config }}
@@ -64,6 +64,9 @@ redis.enabled.
 {{- $rateLimit := deepCopy (default (dict) (get $config "rate_limit")) }}
 {{- $_ := set $rateLimit "backend" "redis" }}
 {{- $_ := set $config "rate_limit" $rateLimit }}
+{{- $idempotency := deepCopy (default (dict) (get $config "idempotency")) }}
+{{- $_ := set $idempotency "backend" "redis" }}
+{{- $_ := set $config "idempotency" $idempotency }}
 {{- end }}
 {{- toYaml $config }}
 {{- end }}

@@ -1,5 +1,9 @@
 //! Logging setup: `RUST_LOG` filters (default `info`); human format on a terminal, JSON
 //! otherwise or when asked. Logs go to stderr so stdout stays for command output.
+//! `metrics`: the Prometheus metrics; `request`: the one log line and metrics of each request.
+
+pub mod metrics;
+pub mod request;
 
 use std::io::IsTerminal;
 

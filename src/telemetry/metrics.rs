@@ -1,0 +1,351 @@
+//! Prometheus metrics (DESIGN §9 names), served as OpenMetrics text on the admin listener.
+//!
+//! One `Metrics` lives for the whole process and is handed from each `App` to the next on
+//! reload, so counters survive configuration changes. Label values are bounded: dealer ids and
+//! upstream names come from the configuration, skills and outcomes from fixed vocabularies
+//! (AAP codes, A2A reasons). Recording takes a read lock on a label family and an atomic add;
+//! label sets hold `Arc<str>` and `&'static str`, so nothing is allocated per request once a
+//! series exists.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::upstream::UpstreamError;
+
+/// Content type of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Latency buckets (seconds): 1 ms to ~16 s, doubling — gateway work is sub-millisecond, legacy
+/// systems take up to their timeouts.
+#[derive(Clone, Copy, Debug, Default)]
+struct Buckets;
+
+impl MetricConstructor<Histogram> for Buckets {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+            0.001, 2.0, 15,
+        ))
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    dealer: Arc<str>,
+    skill: &'static str,
+    binding: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    dealer: Arc<str>,
+    skill: &'static str,
+    binding: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamLabels {
+    dealer: Arc<str>,
+    upstream: Arc<str>,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamErrorLabels {
+    dealer: Arc<str>,
+    upstream: Arc<str>,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SkillLabels {
+    dealer: Arc<str>,
+    skill: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DealerLabels {
+    dealer: Arc<str>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: &'static str,
+}
+
+/// The process's metrics.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    request_seconds: Family<RouteLabels, Histogram, Buckets>,
+    upstream_seconds: Family<UpstreamLabels, Histogram, Buckets>,
+    upstream_errors: Family<UpstreamErrorLabels, Counter>,
+    rate_limited: Family<SkillLabels, Counter>,
+    replays: Family<DealerLabels, Counter>,
+    conflicts: Family<DealerLabels, Counter>,
+    feed_age: Family<DealerLabels, Gauge<f64, AtomicU64>>,
+    reloads: Family<ResultLabels, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Arc<Metrics> {
+        let mut registry = Registry::default();
+        let requests = Family::default();
+        registry.register(
+            "aap_gateway_requests",
+            "Skill calls by dealer, skill, binding and outcome (ok, an AAP code or an A2A reason)",
+            requests.clone(),
+        );
+        let request_seconds = Family::new_with_constructor(Buckets);
+        registry.register(
+            "aap_gateway_request_duration_seconds",
+            "Time from the request's arrival to its reply",
+            request_seconds.clone(),
+        );
+        let upstream_seconds = Family::new_with_constructor(Buckets);
+        registry.register(
+            "aap_gateway_upstream_duration_seconds",
+            "Calls to dealer systems by outcome (HTTP status class or error kind), retries included",
+            upstream_seconds.clone(),
+        );
+        let upstream_errors = Family::default();
+        registry.register(
+            "aap_gateway_upstream_errors",
+            "Failed calls to dealer systems by kind",
+            upstream_errors.clone(),
+        );
+        let rate_limited = Family::default();
+        registry.register(
+            "aap_gateway_rate_limited",
+            "Calls refused with RATE_LIMITED (quota or load shedding)",
+            rate_limited.clone(),
+        );
+        let replays = Family::default();
+        registry.register(
+            "aap_gateway_idempotency_replays",
+            "lead.submit retries answered with the stored reply",
+            replays.clone(),
+        );
+        let conflicts = Family::default();
+        registry.register(
+            "aap_gateway_idempotency_conflicts",
+            "Idempotency keys reused with another payload",
+            conflicts.clone(),
+        );
+        let feed_age = Family::default();
+        registry.register(
+            "aap_gateway_feed_cache_age_seconds",
+            "Age of the oldest cached inventory feed of a dealer",
+            feed_age.clone(),
+        );
+        let reloads = Family::default();
+        registry.register(
+            "aap_gateway_config_reloads",
+            "Configuration reloads by result",
+            reloads.clone(),
+        );
+        let build_info = Family::<VersionLabels, Gauge>::default();
+        build_info
+            .get_or_create(&VersionLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        registry.register(
+            "aap_gateway_build_info",
+            "The running build (value 1)",
+            build_info,
+        );
+        Arc::new(Metrics {
+            registry,
+            requests,
+            request_seconds,
+            upstream_seconds,
+            upstream_errors,
+            rate_limited,
+            replays,
+            conflicts,
+            feed_age,
+            reloads,
+        })
+    }
+
+    /// One finished skill call.
+    pub fn request(
+        &self,
+        dealer: &Arc<str>,
+        skill: &'static str,
+        binding: &'static str,
+        outcome: &'static str,
+        elapsed: Duration,
+    ) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                dealer: Arc::clone(dealer),
+                skill,
+                binding,
+                outcome,
+            })
+            .inc();
+        self.request_seconds
+            .get_or_create(&RouteLabels {
+                dealer: Arc::clone(dealer),
+                skill,
+                binding,
+            })
+            .observe(elapsed.as_secs_f64());
+        if outcome == "RATE_LIMITED" {
+            self.rate_limited
+                .get_or_create(&SkillLabels {
+                    dealer: Arc::clone(dealer),
+                    skill,
+                })
+                .inc();
+        }
+    }
+
+    /// One call to a dealer system: `Ok(status)` for any HTTP reply, or the error.
+    pub fn upstream(
+        &self,
+        dealer: &Arc<str>,
+        upstream: &Arc<str>,
+        result: Result<u16, &UpstreamError>,
+        elapsed: Duration,
+    ) {
+        let outcome = match result {
+            Ok(status) => match status {
+                200..=299 => "2xx",
+                300..=399 => "3xx",
+                400..=499 => "4xx",
+                _ => "5xx",
+            },
+            Err(error) => error_kind(error),
+        };
+        self.upstream_seconds
+            .get_or_create(&UpstreamLabels {
+                dealer: Arc::clone(dealer),
+                upstream: Arc::clone(upstream),
+                outcome,
+            })
+            .observe(elapsed.as_secs_f64());
+        let kind = match result {
+            Ok(status) if status >= 500 => "status",
+            Ok(_) => return,
+            Err(error) => error_kind(error),
+        };
+        self.upstream_errors
+            .get_or_create(&UpstreamErrorLabels {
+                dealer: Arc::clone(dealer),
+                upstream: Arc::clone(upstream),
+                kind,
+            })
+            .inc();
+    }
+
+    pub fn idempotency_replay(&self, dealer: &Arc<str>) {
+        let labels = DealerLabels {
+            dealer: Arc::clone(dealer),
+        };
+        self.replays.get_or_create(&labels).inc();
+    }
+
+    pub fn idempotency_conflict(&self, dealer: &Arc<str>) {
+        let labels = DealerLabels {
+            dealer: Arc::clone(dealer),
+        };
+        self.conflicts.get_or_create(&labels).inc();
+    }
+
+    /// A configuration reload: applied (`true`) or refused.
+    pub fn reload(&self, applied: bool) {
+        let result = if applied { "ok" } else { "error" };
+        self.reloads.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// Sets the feed-age gauge of `dealer` (the oldest of its feeds; none: no series).
+    pub fn feed_age(&self, dealer: &Arc<str>, age: Option<Duration>) {
+        let labels = DealerLabels {
+            dealer: Arc::clone(dealer),
+        };
+        match age {
+            Some(age) => {
+                self.feed_age.get_or_create(&labels).set(age.as_secs_f64());
+            }
+            None => {
+                self.feed_age.remove(&labels);
+            }
+        }
+    }
+
+    /// Everything, as OpenMetrics text.
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// What an upstream records its calls with: the process's metrics and its labels.
+#[derive(Clone)]
+pub struct Meter {
+    metrics: Arc<Metrics>,
+    dealer: Arc<str>,
+    upstream: Arc<str>,
+}
+
+impl std::fmt::Debug for Meter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Meter")
+            .field("dealer", &self.dealer)
+            .field("upstream", &self.upstream)
+            .finish()
+    }
+}
+
+impl Meter {
+    pub fn new(metrics: &Arc<Metrics>, dealer: &str, upstream: &str) -> Meter {
+        Meter {
+            metrics: Arc::clone(metrics),
+            dealer: Arc::from(dealer),
+            upstream: Arc::from(upstream),
+        }
+    }
+
+    /// Records one call: `Ok(status)` for any HTTP reply (`200` for an accepted mail).
+    pub fn observe(&self, result: Result<u16, &UpstreamError>, elapsed: Duration) {
+        self.metrics
+            .upstream(&self.dealer, &self.upstream, result, elapsed);
+    }
+}
+
+/// The `kind` of an upstream failure.
+fn error_kind(error: &UpstreamError) -> &'static str {
+    match error {
+        UpstreamError::Timeout { .. } => "timeout",
+        UpstreamError::Connect(_) => "connect",
+        UpstreamError::CircuitOpen => "circuit_open",
+        UpstreamError::TooLarge { .. } => "too_large",
+        UpstreamError::Protocol(_) | UpstreamError::InvalidRequest(_) => "invalid_response",
+        UpstreamError::Auth(_) => "auth",
+        UpstreamError::Rejected { .. } => "rejected",
+    }
+}

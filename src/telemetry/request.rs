@@ -1,0 +1,143 @@
+//! The record of one request: its id, the caller's trace id, and — once the binding knows them —
+//! the skill and the outcome. `finish` writes the request's one log line and its metrics.
+//!
+//! The log line never holds request content: ids, dealer, skill, binding, outcome, HTTP status
+//! and latency only, so no personal data can reach it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::HeaderMap;
+use http::StatusCode;
+
+use super::metrics::Metrics;
+use crate::protocol::SkillRef;
+
+/// The skill label before the request named one (an envelope or header error).
+pub const NO_SKILL: &str = "none";
+
+/// One request on its way through a binding.
+#[derive(Debug)]
+pub struct RequestLog {
+    started: Instant,
+    /// The caller's `X-Request-Id` when it is a plain token, else a new UUIDv7.
+    pub request_id: String,
+    /// The trace id of the caller's W3C `traceparent`, when valid.
+    pub trace_id: Option<String>,
+    pub binding: &'static str,
+    /// The AAP skill id, `unknown` for an unknown `data.type`, or [`NO_SKILL`].
+    pub skill: &'static str,
+    /// `ok`, the AAP code, or the A2A error reason.
+    pub outcome: &'static str,
+}
+
+impl RequestLog {
+    pub fn start(binding: &'static str, headers: &HeaderMap) -> RequestLog {
+        let request_id = headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .filter(|id| {
+                !id.is_empty()
+                    && id.len() <= 64
+                    && id
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            })
+            .map_or_else(|| uuid::Uuid::now_v7().to_string(), str::to_owned);
+        RequestLog {
+            started: Instant::now(),
+            request_id,
+            trace_id: trace_id(headers),
+            binding,
+            skill: NO_SKILL,
+            outcome: "ok",
+        }
+    }
+
+    /// Notes the skill the request named.
+    pub fn skill(&mut self, skill: &SkillRef) {
+        self.skill = match skill {
+            SkillRef::Known(s) => s.id(),
+            SkillRef::Unknown(_) => "unknown",
+        };
+    }
+
+    /// Writes the log line and the metrics of the finished request.
+    pub fn finish(self, metrics: &Metrics, dealer: &Arc<str>, status: StatusCode) {
+        let elapsed = self.started.elapsed();
+        metrics.request(dealer, self.skill, self.binding, self.outcome, elapsed);
+        tracing::info!(
+            target: "aap_gateway::request",
+            request_id = %self.request_id,
+            trace_id = self.trace_id.as_deref().unwrap_or_default(),
+            dealer = %dealer,
+            skill = self.skill,
+            binding = self.binding,
+            outcome = self.outcome,
+            status = status.as_u16(),
+            latency_ms = elapsed.as_secs_f64() * 1000.0,
+            "request"
+        );
+    }
+}
+
+/// The trace id of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), unless all zeros.
+fn trace_id(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get("traceparent")?.to_str().ok()?;
+    let mut parts = value.trim().split('-');
+    let (version, trace, parent, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let valid = hex(version, 2)
+        && version != "ff"
+        && hex(trace, 32)
+        && hex(parent, 16)
+        && hex(flags, 2)
+        && trace.bytes().any(|b| b != b'0');
+    valid.then(|| trace.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().expect("header value"));
+        }
+        h
+    }
+
+    #[test]
+    fn the_callers_trace_id_is_taken_from_a_valid_traceparent_only() {
+        let ok = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let log = RequestLog::start("jsonrpc", &headers(&[("traceparent", ok)]));
+        assert_eq!(
+            log.trace_id.as_deref(),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
+        for bad in [
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "garbage",
+        ] {
+            let log = RequestLog::start("jsonrpc", &headers(&[("traceparent", bad)]));
+            assert_eq!(log.trace_id, None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_plain_request_id_is_kept_and_anything_else_replaced() {
+        let log = RequestLog::start("jsonrpc", &headers(&[("x-request-id", "abc-123.x_y")]));
+        assert_eq!(log.request_id, "abc-123.x_y");
+        let log = RequestLog::start("jsonrpc", &headers(&[("x-request-id", "a b\"<script>")]));
+        assert_ne!(log.request_id, "a b\"<script>");
+        assert_eq!(log.request_id.len(), 36, "a UUID");
+    }
+}
