@@ -34,7 +34,7 @@ pub struct App {
     /// Most specific first (see `router`).
     pub dealers: Vec<Dealer>,
     /// `lead.submit` idempotency keys and their replies.
-    pub idempotency: Idempotency,
+    pub idempotency: Arc<Idempotency>,
     /// Quotas per dealer, client and skill, and the concurrency limit.
     pub limits: Arc<Limiter>,
     /// `None`: public agents.
@@ -116,7 +116,7 @@ impl App {
             dealer.index = u16::try_from(i).unwrap_or(u16::MAX);
         }
         let keys = &settings.idempotency;
-        let idempotency = match &keys.backend {
+        let idempotency = Arc::new(match &keys.backend {
             LimitBackend::Memory => Idempotency::local(keys.ttl, keys.max_entries),
             LimitBackend::Redis { url } => Idempotency::shared(
                 keys.ttl,
@@ -126,7 +126,7 @@ impl App {
                 keys.lock_ttl,
                 keys.on_backend_error,
             ),
-        };
+        });
         let redis = match &settings.rate_limit.backend {
             LimitBackend::Redis { url } => Some(
                 RedisBackend::new(url, settings.rate_limit.redis_timeout, "aapgw:")
@@ -157,6 +157,23 @@ impl App {
             loaded_at,
             metrics,
         })
+    }
+
+    /// Takes over the running state of `old` (idempotency keys in flight and stored, rate-limit
+    /// buckets) where the settings that shape it did not change, so a reload neither replays a
+    /// lead twice nor hands every client a fresh burst.
+    pub fn adopt_state(&mut self, old: &App) {
+        if self.settings.idempotency == old.settings.idempotency {
+            self.idempotency = Arc::clone(&old.idempotency);
+        }
+        let same_limits = self.settings.rate_limit == old.settings.rate_limit
+            && self.settings.auth == old.settings.auth
+            && self.settings.limits.max_concurrency == old.settings.limits.max_concurrency
+            // Buckets are keyed by the dealer's position.
+            && self.dealers.iter().map(Dealer::id).eq(old.dealers.iter().map(Dealer::id));
+        if same_limits {
+            self.limits = Arc::clone(&old.limits);
+        }
     }
 
     /// Starts the background work of this configuration (feed refreshers). The tasks stop when

@@ -104,7 +104,7 @@ fn main() -> ExitCode {
             };
             let listen = settings.listen;
             let admin = settings.admin_listen;
-            run(settings, cli.log_format, listen, admin, None)
+            run(settings, &config, cli.log_format, listen, admin, None)
         }
         Command::Demo {
             config,
@@ -118,6 +118,7 @@ fn main() -> ExitCode {
             };
             run(
                 settings,
+                &config,
                 cli.log_format,
                 listen,
                 admin_listen,
@@ -283,6 +284,7 @@ fn card(config: &Path, dealer: Option<&str>) -> ExitCode {
 /// Binds, builds and serves until SIGTERM/SIGINT. `demo` is `Some(endpoints file)` in demo mode.
 fn run(
     settings: Settings,
+    config: &Path,
     log_format: Option<LogFormatArg>,
     listen: SocketAddr,
     admin_listen: SocketAddr,
@@ -320,8 +322,22 @@ fn run(
             },
             None => None,
         };
-        let vars = |name: &str| {
-            simulators.as_ref().and_then(|s| s.var(name)).or_else(|| std::env::var(name).ok())
+        // The demo's simulator addresses first, then the environment; also for reloads.
+        let simulator_vars: std::collections::HashMap<String, String> = simulators
+            .as_ref()
+            .map(|s| {
+                demo::Simulators::VARS
+                    .into_iter()
+                    .filter_map(|name| s.var(name).map(|v| (name.to_owned(), v)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let vars = move |name: &str| {
+            simulator_vars.get(name).cloned().or_else(|| std::env::var(name).ok())
+        };
+        let reload = server::reload::ReloadSource {
+            config: config.to_path_buf(),
+            vars: std::sync::Arc::new(vars.clone()),
         };
         let bound = match server::bind_with_vars(settings, listen, admin_listen, &vars).await {
             Ok(b) => b,
@@ -350,7 +366,7 @@ fn run(
                 }
             }
         }
-        server::run(app, gateway, admin, server::shutdown_signal()).await;
+        server::run_reloading(app, gateway, admin, server::shutdown_signal(), reload).await;
         ExitCode::SUCCESS
     })
 }

@@ -2,6 +2,7 @@
 //! listeners until shutdown, then drains in-flight requests (bounded by `limits.shutdown_grace`).
 
 pub mod admin;
+pub mod reload;
 pub mod routes;
 
 use std::convert::Infallible;
@@ -53,13 +54,43 @@ pub async fn run(
     admin: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) {
+    serve(app, gateway, admin, shutdown, None).await;
+}
+
+/// `run`, reloading the configuration from `source` on SIGHUP and on file changes.
+pub async fn run_reloading(
+    app: Arc<App>,
+    gateway: TcpListener,
+    admin: TcpListener,
+    shutdown: impl Future<Output = ()>,
+    source: reload::ReloadSource,
+) {
+    serve(app, gateway, admin, shutdown, Some(source)).await;
+}
+
+async fn serve(
+    app: Arc<App>,
+    gateway: TcpListener,
+    admin: TcpListener,
+    shutdown: impl Future<Output = ()>,
+    reload: Option<reload::ReloadSource>,
+) {
     let state = Arc::new(Running {
         ready: AtomicBool::new(true),
         app: ArcSwap::from(Arc::clone(&app)),
     });
+    // Sized once: a reload does not resize the listener's concurrency cap.
     let limit = Arc::new(Semaphore::new(app.settings.limits.max_concurrency));
     let grace = app.settings.limits.shutdown_grace;
-    let background = app.start_background();
+    let background: reload::Background = Arc::new(std::sync::Mutex::new(app.start_background()));
+    let reloader = reload.map(|source| {
+        tokio::spawn(reload::watch(
+            Arc::clone(&state),
+            source,
+            Arc::clone(&background),
+        ))
+    });
+    drop(app);
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -104,7 +135,15 @@ pub async fn run(
     }
     // Stop taking buyer traffic; keep answering probes (`/readyz` now 503) while draining.
     state.ready.store(false, Ordering::SeqCst);
-    for task in &background {
+    if let Some(reloader) = reloader {
+        reloader.abort();
+    }
+    let tasks = std::mem::take(
+        &mut *background
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    for task in tasks {
         task.abort();
     }
     drop(gateway);

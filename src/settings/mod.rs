@@ -58,7 +58,7 @@ pub struct AapSettings {
     pub description: String,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct IdempotencySettings {
     /// Where keys live; `Redis` shares them between replicas.
     pub backend: LimitBackend,
@@ -103,7 +103,7 @@ pub enum OnBackendError {
     Deny,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RateLimitSettings {
     /// `false`: no per-client quotas at all (`rate_limit.enabled`).
     pub enabled: bool,
@@ -115,13 +115,13 @@ pub struct RateLimitSettings {
     pub skills: HashMap<crate::protocol::Skill, Quota>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AuthSettings {
     pub keys: Vec<ApiKey>,
 }
 
 /// An API key, known by its hash only.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ApiKey {
     pub id: String,
     pub sha256: [u8; 32],

@@ -153,6 +153,13 @@ impl DemoCopy {
         let config = self.path("config/demo.yaml");
         start_file_with_vars(&config, Some(self.dir), vars).await
     }
+
+    /// `start`, reloading when the copy's files change (hot reload). Edit the files through
+    /// `root()` / `path()` after keeping a clone of the root path.
+    pub async fn start_reloading(self, vars: HashMap<String, String>) -> Gateway {
+        let config = self.path("config/demo.yaml");
+        start_gateway(&config, Some(self.dir), vars, true).await
+    }
 }
 
 impl Default for DemoCopy {
@@ -194,6 +201,15 @@ pub async fn start_file_with_vars(
     dir: Option<tempfile::TempDir>,
     vars: HashMap<String, String>,
 ) -> Gateway {
+    start_gateway(path, dir, vars, false).await
+}
+
+async fn start_gateway(
+    path: &Path,
+    dir: Option<tempfile::TempDir>,
+    vars: HashMap<String, String>,
+    reloading: bool,
+) -> Gateway {
     let settings = settings::load_with_env(path, HashMap::new())
         .unwrap_or_else(|p| panic!("config problems: {p:?}"));
     let local: SocketAddr = "127.0.0.1:0".parse().expect("addr");
@@ -204,9 +220,24 @@ pub async fn start_file_with_vars(
     let (stop, stopped) = oneshot::channel::<()>();
     let app = bound.app.clone();
     let (addr, admin) = (bound.gateway_addr, bound.admin_addr);
-    let task = tokio::spawn(server::run(bound.app, bound.gateway, bound.admin, async {
+    let shutdown = async {
         let _ = stopped.await;
-    }));
+    };
+    let task = if reloading {
+        let source = server::reload::ReloadSource {
+            config: path.to_path_buf(),
+            vars: std::sync::Arc::new(lookup),
+        };
+        tokio::spawn(server::run_reloading(
+            bound.app,
+            bound.gateway,
+            bound.admin,
+            shutdown,
+            source,
+        ))
+    } else {
+        tokio::spawn(server::run(bound.app, bound.gateway, bound.admin, shutdown))
+    };
     Gateway {
         addr,
         admin,

@@ -1,0 +1,228 @@
+//! Hot reload: a mapping changed on disk is served without a restart and without a failed
+//! request; a broken change is refused and the running configuration keeps serving; SIGHUP
+//! reloads the real binary.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use aap_gateway::demo::Simulators;
+use common::{DemoCopy, Gateway, simulator_vars};
+use serde_json::{Value, json};
+
+const FACETS: &str = "mappings/demo-toyota/inventory.facets.yaml";
+const SEARCH: &str = "mappings/demo-toyota/inventory.search.yaml";
+
+fn is_ok(reply: &common::Reply) -> bool {
+    reply.status == 200 && reply.body.get("result").is_some()
+}
+
+async fn reloads(gw: &Gateway, result: &str) -> f64 {
+    let text = gw
+        .client()
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("body");
+    let series = format!("aap_gateway_config_reloads_total{{result=\"{result}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Polls `probe` until it holds, for at most 10 s.
+async fn eventually<F, Fut>(what: &str, mut probe: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !probe().await {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Calls `dealer.information` and `inventory.search` in a loop on four tasks until stopped;
+/// returns (calls, failures).
+fn load(gw: &Arc<Gateway>, stop: &Arc<AtomicBool>) -> tokio::task::JoinHandle<(usize, usize)> {
+    let (gw, stop) = (Arc::clone(gw), Arc::clone(stop));
+    tokio::spawn(async move {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let failures = Arc::new(AtomicUsize::new(0));
+        let workers: Vec<_> = (0..4)
+            .map(|i| {
+                let (gw, stop) = (Arc::clone(&gw), Arc::clone(&stop));
+                let (calls, failures) = (Arc::clone(&calls), Arc::clone(&failures));
+                tokio::spawn(async move {
+                    let data = if i % 2 == 0 {
+                        json!({ "type": "dealer.information.request" })
+                    } else {
+                        json!({ "type": "inventory.search.request", "pagination": { "limit": 3 } })
+                    };
+                    while !stop.load(Ordering::Relaxed) {
+                        let reply = gw.send("/a2a", data.clone()).await;
+                        calls.fetch_add(1, Ordering::Relaxed);
+                        if !is_ok(&reply) {
+                            failures.fetch_add(1, Ordering::Relaxed);
+                            eprintln!("failed during reload: {}", reply.text);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.await.expect("worker");
+        }
+        (
+            calls.load(Ordering::Relaxed),
+            failures.load(Ordering::Relaxed),
+        )
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mapping_changed_on_disk_is_served_with_no_failed_request() {
+    let sims = Simulators::start().await.expect("simulators");
+    let files = DemoCopy::new();
+    let root = files.root().to_path_buf();
+    let gw = Arc::new(files.start_reloading(simulator_vars(&sims)).await);
+    let facets = json!({ "type": "inventory.facets.request" });
+    assert!(is_ok(&gw.send("/a2a", facets.clone()).await));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let traffic = load(&gw, &stop);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The dealer stops offering facets: the mapping file goes away.
+    std::fs::remove_file(root.join(FACETS)).expect("remove mapping");
+    eventually("facets are no longer served", || {
+        let (gw, facets) = (Arc::clone(&gw), facets.clone());
+        async move {
+            let reply = gw.send("/a2a", facets).await;
+            reply.body.get("error").is_some() && reply.aap_code() == "UNSUPPORTED_SKILL"
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (calls, failures) = traffic.await.expect("traffic");
+    assert!(calls > 20, "the load really ran: {calls} calls");
+    assert_eq!(failures, 0, "no request failed across the reload");
+    assert!(reloads(&gw, "ok").await >= 1.0);
+    // The card follows the configuration.
+    let card: Value = gw
+        .client()
+        .get(gw.url("/.well-known/agent-card.json"))
+        .send()
+        .await
+        .expect("card")
+        .json()
+        .await
+        .expect("json");
+    let skills: Vec<&str> = card["skills"]
+        .as_array()
+        .expect("skills")
+        .iter()
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    assert!(!skills.contains(&"inventory.facets"), "{skills:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broken_change_is_refused_and_the_old_configuration_keeps_serving() {
+    let sims = Simulators::start().await.expect("simulators");
+    let files = DemoCopy::new();
+    let root = files.root().to_path_buf();
+    let gw = files.start_reloading(simulator_vars(&sims)).await;
+    let search = json!({ "type": "inventory.search.request", "pagination": { "limit": 2 } });
+    let before = gw.send("/a2a", search.clone()).await;
+    assert!(is_ok(&before));
+
+    let path = root.join(SEARCH);
+    let good = std::fs::read_to_string(&path).expect("read");
+    std::fs::write(&path, good.replace("items: .Items", "items: .Items | ((")).expect("write");
+    eventually("the reload is refused", || async {
+        reloads(&gw, "error").await >= 1.0
+    })
+    .await;
+    assert_eq!(reloads(&gw, "ok").await, 0.0);
+    let after = gw.send("/a2a", search.clone()).await;
+    assert!(is_ok(&after), "still served: {}", after.text);
+    assert_eq!(after.payload(), before.payload());
+
+    // Fixed: the next change is applied.
+    std::fs::write(&path, good).expect("write");
+    eventually("the fixed mapping is loaded", || async {
+        reloads(&gw, "ok").await >= 1.0
+    })
+    .await;
+    assert!(is_ok(&gw.send("/a2a", search).await));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_reloads_the_real_binary() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let endpoints = dir.path().join("endpoints.json");
+    let log = dir.path().join("gateway.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+        .args([
+            "demo",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--endpoints-file")
+        .arg(&endpoints)
+        .args(["--log-format", "json"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("the binary starts");
+    let started = Instant::now();
+    while !endpoints.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the demo did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let reloaded = |log: &Path| {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                serde_json::from_str::<Value>(l).is_ok_and(|v| {
+                    v["message"] == "configuration reloaded" && v["trigger"] == "SIGHUP"
+                })
+            })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !reloaded(&log) {
+        assert!(
+            Instant::now() < deadline,
+            "no reload logged:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        child.try_wait().expect("wait").is_none(),
+        "still running after SIGHUP"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
