@@ -252,7 +252,7 @@ impl<C: Clock + Clone> Limiter<C> {
         }
         let (limiter, quota) = self.pick(skill, client);
         if let Some(redis) = &self.redis {
-            let key = format!("rl:{dealer_id}:{}:{client}", skill.id());
+            let key = format!("{dealer_id}:{}:{client}", skill.id()); // stored as {prefix}rl:{key}
             match redis
                 .gcra(&key, quota.emission_interval(), quota.burst)
                 .await
