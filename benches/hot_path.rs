@@ -102,7 +102,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("jsonrpc_serve/dealer.information (end to end)", |b| {
         b.iter(|| {
             // Including the request's log line and metrics, as the router finishes it.
-            let mut log = RequestLog::start("jsonrpc", &headers);
+            let mut log = RequestLog::start("jsonrpc", dealer.id(), &headers);
             let response = runtime.block_on(jsonrpc::serve(
                 &app,
                 dealer,
@@ -122,7 +122,7 @@ fn bench(c: &mut Criterion) {
         |b| {
             b.iter(|| {
                 // Including the request's log line and metrics, as the router finishes it.
-                let mut log = RequestLog::start("jsonrpc", &headers);
+                let mut log = RequestLog::start("jsonrpc", dealer.id(), &headers);
                 let response = runtime.block_on(jsonrpc::serve(
                     &app,
                     dealer,

@@ -296,7 +296,7 @@ fn run(
         Some(LogFormatArg::Text) => LogFormat::Text,
         None => settings.telemetry.log_format,
     };
-    telemetry::init(format);
+    let telemetry = telemetry::init(format, Some(&settings.telemetry));
     for w in &settings.warnings {
         tracing::warn!(location = %w.origin, "{}", w.message);
     }
@@ -310,7 +310,7 @@ fn run(
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(async move {
+    let code = runtime.block_on(async move {
         // The demo's legacy systems run in-process; they live as long as the gateway.
         let simulators = match &demo {
             Some(_) => match demo::Simulators::start().await {
@@ -368,5 +368,8 @@ fn run(
         }
         server::run_reloading(app, gateway, admin, server::shutdown_signal(), reload).await;
         ExitCode::SUCCESS
-    })
+    });
+    // After the runtime: the exporter flushes from its own thread.
+    telemetry.shutdown();
+    code
 }

@@ -2,6 +2,7 @@
 //! Stage logic lives in the stage's module; this function only shows the path.
 
 use jiff::Timestamp;
+use tracing::{Instrument as _, debug_span};
 
 use crate::app::{App, Dealer};
 use crate::error::{AapCode, AapError};
@@ -18,11 +19,12 @@ pub async fn handle(
     call: Call,
 ) -> Result<Reply, AapError> {
     let (skill, handler) = dealer.handler(&call.skill)?; // UNSUPPORTED_SKILL
-    let client = app.client(dealer, caller)?; // API key (401/403) when auth is on, else the IP
+    let client = debug_span!("auth").in_scope(|| app.client(dealer, caller))?; // API key (401/403) when auth is on, else the IP
     app.limits
         .check(dealer.index, dealer.id(), skill, &client)
+        .instrument(debug_span!("rate_limit"))
         .await?; // RATE_LIMITED
-    app.schemas.validate_call(skill, &call)?; // request schema, every failure at once
+    debug_span!("validate_request").in_scope(|| app.schemas.validate_call(skill, &call))?; // request schema, every failure at once
     if let Handler::Lead(lead) = handler {
         return submit_lead(app, dealer, handler, lead, &call).await;
     }
@@ -80,7 +82,8 @@ async fn submit_lead(
 
 /// Never emit a non-conforming payload: a mapping that builds one is an internal error.
 fn check_reply(app: &App, handler: &Handler, reply: Reply) -> Result<Reply, AapError> {
-    let violations = app.schemas.check_response(reply.skill, &reply.payload);
+    let violations = debug_span!("validate_response")
+        .in_scope(|| app.schemas.check_response(reply.skill, &reply.payload));
     if violations.is_empty() {
         Ok(reply)
     } else {

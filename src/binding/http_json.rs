@@ -180,7 +180,7 @@ async fn send(
         return Err(headers::extension_required(dealer));
     }
     let response = super::send_message(app, dealer, caller, request, log).await?;
-    Ok(encode(&response))
+    Ok(tracing::debug_span!("encode").in_scope(|| encode(&response)))
 }
 
 /// `ListTasks`: this agent never creates tasks (DESIGN §9).

@@ -38,6 +38,8 @@ pub async fn serve(
         Ok(Request::Answered { id, result }) => (id, Ok(Success::Value(result))),
         Err((id, error)) => (id, Err(error)),
     };
+    let encode_span = tracing::debug_span!("encode");
+    let _encoding = encode_span.enter();
     let body = match outcome {
         Ok(Success::Message(result)) => encode(&RpcSuccess {
             jsonrpc: "2.0",

@@ -33,7 +33,7 @@ pub(crate) async fn send_message(
 ) -> Result<SendMessageResponse, AapError> {
     // Over `limits.max_concurrency`: shed now (RATE_LIMITED) rather than queue without bound.
     let _slot = app.limits.admit()?;
-    let call = send_message::decode(request)?;
+    let call = tracing::debug_span!("decode").in_scope(|| send_message::decode(request))?;
     log.skill(&call.skill);
     let context_id = call.context_id.clone();
     let deadline = app.settings.limits.request_timeout;

@@ -24,6 +24,7 @@ use crate::error::{AapCode, AapError};
 use crate::protocol::Skill;
 use crate::upstream::soap::{self, SoapFault};
 use crate::upstream::{Upstream, UpstreamRequest, UpstreamResponse};
+use tracing::debug_span;
 
 /// Statuses a listing may have to be shown to a buyer (SPEC §6.9).
 pub const LISTABLE: [&str; 3] = ["available", "intransit", "pending"];
@@ -207,17 +208,17 @@ impl Mapped {
         jq: &Jq,
         lead: Option<&Value>,
     ) -> Result<Value, AapError> {
-        let values = self.template_values(request, lead);
-        let rendered = self
-            .request
-            .render(&values, None)
-            .map_err(|e| self.render_error(e))?;
+        let rendered = debug_span!("render").in_scope(|| {
+            let values = self.template_values(request, lead);
+            self.request.render(&values, None)
+        });
+        let rendered = rendered.map_err(|e| self.render_error(e))?;
         let vars = self.vars(request, lead);
         let doc = self.call(transport, rendered, &vars).await?;
-        let out = jq
-            .run_one(&doc, &vars)
-            .map_err(|e| self.extract_error(e.to_string()))?;
-        Ok(out.to_json())
+        let out = debug_span!("extract").in_scope(|| jq.run_one(&doc, &vars));
+        Ok(out
+            .map_err(|e| self.extract_error(e.to_string()))?
+            .to_json())
     }
 
     /// `inventory.search`: straight through the upstream when it can express the request,
@@ -337,11 +338,12 @@ impl Mapped {
             )));
         };
         let paged = self.request.pagination.as_ref().map(|_| page);
-        let rendered = self
-            .request
-            .render(values, paged)
+        let rendered = debug_span!("render")
+            .in_scope(|| self.request.render(values, paged))
             .map_err(|e| self.render_error(e))?;
         let doc = self.call(transport, rendered, vars).await?;
+        let extracting = debug_span!("extract");
+        let _extracting = extracting.enter(); // no await below
         let records = items
             .run(&doc, vars)
             .map_err(|e| self.extract_error(e.to_string()))?;

@@ -14,6 +14,7 @@ use crate::binding;
 use crate::binding::http_json;
 use crate::protocol::Caller;
 use crate::telemetry::request::RequestLog;
+use tracing::Instrument as _;
 
 pub const CARD_PATH: &str = "/.well-known/agent-card.json";
 
@@ -43,10 +44,12 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
         }
         let (parts, body) = req.into_parts();
         let caller = caller(app, &parts);
-        let mut log = RequestLog::start("jsonrpc", &parts.headers);
+        let mut log = RequestLog::start("jsonrpc", dealer.id(), &parts.headers);
         let response = match read_body(app, &parts.headers, body).await {
             Ok(bytes) => {
+                let span = log.span.clone();
                 binding::jsonrpc::serve(app, dealer, &caller, &parts.headers, &bytes, &mut log)
+                    .instrument(span)
                     .await
             }
             Err(response) => return response,
@@ -72,9 +75,11 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
         } else {
             Bytes::new()
         };
-        let mut log = RequestLog::start("http_json", &parts.headers);
-        let response =
-            http_json::serve(app, dealer, &caller, route, &parts, &bytes, &mut log).await;
+        let mut log = RequestLog::start("http_json", dealer.id(), &parts.headers);
+        let span = log.span.clone();
+        let response = http_json::serve(app, dealer, &caller, route, &parts, &bytes, &mut log)
+            .instrument(span)
+            .await;
         return finish(app, dealer, log, response);
     }
     plain(StatusCode::NOT_FOUND, "not found")

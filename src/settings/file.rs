@@ -98,8 +98,11 @@ impl Default for FileLimits {
 pub struct FileTelemetry {
     /// `auto` (human on a TTY, JSON otherwise), `json` or `text`.
     pub log_format: String,
-    /// Service name reported in logs.
+    /// Service name reported in logs and traces (`service.name`).
     pub service_name: String,
+    /// OTLP/HTTP base URL (`/v1/traces` is appended); traces are exported only when set here
+    /// or in `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Default for FileTelemetry {
@@ -107,6 +110,7 @@ impl Default for FileTelemetry {
         FileTelemetry {
             log_format: "auto".to_owned(),
             service_name: "aap-gateway".to_owned(),
+            otlp_endpoint: None,
         }
     }
 }

@@ -149,6 +149,9 @@ pub enum LogFormat {
 pub struct TelemetrySettings {
     pub log_format: LogFormat,
     pub service_name: String,
+    /// Where traces go (OTLP/HTTP, protobuf): the traces URL, `/v1/traces` included. `None`: no
+    /// exporter (and no exporter cost).
+    pub otlp_traces_url: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -533,9 +536,31 @@ impl Loader {
                 return None;
             }
         };
+        // The standard variable when the file says nothing (DESIGN §9).
+        let endpoint = file
+            .otlp_endpoint
+            .filter(|e| !e.trim().is_empty())
+            .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok())
+            .filter(|e| !e.trim().is_empty());
+        let otlp_traces_url = match endpoint {
+            Some(e) if e.starts_with("http://") || e.starts_with("https://") => {
+                Some(format!("{}/v1/traces", e.trim().trim_end_matches('/')))
+            }
+            Some(e) => {
+                self.problem(
+                    "/telemetry/otlp_endpoint",
+                    format!(
+                        "`{e}` is not an http:// or https:// URL like http://otel-collector:4318"
+                    ),
+                );
+                return None;
+            }
+            None => None,
+        };
         Some(TelemetrySettings {
             log_format,
             service_name: file.service_name,
+            otlp_traces_url,
         })
     }
 

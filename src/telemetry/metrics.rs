@@ -338,7 +338,7 @@ impl Meter {
 }
 
 /// The `kind` of an upstream failure.
-fn error_kind(error: &UpstreamError) -> &'static str {
+pub fn error_kind(error: &UpstreamError) -> &'static str {
     match error {
         UpstreamError::Timeout { .. } => "timeout",
         UpstreamError::Connect(_) => "connect",

@@ -1,37 +1,97 @@
-//! Logging setup: `RUST_LOG` filters (default `info`); human format on a terminal, JSON
-//! otherwise or when asked. Logs go to stderr so stdout stays for command output.
-//! `metrics`: the Prometheus metrics; `request`: the one log line and metrics of each request.
+//! Logs, traces and metrics.
+//!
+//! - **Logs**: `RUST_LOG` filters (default `info`); human format on a terminal, JSON otherwise
+//!   or when asked; stderr, so stdout stays for command output. `request` writes the one line
+//!   per request.
+//! - **Traces** (`trace`): OpenTelemetry spans per request and stage, exported over OTLP/HTTP
+//!   (protobuf) only when an endpoint is configured. The request spans are `DEBUG`-level and the
+//!   log layer filters at `RUST_LOG`, so without an exporter they are disabled at their call
+//!   sites and cost a cached branch.
+//! - **Metrics** (`metrics`): the Prometheus registry behind `/metrics`.
 
 pub mod metrics;
 pub mod request;
+pub mod trace;
 
 use std::io::IsTerminal;
 
-use tracing_subscriber::EnvFilter;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::filter::{EnvFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{Layer, fmt};
 
-use crate::settings::LogFormat;
+use crate::settings::{LogFormat, TelemetrySettings};
 
-/// Installs the global subscriber. Safe to call once per process.
-pub fn init(format: LogFormat) {
+/// Keeps the trace exporter alive; [`Telemetry::shutdown`] flushes the spans still queued.
+#[derive(Debug, Default)]
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Exports what is still queued (bounded by the exporter's timeout). Call once, at exit.
+    pub fn shutdown(self) {
+        if let Some(provider) = self.provider
+            && let Err(e) = provider.shutdown()
+        {
+            tracing::warn!(error = %e, "trace exporter did not shut down cleanly");
+        }
+    }
+}
+
+/// Installs the global subscriber: logs in `format`, and traces when `settings` names an OTLP
+/// endpoint. Safe to call once per process (later calls keep the first subscriber).
+pub fn init(format: LogFormat, settings: Option<&TelemetrySettings>) -> Telemetry {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let json = match format {
         LogFormat::Json => true,
         LogFormat::Text => false,
         LogFormat::Auto => !std::io::stderr().is_terminal(),
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let result = if json {
-        builder
+    let logs = if json {
+        fmt::layer()
+            .with_writer(std::io::stderr)
             .json()
             .flatten_event(true)
             .with_current_span(false)
-            .try_init()
+            .with_span_list(false)
+            .with_filter(filter)
+            .boxed()
     } else {
-        builder.try_init()
+        fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed()
     };
-    if result.is_err() {
-        // Already installed (tests); the first subscriber stays.
+    let mut telemetry = Telemetry::default();
+    let mut problem = None;
+    let traces = settings
+        .and_then(|s| Some((s.otlp_traces_url.as_deref()?, s.service_name.as_str())))
+        .and_then(|(url, service)| match trace::provider(url, service) {
+            Ok(provider) => {
+                let tracer = provider.tracer("aap-gateway");
+                telemetry.provider = Some(provider);
+                // Only the gateway's own request and stage spans go out.
+                let spans = Targets::new().with_target("aap_gateway", tracing::Level::DEBUG);
+                Some(
+                    tracing_opentelemetry::layer()
+                        .with_tracer(tracer)
+                        .with_filter(spans),
+                )
+            }
+            Err(e) => {
+                problem = Some(e);
+                None
+            }
+        });
+    let _ = tracing_subscriber::registry()
+        .with(logs)
+        .with(traces)
+        .try_init();
+    if let Some(e) = problem {
+        tracing::warn!(error = %e, "traces are not exported");
     }
+    telemetry
 }

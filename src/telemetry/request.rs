@@ -20,6 +20,8 @@ pub const NO_SKILL: &str = "none";
 #[derive(Debug)]
 pub struct RequestLog {
     started: Instant,
+    /// The request's trace span (a child of the caller's trace); the binding runs inside it.
+    pub span: tracing::Span,
     /// The caller's `X-Request-Id` when it is a plain token, else a new UUIDv7.
     pub request_id: String,
     /// The trace id of the caller's W3C `traceparent`, when valid.
@@ -32,7 +34,7 @@ pub struct RequestLog {
 }
 
 impl RequestLog {
-    pub fn start(binding: &'static str, headers: &HeaderMap) -> RequestLog {
+    pub fn start(binding: &'static str, dealer: &str, headers: &HeaderMap) -> RequestLog {
         let request_id = headers
             .get("x-request-id")
             .and_then(|v| v.to_str().ok())
@@ -44,10 +46,26 @@ impl RequestLog {
                         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
             })
             .map_or_else(|| uuid::Uuid::now_v7().to_string(), str::to_owned);
+        let span = tracing::debug_span!(
+            "aap.request",
+            otel.kind = "server",
+            otel.status_code = tracing::field::Empty,
+            dealer,
+            binding,
+            skill = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            http.response.status_code = tracing::field::Empty,
+            request_id = %request_id,
+        );
+        super::trace::continue_from(&span, headers);
+        // The exported trace's id when there is one (a caller without `traceparent` starts a
+        // new trace), else the caller's.
+        let trace_id = super::trace::trace_id(&span).or_else(|| trace_id(headers));
         RequestLog {
             started: Instant::now(),
+            span,
             request_id,
-            trace_id: trace_id(headers),
+            trace_id,
             binding,
             skill: NO_SKILL,
             outcome: "ok",
@@ -65,6 +83,13 @@ impl RequestLog {
     /// Writes the log line and the metrics of the finished request.
     pub fn finish(self, metrics: &Metrics, dealer: &Arc<str>, status: StatusCode) {
         let elapsed = self.started.elapsed();
+        self.span.record("skill", self.skill);
+        self.span.record("outcome", self.outcome);
+        self.span
+            .record("http.response.status_code", status.as_u16());
+        if status.is_server_error() || self.outcome == "INTERNAL_ERROR" {
+            self.span.record("otel.status_code", "ERROR");
+        }
         metrics.request(dealer, self.skill, self.binding, self.outcome, elapsed);
         tracing::info!(
             target: "aap_gateway::request",
@@ -116,7 +141,7 @@ mod tests {
     #[test]
     fn the_callers_trace_id_is_taken_from_a_valid_traceparent_only() {
         let ok = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let log = RequestLog::start("jsonrpc", &headers(&[("traceparent", ok)]));
+        let log = RequestLog::start("jsonrpc", "d", &headers(&[("traceparent", ok)]));
         assert_eq!(
             log.trace_id.as_deref(),
             Some("4bf92f3577b34da6a3ce929d0e0e4736")
@@ -127,16 +152,20 @@ mod tests {
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
             "garbage",
         ] {
-            let log = RequestLog::start("jsonrpc", &headers(&[("traceparent", bad)]));
+            let log = RequestLog::start("jsonrpc", "d", &headers(&[("traceparent", bad)]));
             assert_eq!(log.trace_id, None, "{bad}");
         }
     }
 
     #[test]
     fn a_plain_request_id_is_kept_and_anything_else_replaced() {
-        let log = RequestLog::start("jsonrpc", &headers(&[("x-request-id", "abc-123.x_y")]));
+        let log = RequestLog::start("jsonrpc", "d", &headers(&[("x-request-id", "abc-123.x_y")]));
         assert_eq!(log.request_id, "abc-123.x_y");
-        let log = RequestLog::start("jsonrpc", &headers(&[("x-request-id", "a b\"<script>")]));
+        let log = RequestLog::start(
+            "jsonrpc",
+            "d",
+            &headers(&[("x-request-id", "a b\"<script>")]),
+        );
         assert_ne!(log.request_id, "a b\"<script>");
         assert_eq!(log.request_id.len(), 36, "a UUID");
     }

@@ -21,6 +21,7 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Method, StatusCode};
 use reqwest::Url;
 use tokio::sync::Semaphore;
+use tracing::Instrument as _;
 
 use super::auth::{Auth, Credential};
 use super::breaker::{Breaker, BreakerState};
@@ -148,9 +149,24 @@ impl Upstream {
     /// 502/503/504 for idempotent calls); `Err` means no usable reply.
     ///
     /// Cancel-safe: dropping the future releases the concurrency slot and the breaker's trial.
-    pub async fn call(&self, req: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError> {
+    pub async fn call(&self, mut req: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError> {
+        let span = tracing::debug_span!(
+            "upstream",
+            otel.kind = "client",
+            upstream = %self.inner.name,
+            http.request.method = %req.method,
+            http.response.status_code = tracing::field::Empty,
+            error.kind = tracing::field::Empty,
+        );
+        // The dealer's system continues the trace (W3C `traceparent`) when traces are exported.
+        req.headers
+            .extend(span.in_scope(crate::telemetry::trace::outgoing));
         let started = Instant::now();
-        let result = self.call_unmetered(req).await;
+        let result = self.call_unmetered(req).instrument(span.clone()).await;
+        match &result {
+            Ok(reply) => span.record("http.response.status_code", reply.status.as_u16()),
+            Err(e) => span.record("error.kind", crate::telemetry::metrics::error_kind(e)),
+        };
         if let Some(meter) = self.inner.meter.get() {
             meter.observe(
                 result.as_ref().map(|r| r.status.as_u16()),

@@ -43,6 +43,7 @@ use lettre::transport::smtp::extension::ClientId;
 use lettre::transport::smtp::{AsyncSmtpTransportBuilder, PoolConfig};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 use tokio::sync::Semaphore;
+use tracing::Instrument as _;
 
 use super::UpstreamError;
 use super::breaker::{Breaker, BreakerState};
@@ -216,8 +217,17 @@ impl Mailer {
     /// `Timeout` after the message went out does not prove it was lost: the server may still
     /// accept it, hence the stable `Message-ID`.
     pub async fn send(&self, mail: OutgoingMail) -> Result<MailReceipt, UpstreamError> {
+        let span = tracing::debug_span!(
+            "upstream",
+            otel.kind = "client",
+            upstream = %self.inner.name,
+            error.kind = tracing::field::Empty,
+        );
         let started = Instant::now();
-        let result = self.send_unmetered(mail).await;
+        let result = self.send_unmetered(mail).instrument(span.clone()).await;
+        if let Err(e) = &result {
+            span.record("error.kind", crate::telemetry::metrics::error_kind(e));
+        }
         if let Some(meter) = self.inner.meter.get() {
             // An accepted mail counts as a 2xx.
             meter.observe(result.as_ref().map(|_| 200), started.elapsed());
