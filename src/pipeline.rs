@@ -1,5 +1,6 @@
 //! `handle`: every stage of a skill call, in order, one line each (DESIGN §3 step 9 onwards).
-//! Stage logic lives in the stage's module; this function only shows the path.
+//! Stage logic lives in the stage's module; this function only shows the path. Each stage runs
+//! in its trace span (`DEBUG`: free unless traces are exported).
 
 use jiff::Timestamp;
 use tracing::{Instrument as _, debug_span};
@@ -19,12 +20,14 @@ pub async fn handle(
     call: Call,
 ) -> Result<Reply, AapError> {
     let (skill, handler) = dealer.handler(&call.skill)?; // UNSUPPORTED_SKILL
-    let client = debug_span!("auth").in_scope(|| app.client(dealer, caller))?; // API key (401/403) when auth is on, else the IP
+    // The API key when auth is on (401/403), else the address.
+    let client = debug_span!("auth").in_scope(|| app.client(dealer, caller))?;
     app.limits
         .check(dealer.index, dealer.id(), skill, &client)
         .instrument(debug_span!("rate_limit"))
         .await?; // RATE_LIMITED
-    debug_span!("validate_request").in_scope(|| app.schemas.validate_call(skill, &call))?; // request schema, every failure at once
+    // The request schema, every failure at once.
+    debug_span!("validate_request").in_scope(|| app.schemas.validate_call(skill, &call))?;
     if let Handler::Lead(lead) = handler {
         return submit_lead(app, dealer, handler, lead, &call).await;
     }
