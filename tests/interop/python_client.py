@@ -50,6 +50,7 @@ from a2a.client.service_parameters import (
     with_a2a_extensions,
 )
 from a2a.client.transports.jsonrpc import JsonRpcTransport
+from a2a.client.transports.rest import RestTransport
 from a2a.helpers import get_data_parts, new_data_part
 from a2a.types import (
     Message,
@@ -472,6 +473,94 @@ async def check_dealer(dealer: dict[str, Any], res: Results) -> None:  # noqa: P
         await client.close()  # shared httpx client: closed by the async with
 
 
+async def check_rest(dealer: dict[str, Any], res: Results) -> None:
+    """The same card through the SDK's HTTP+JSON transport (`POST …/message:send`)."""
+    did = dealer.get('id', '?') + ' (HTTP+JSON)'
+    host = dealer.get('host')
+    wire = WireLog()
+    async with httpx.AsyncClient(
+        headers={'Host': host} if host else {},
+        timeout=HTTP_TIMEOUT_S,
+        event_hooks={'request': [wire.on_request], 'response': [wire.on_response]},
+    ) as http:
+        config = ClientConfig(
+            httpx_client=http,
+            streaming=False,
+            supported_protocol_bindings=[TransportProtocol.HTTP_JSON],
+        )
+        factory = ClientFactory(config)
+        card_url = urlsplit(dealer['card_url'])
+        resolver = A2ACardResolver(
+            http, f'{card_url.scheme}://{card_url.netloc}', agent_card_path=card_url.path
+        )
+        card = await resolver.get_agent_card()
+        bindings = [i.protocol_binding for i in card.supported_interfaces]
+        if not res.check(
+            f'{did}: the card lists HTTP+JSON after JSONRPC',
+            bindings[:2] == [TransportProtocol.JSONRPC, TransportProtocol.HTTP_JSON],
+            f'interfaces={bindings}',
+        ):
+            return
+        client = factory.create(card, interceptors=[RequiredExtensionsInterceptor()])
+        transport = getattr(client, '_transport', None)
+        res.check(
+            f'{did}: ClientFactory chose the RestTransport',
+            type(transport) is RestTransport,
+            f'got {type(transport).__name__}',
+        )
+        request = build_request({'type': INFO_REQ_TYPE}, INFO_REQ_MEDIA, [INFO_RESP_MEDIA])
+        try:
+            reply = await send_one(client, request)
+            parts = get_data_parts(reply.parts)
+            res.check(
+                f'{did}: dealer.information through message:send',
+                bool(parts) and parts[0].get('type') == 'dealer.information.response',
+                f'parts={parts!r}'[:300],
+            )
+        except Exception as exc:  # noqa: BLE001
+            res.check(f'{did}: dealer.information through message:send', False,
+                      f'{type(exc).__name__}: {exc}')
+        sent, _, _ = wire.last_post()
+        res.check(
+            f'{did}: POSTed to …/message:send',
+            sent is not None and sent.url.path.endswith('/message:send'),
+            f'url={sent.url if sent is not None else None}',
+        )
+        # An unknown skill: 404 with a google.rpc.Status carrying the AAP entries.
+        request = build_request(
+            {'type': 'inventory.compare.request'},
+            'application/json',
+            ['application/vnd.autoagent.inventory-compare-response+json'],
+        )
+        error: Exception | None = None
+        try:
+            await send_one(client, request)
+        except Exception as exc:  # noqa: BLE001
+            error = exc
+        res.check(f'{did}: an unknown skill raises an SDK error', error is not None)
+        _, resp, body = wire.last_post()
+        try:
+            status = json.loads(body).get('error', {})
+        except (ValueError, AttributeError):
+            status = {}
+        details = status.get('details') if isinstance(status.get('details'), list) else []
+        info = details[0] if details and isinstance(details[0], dict) else {}
+        aap = [d for d in details if isinstance(d, dict) and d.get('@type') == AAP_ERROR_TYPE]
+        res.check(
+            f'{did}: UNSUPPORTED_SKILL is HTTP 404 with google.rpc.Status code 404',
+            resp is not None and resp.status_code == 404 and status.get('code') == 404,
+            f'status={resp.status_code if resp is not None else None} body={body[:300]!r}',
+        )
+        res.check(
+            f'{did}: details[] = ErrorInfo UNSUPPORTED_SKILL first, then aap.error',
+            info.get('@type') == ERROR_INFO_TYPE
+            and info.get('reason') == 'UNSUPPORTED_SKILL'
+            and len(aap) == 1 and aap[0].get('code') == 'UNSUPPORTED_SKILL',
+            f'details={details!r}'[:500],
+        )
+        await client.close()
+
+
 async def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(f'usage: {argv[0]} ENDPOINTS_FILE', file=sys.stderr)
@@ -484,6 +573,8 @@ async def main(argv: list[str]) -> int:
     for dealer in dealers:
         try:
             await check_dealer(dealer, res)
+            if dealer.get('http_json_url'):
+                await check_rest(dealer, res)
         except Exception as exc:  # noqa: BLE001
             traceback.print_exc()
             res.check(f'{dealer.get("id", "?")}: unexpected exception', False, repr(exc))
