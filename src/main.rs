@@ -335,10 +335,11 @@ fn run(
         let vars = move |name: &str| {
             simulator_vars.get(name).cloned().or_else(|| std::env::var(name).ok())
         };
-        let reload = server::reload::ReloadSource {
-            config: config.to_path_buf(),
-            vars: std::sync::Arc::new(vars.clone()),
-        };
+        // Listening for SIGHUP from here on, before the gateway says it is ready.
+        let reload = server::reload::ReloadSource::new(
+            config.to_path_buf(),
+            std::sync::Arc::new(vars.clone()),
+        );
         let bound = match server::bind_with_vars(settings, listen, admin_listen, &vars).await {
             Ok(b) => b,
             Err(server::StartError::Config(problems)) => {

@@ -157,15 +157,7 @@ fn info() -> Value {
 #[tokio::test]
 async fn the_card_lists_http_json_after_jsonrpc_only_when_enabled() {
     let on = small(ENABLED).await;
-    let card: Value = on
-        .client()
-        .get(on.url("/.well-known/agent-card.json"))
-        .send()
-        .await
-        .expect("card")
-        .json()
-        .await
-        .expect("json");
+    let card = on.card("/.well-known/agent-card.json").await;
     let interfaces = card["supportedInterfaces"].as_array().expect("interfaces");
     let bindings: Vec<&str> = interfaces
         .iter()
@@ -176,15 +168,7 @@ async fn the_card_lists_http_json_after_jsonrpc_only_when_enabled() {
     assert_eq!(interfaces[1]["protocolVersion"], "1.0");
 
     let off = small("").await;
-    let card: Value = off
-        .client()
-        .get(off.url("/.well-known/agent-card.json"))
-        .send()
-        .await
-        .expect("card")
-        .json()
-        .await
-        .expect("json");
+    let card = off.card("/.well-known/agent-card.json").await;
     assert_eq!(
         card["supportedInterfaces"].as_array().map(Vec::len),
         Some(1)

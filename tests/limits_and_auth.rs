@@ -241,15 +241,7 @@ async fn a_key_carries_its_own_quota_and_is_the_client() {
 #[tokio::test]
 async fn the_card_declares_security_only_when_keys_are_required() {
     let open = gateway("").await;
-    let card: Value = open
-        .client()
-        .get(open.url("/.well-known/agent-card.json"))
-        .send()
-        .await
-        .expect("card")
-        .json()
-        .await
-        .expect("json");
+    let card = open.card("/.well-known/agent-card.json").await;
     assert!(card.get("securitySchemes").is_none());
     assert!(card.get("securityRequirements").is_none());
 

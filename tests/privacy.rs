@@ -4,10 +4,10 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aap_gateway::demo::inventory::{self, Status};
+use common::process::DemoProcess;
 use serde_json::{Value, json};
 
 /// A customer whose every value is unmistakable in a log.
@@ -41,72 +41,16 @@ fn lead(vin: &str, key: &str) -> Value {
     })
 }
 
-struct Demo {
-    child: std::process::Child,
-    log: std::path::PathBuf,
-    endpoints: Value,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Demo {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn start_demo() -> Demo {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let endpoints_file = dir.path().join("endpoints.json");
-    let log = dir.path().join("gateway.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-        .args([
-            "demo",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--endpoints-file")
-        .arg(&endpoints_file)
-        .args(["--log-format", "json"])
-        .env("RUST_LOG", "debug")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log file"))
-        .spawn()
-        .expect("the binary starts");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let endpoints = loop {
-        if let Some(v) = std::fs::read_to_string(&endpoints_file)
-            .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-        {
-            break v;
-        }
-        assert!(Instant::now() < deadline, "the demo did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    Demo {
-        child,
-        log,
-        endpoints,
-        _dir: dir,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn no_customer_data_reaches_the_logs_at_debug_level() {
-    let demo = start_demo().await;
+    let demo = DemoProcess::start(&[("RUST_LOG", "debug")]).await;
     let client = reqwest::Client::builder()
         .no_proxy()
         .build()
         .expect("client");
     let dealer_url = |id: &str| {
-        demo.endpoints["dealers"]
-            .as_array()
-            .and_then(|d| d.iter().find(|d| d["id"] == id))
-            .and_then(|d| d["jsonrpc_url"].as_str())
+        demo.dealer(id)["jsonrpc_url"]
+            .as_str()
             .expect("dealer url")
             .to_owned()
     };
@@ -177,7 +121,7 @@ async fn no_customer_data_reaches_the_logs_at_debug_level() {
     assert_eq!(failed["error"]["code"], -32603, "{failed}");
 
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let log = std::fs::read_to_string(&demo.log).expect("log");
+    let log = demo.log_text();
     // The log is really at debug level and saw the leads' path.
     assert!(
         log.contains("\"level\":\"DEBUG\""),

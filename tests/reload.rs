@@ -4,15 +4,15 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use aap_gateway::demo::Simulators;
+use common::process::DemoProcess;
 use common::{DemoCopy, Gateway, simulator_vars};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const FACETS: &str = "mappings/demo-toyota/inventory.facets.yaml";
 const SEARCH: &str = "mappings/demo-toyota/inventory.search.yaml";
@@ -117,15 +117,7 @@ async fn a_mapping_changed_on_disk_is_served_with_no_failed_request() {
     assert_eq!(failures, 0, "no request failed across the reload");
     assert!(reloads(&gw, "ok").await >= 1.0);
     // The card follows the configuration.
-    let card: Value = gw
-        .client()
-        .get(gw.url("/.well-known/agent-card.json"))
-        .send()
-        .await
-        .expect("card")
-        .json()
-        .await
-        .expect("json");
+    let card = gw.card("/.well-known/agent-card.json").await;
     let skills: Vec<&str> = card["skills"]
         .as_array()
         .expect("skills")
@@ -168,61 +160,28 @@ async fn a_broken_change_is_refused_and_the_old_configuration_keeps_serving() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sighup_reloads_the_real_binary() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let endpoints = dir.path().join("endpoints.json");
-    let log = dir.path().join("gateway.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-        .args([
-            "demo",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--endpoints-file")
-        .arg(&endpoints)
-        .args(["--log-format", "json"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("the binary starts");
-    let started = Instant::now();
-    while !endpoints.exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the demo did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut demo = DemoProcess::start(&[]).await;
     let status = Command::new("kill")
-        .args(["-HUP", &child.id().to_string()])
+        .args(["-HUP", &demo.child.id().to_string()])
         .status()
         .expect("kill");
     assert!(status.success());
-    let reloaded = |log: &Path| {
-        std::fs::read_to_string(log)
-            .unwrap_or_default()
-            .lines()
-            .any(|l| {
-                serde_json::from_str::<Value>(l).is_ok_and(|v| {
-                    v["message"] == "configuration reloaded" && v["trigger"] == "SIGHUP"
-                })
-            })
+    let reloaded = |demo: &DemoProcess| {
+        demo.log_lines()
+            .iter()
+            .any(|v| v["message"] == "configuration reloaded" && v["trigger"] == "SIGHUP")
     };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !reloaded(&log) {
+    while !reloaded(&demo) {
         assert!(
             Instant::now() < deadline,
             "no reload logged:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
+            demo.log_text()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(
-        child.try_wait().expect("wait").is_none(),
+        demo.child.try_wait().expect("wait").is_none(),
         "still running after SIGHUP"
     );
-    let _ = child.kill();
-    let _ = child.wait();
 }

@@ -3,7 +3,6 @@
 //! legacy DMS sees the trace continued in its own `traceparent`.
 
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,6 +15,10 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use serde_json::{Value, json};
+
+mod common;
+
+use common::process::DemoProcess;
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT: &str = "00f067aa0ba902b7";
@@ -88,40 +91,13 @@ fn attributes(span: &Span) -> HashMap<String, String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_request_is_traced_stage_by_stage_and_the_trace_reaches_the_dms() {
     let (collector, bodies) = receiver().await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let endpoints_file = dir.path().join("endpoints.json");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-        .args([
-            "demo",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--endpoints-file")
-        .arg(&endpoints_file)
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector)
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .env("RUST_LOG", "warn")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the binary starts");
-    let started = Instant::now();
-    let endpoints: Value = loop {
-        if let Some(v) = std::fs::read_to_string(&endpoints_file)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-        {
-            break v;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the demo did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let demo = DemoProcess::start(&[
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ("RUST_LOG", "warn"),
+    ])
+    .await;
+    let endpoints = &demo.endpoints;
     let gateway = endpoints["gateway"].as_str().expect("gateway");
     let dms = endpoints["simulators"]["dms"].as_str().expect("dms");
     let client = reqwest::Client::builder()
@@ -187,8 +163,7 @@ async fn a_request_is_traced_stage_by_stage_and_the_trace_reaches_the_dms() {
         assert!(Instant::now() < deadline, "no request span exported");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(demo);
 
     let root = spans
         .iter()

@@ -29,14 +29,27 @@ const DEBOUNCE: Duration = Duration::from_millis(300);
 /// Resolves `${NAME}` in mapping files.
 pub type Vars = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
-/// Where a reload reads from.
-#[derive(Clone)]
+/// Where a reload reads from, and the SIGHUP listener.
 pub struct ReloadSource {
     /// The configuration file the gateway was started with.
-    pub config: PathBuf,
+    config: PathBuf,
     /// Resolves `${NAME}` in mapping files (the process environment, plus the demo's
     /// simulator addresses).
-    pub vars: Vars,
+    vars: Vars,
+    hangup: Hangup,
+}
+
+impl ReloadSource {
+    /// Also starts listening for SIGHUP, so a SIGHUP sent once the gateway says it is ready
+    /// reloads rather than ending the process: make it before announcing readiness. Needs a
+    /// Tokio runtime.
+    pub fn new(config: PathBuf, vars: Vars) -> ReloadSource {
+        ReloadSource {
+            config,
+            vars,
+            hangup: hangup(),
+        }
+    }
 }
 
 impl std::fmt::Debug for ReloadSource {
@@ -51,10 +64,10 @@ impl std::fmt::Debug for ReloadSource {
 pub(super) type Background = Arc<Mutex<Vec<JoinHandle<()>>>>;
 
 /// Reloads on every trigger until the task is aborted (at shutdown).
-pub(super) async fn watch(state: Arc<Running>, source: ReloadSource, background: Background) {
+pub(super) async fn watch(state: Arc<Running>, mut source: ReloadSource, background: Background) {
     let (tx, mut changes) = mpsc::unbounded_channel::<()>();
     let mut watcher = watch_files(&state.app.load(), &source.config, &tx);
-    let mut hangup = hangup();
+    let mut hangup = source.hangup.take();
     loop {
         let trigger = tokio::select! {
             Some(()) = next_hangup(&mut hangup) => "SIGHUP",

@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod parity;
+pub mod process;
 pub mod redis;
 
 use std::collections::HashMap;
@@ -224,10 +225,8 @@ async fn start_gateway(
         let _ = stopped.await;
     };
     let task = if reloading {
-        let source = server::reload::ReloadSource {
-            config: path.to_path_buf(),
-            vars: std::sync::Arc::new(lookup),
-        };
+        let source =
+            server::reload::ReloadSource::new(path.to_path_buf(), std::sync::Arc::new(lookup));
         tokio::spawn(server::run_reloading(
             bound.app,
             bound.gateway,
@@ -349,6 +348,18 @@ impl Gateway {
         );
         self.parity = true;
         self
+    }
+
+    /// The agent card served at `path` (e.g. `/.well-known/agent-card.json`).
+    pub async fn card(&self, path: &str) -> Value {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("card")
+            .json()
+            .await
+            .expect("card JSON")
     }
 
     /// POSTs raw bytes to `path` with the given headers.

@@ -1,0 +1,93 @@
+//! Test harness: the real `aap-gateway demo` binary as a child process on loopback ephemeral
+//! ports, its stderr in a log file, killed when dropped.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// How long the demo may take to write its endpoints file.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A running demo binary.
+pub struct DemoProcess {
+    pub child: Child,
+    /// The endpoints file it wrote (gateway, admin, simulators, dealers).
+    pub endpoints: Value,
+    /// Its stderr (JSON log lines).
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl DemoProcess {
+    /// Starts `aap-gateway demo --log-format json` with `env` added to its environment and
+    /// waits until it is ready.
+    pub async fn start(env: &[(&str, &str)]) -> DemoProcess {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let endpoints_file = dir.path().join("endpoints.json");
+        let log = dir.path().join("gateway.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+            .args([
+                "demo",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .arg("--endpoints-file")
+            .arg(&endpoints_file)
+            .args(["--log-format", "json"])
+            .envs(env.iter().copied())
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("the binary starts");
+        let deadline = Instant::now() + START_TIMEOUT;
+        let endpoints = loop {
+            if let Some(v) = std::fs::read_to_string(&endpoints_file)
+                .ok()
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            {
+                break v;
+            }
+            assert!(Instant::now() < deadline, "the demo did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        DemoProcess {
+            child,
+            endpoints,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The log lines that are JSON objects.
+    pub fn log_lines(&self) -> Vec<Value> {
+        self.log_text()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// A dealer's entry of the endpoints file.
+    pub fn dealer(&self, id: &str) -> &Value {
+        self.endpoints["dealers"]
+            .as_array()
+            .and_then(|d| d.iter().find(|d| d["id"] == id))
+            .unwrap_or_else(|| panic!("no dealer {id} in {}", self.endpoints))
+    }
+}
+
+impl Drop for DemoProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
