@@ -11,7 +11,6 @@ use aap_gateway::demo::inventory::{self, Status};
 use aap_gateway::demo::sim::Mode;
 use common::{EXT, Gateway, Reply, standard_headers};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 const TOYOTA: &str = "/a2a/message:send";
 const ERROR_INFO: &str = "type.googleapis.com/google.rpc.ErrorInfo";
@@ -121,27 +120,13 @@ async fn demo() -> (Gateway, Simulators) {
 /// Two profile-only dealers (`rest_motors` at `/`, `other_motors` at `/other`) under `extra`
 /// top-level settings.
 async fn small(extra: &str) -> Gateway {
-    let dealer = |id: &str, name: &str, prefix: &str| {
-        format!(
-            r#"
-  - id: {id}
-    {prefix}
-    card: {{ name: {name}, description: Test dealer. }}
-    profile:
-      name: {name}
-      rooftops:
-        - name: {name}
-          phones: [{{ name: Sales, value: "+14085550100" }}]
-          address: {{ address_line_1: 1 Main St, city: San Jose, state: CA, zip: "95128" }}
-          timezone: America/Los_Angeles
-          capabilities: [sales]"#
-        )
-    };
-    common::start_yaml(&format!(
-        "{extra}\ndealers:{}{}\n",
-        dealer("rest_motors", "Rest Motors", ""),
-        dealer("other_motors", "Other Motors", "path_prefix: /other"),
-    ))
+    common::start_profiles(
+        extra,
+        &[
+            common::profile_dealer("rest_motors", "Rest Motors", ""),
+            common::profile_dealer("other_motors", "Other Motors", "path_prefix: /other"),
+        ],
+    )
     .await
 }
 
@@ -357,19 +342,12 @@ async fn an_upstream_failure_is_500_and_retryable() {
 // ---------------------------------------------------------------------------------------------
 // Authentication
 
-fn sha256_hex(key: &str) -> String {
-    Sha256::digest(key.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 #[tokio::test]
 async fn a_missing_key_is_401_with_a_challenge_and_a_key_for_another_dealer_403() {
     let gw = small(&format!(
         "{ENABLED}\nauth:\n  mode: api_key\n  keys:\n    - id: elsewhere\n      sha256: {}\n      dealers: [other_motors]\n    - id: partner\n      sha256: {}\n",
-        sha256_hex("elsewhere-key"),
-        sha256_hex("partner-key"),
+        common::sha256_hex("elsewhere-key"),
+        common::sha256_hex("partner-key"),
     ))
     .await;
     let reply = send(&gw, info()).await;

@@ -8,25 +8,17 @@ mod common;
 
 use common::{EXT, Gateway, Reply, send_message, standard_headers};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
-const PROFILE: &str = r#"
-    profile:
-      name: Limit Motors
-      rooftops:
-        - name: Limit Motors
-          phones: [{ name: Sales, value: "+14085550100" }]
-          address: { address_line_1: 1 Main St, city: San Jose, state: CA, zip: "95128" }
-          timezone: America/Los_Angeles
-          capabilities: [sales]
-"#;
-
-/// One profile-only dealer (`dealer.information`) under `extra` top-level settings.
+/// Two profile-only dealers (`dealer.information`), `limit_motors` at `/` and `other_motors`
+/// at `/other`, under `extra` top-level settings.
 async fn gateway(extra: &str) -> Gateway {
-    common::start_yaml(&format!(
-        "{extra}\ndealers:\n  - id: limit_motors\n    card: {{ name: Limit Motors, description: Test dealer. }}\n{PROFILE}\n  - id: other_motors\n    path_prefix: /other\n    card: {{ name: Other Motors, description: Test dealer. }}\n{}",
-        PROFILE.replace("Limit Motors", "Other Motors")
-    ))
+    common::start_profiles(
+        extra,
+        &[
+            common::profile_dealer("limit_motors", "Limit Motors", ""),
+            common::profile_dealer("other_motors", "Other Motors", "path_prefix: /other"),
+        ],
+    )
     .await
 }
 
@@ -47,13 +39,6 @@ async fn call(gw: &Gateway, path: &str, extra: &[(&str, &str)]) -> Reply {
 
 fn ok(reply: &Reply) -> bool {
     reply.body.get("result").is_some()
-}
-
-fn sha256_hex(key: &str) -> String {
-    Sha256::digest(key.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -166,8 +151,8 @@ async fn the_demo_quotas_are_generous_but_real() {
 fn keys_config() -> String {
     format!(
         "auth:\n  mode: api_key\n  keys:\n    - id: partner\n      sha256: {}\n    - id: limit-only\n      sha256: {}\n      dealers: [limit_motors]\n      quota: {{ rate: 1/min, burst: 2 }}\n",
-        sha256_hex("partner-secret-key"),
-        sha256_hex("limit-only-key"),
+        common::sha256_hex("partner-secret-key"),
+        common::sha256_hex("limit-only-key"),
     )
 }
 

@@ -108,58 +108,34 @@ async fn a_known_mix_of_requests_gives_exact_counts() {
     let expect = |series: String, value: f64| {
         assert_eq!(sample(&text, &series), Some(value), "{series}\n{text}");
     };
-    expect(
-        requests("demo_toyota", "dealer.information", "jsonrpc", "ok"),
-        3.0,
-    );
-    expect(
-        requests("demo_honda", "dealer.information", "jsonrpc", "ok"),
-        1.0,
-    );
-    expect(
-        requests("demo_toyota", "unknown", "jsonrpc", "UNSUPPORTED_SKILL"),
-        1.0,
-    );
-    expect(
-        requests(
-            "demo_toyota",
+    // (dealer, skill, binding, outcome) → requests counted.
+    let toyota = "demo_toyota";
+    for (dealer, skill, binding, outcome, count) in [
+        (toyota, "dealer.information", "jsonrpc", "ok", 3.0),
+        ("demo_honda", "dealer.information", "jsonrpc", "ok", 1.0),
+        (toyota, "unknown", "jsonrpc", "UNSUPPORTED_SKILL", 1.0),
+        (
+            toyota,
             "inventory.vehicle",
             "jsonrpc",
             "VEHICLE_NOT_FOUND",
+            2.0,
         ),
-        2.0,
-    );
-    expect(
-        requests("demo_toyota", "inventory.vehicle", "jsonrpc", "ok"),
-        1.0,
-    );
-    expect(requests("demo_toyota", "lead.submit", "jsonrpc", "ok"), 2.0);
-    expect(
-        requests(
-            "demo_toyota",
+        (toyota, "inventory.vehicle", "jsonrpc", "ok", 1.0),
+        (toyota, "lead.submit", "jsonrpc", "ok", 2.0),
+        (
+            toyota,
             "lead.submit",
             "jsonrpc",
             "IDEMPOTENCY_CONFLICT",
+            1.0,
         ),
-        1.0,
-    );
-    expect(
-        requests("demo_toyota", "dealer.information", "http_json", "ok"),
-        1.0,
-    );
-    expect(
-        requests("demo_toyota", "none", "http_json", "VERSION_NOT_SUPPORTED"),
-        1.0,
-    );
-    expect(
-        requests(
-            "demo_toyota",
-            "inventory.search",
-            "jsonrpc",
-            "INTERNAL_ERROR",
-        ),
-        1.0,
-    );
+        (toyota, "dealer.information", "http_json", "ok", 1.0),
+        (toyota, "none", "http_json", "VERSION_NOT_SUPPORTED", 1.0),
+        (toyota, "inventory.search", "jsonrpc", "INTERNAL_ERROR", 1.0),
+    ] {
+        expect(requests(dealer, skill, binding, outcome), count);
+    }
     expect(
         "aap_gateway_request_duration_seconds_count{dealer=\"demo_toyota\",skill=\"dealer.information\",binding=\"jsonrpc\"}".to_owned(),
         3.0,
@@ -207,22 +183,9 @@ async fn a_known_mix_of_requests_gives_exact_counts() {
 
 #[tokio::test]
 async fn rate_limited_calls_are_counted_per_dealer_and_skill() {
-    let gw = common::start_yaml(
-        r#"
-rate_limit:
-  default: { rate: 1/min, burst: 2 }
-dealers:
-  - id: tight_motors
-    card: { name: Tight Motors, description: Test dealer. }
-    profile:
-      name: Tight Motors
-      rooftops:
-        - name: Tight Motors
-          phones: [{ name: Sales, value: "+14085550100" }]
-          address: { address_line_1: 1 Main St, city: San Jose, state: CA, zip: "95128" }
-          timezone: America/Los_Angeles
-          capabilities: [sales]
-"#,
+    let gw = common::start_profiles(
+        "rate_limit:\n  default: { rate: 1/min, burst: 2 }",
+        &[common::profile_dealer("tight_motors", "Tight Motors", "")],
     )
     .await;
     for _ in 0..5 {

@@ -10,27 +10,13 @@ use common::{Gateway, send_message};
 use serde_json::json;
 
 async fn replica(redis_url: &str, on_error: &str) -> Gateway {
-    common::start_yaml(&format!(
-        r#"
-rate_limit:
-  backend: redis
-  redis_url: {redis_url}
-  redis_timeout: 200ms
-  on_backend_error: {on_error}
-  default: {{ rate: 1/min, burst: 5 }}
-dealers:
-  - id: shared_motors
-    card: {{ name: Shared Motors, description: Test dealer. }}
-    profile:
-      name: Shared Motors
-      rooftops:
-        - name: Shared Motors
-          phones: [{{ name: Sales, value: "+14085550100" }}]
-          address: {{ address_line_1: 1 Main St, city: San Jose, state: CA, zip: "95128" }}
-          timezone: America/Los_Angeles
-          capabilities: [sales]
-"#
-    ))
+    common::start_profiles(
+        &format!(
+            "rate_limit:\n  backend: redis\n  redis_url: {redis_url}\n  redis_timeout: 200ms\n  \
+             on_backend_error: {on_error}\n  default: {{ rate: 1/min, burst: 5 }}"
+        ),
+        &[common::profile_dealer("shared_motors", "Shared Motors", "")],
+    )
     .await
 }
 

@@ -414,6 +414,41 @@ pub fn standard_headers() -> Vec<(&'static str, &'static str)> {
     ]
 }
 
+/// A `dealers:` list entry (YAML, two-space indented) for a profile-only dealer `id` named
+/// `name`, serving `dealer.information`; `placement` is an extra line such as
+/// `path_prefix: /other` (or empty).
+pub fn profile_dealer(id: &str, name: &str, placement: &str) -> String {
+    format!(
+        r#"
+  - id: {id}
+    {placement}
+    card: {{ name: {name}, description: Test dealer. }}
+    profile:
+      name: {name}
+      rooftops:
+        - name: {name}
+          phones: [{{ name: Sales, value: "+14085550100" }}]
+          address: {{ address_line_1: 1 Main St, city: San Jose, state: CA, zip: "95128" }}
+          timezone: America/Los_Angeles
+          capabilities: [sales]
+"#
+    )
+}
+
+/// Starts a gateway with `extra` top-level settings and `dealers` (from [`profile_dealer`]).
+pub async fn start_profiles(extra: &str, dealers: &[String]) -> Gateway {
+    start_yaml(&format!("{extra}\ndealers:{}", dealers.concat())).await
+}
+
+/// The lower-case hex SHA-256 of an API key, as `auth.keys[].sha256` holds it.
+pub fn sha256_hex(key: &str) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// A `SendMessage` request carrying `data` as its one DataPart.
 pub fn send_message(data: Value) -> Value {
     json!({
