@@ -174,6 +174,15 @@ def build_request(
     )
 
 
+def unknown_skill_request() -> SendMessageRequest:
+    """A request for a skill AAP does not define (the gateway answers UNSUPPORTED_SKILL)."""
+    return build_request(
+        {'type': 'inventory.compare.request'},
+        'application/json',
+        ['application/vnd.autoagent.inventory-compare-response+json'],
+    )
+
+
 async def send_one(client: Any, request: SendMessageRequest) -> Message:
     """Runs Client.send_message and returns the single reply Message."""
     events = [event async for event in client.send_message(request)]
@@ -360,11 +369,7 @@ async def check_dealer(dealer: dict[str, Any], res: Results) -> None:  # noqa: P
                           False, f'{type(exc).__name__}: {exc}')
 
         # 5. An unknown skill -> typed -32004 UNSUPPORTED_SKILL.
-        request = build_request(
-            {'type': 'inventory.compare.request'},
-            'application/json',
-            ['application/vnd.autoagent.inventory-compare-response+json'],
-        )
+        request = unknown_skill_request()
         error: Exception | None = None
         try:
             reply = await send_one(client, request)
@@ -527,11 +532,7 @@ async def check_rest(dealer: dict[str, Any], res: Results) -> None:
             f'url={sent.url if sent is not None else None}',
         )
         # An unknown skill: 404 with a google.rpc.Status carrying the AAP entries.
-        request = build_request(
-            {'type': 'inventory.compare.request'},
-            'application/json',
-            ['application/vnd.autoagent.inventory-compare-response+json'],
-        )
+        request = unknown_skill_request()
         error: Exception | None = None
         try:
             await send_one(client, request)
