@@ -64,16 +64,10 @@
 # show (numbers still printed, marked "valid": false); 1 when the bench could not run.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # the BENCH_* settings it shares with load.sh; die, pin, json, run_wrk…
+
 SKILL=${BENCH_SKILL:-information}
-DURATION=${BENCH_DURATION:-10s}
-WARMUP=${BENCH_WARMUP:-2s}
-CONNECTIONS=${BENCH_CONNECTIONS:-32}
-THREADS=${BENCH_THREADS:-2}
-TIMEOUT=${BENCH_TIMEOUT:-5s}
-MAKE=${BENCH_MAKE:-Toyota}
-LIMIT=${BENCH_LIMIT:-20}
-DEALER=${BENCH_DEALER:-demo_toyota}
 RATE=${BENCH_RATE:-1000000/s}
 BURST=${BENCH_BURST:-1000000}
 REDIS_ON_ERROR=${BENCH_REDIS_ON_ERROR:-deny}
@@ -81,30 +75,14 @@ REDIS_SERVER=${BENCH_REDIS_SERVER:-redis-server}
 REDIS_CLI=${BENCH_REDIS_CLI:-redis-cli}
 REDIS_PORT=${BENCH_REDIS_PORT:-}
 INSTALL_REDIS=${BENCH_INSTALL_REDIS:-1}
-BIN=${BENCH_BIN:-$ROOT/target/release/aap-gateway}
 CONFIG=${BENCH_CONFIG:-}
-BUILD=${BENCH_BUILD:-1}
-GATEWAY_LOG_LEVEL=${BENCH_RUST_LOG:-warn}
-GATEWAY_CPUS=${BENCH_GATEWAY_CPUS:-}
 REDIS_CPUS=${BENCH_REDIS_CPUS:-}
-WRK_CPUS=${BENCH_WRK_CPUS:-}
-START_TIMEOUT=${BENCH_START_TIMEOUT:-60}
-JSON_OUT=${BENCH_JSON_OUT:-}
-KEEP=${BENCH_KEEP:-0}
 ROUNDS=${BENCH_ROUNDS:-1}
-INSTALL_WRK=${BENCH_INSTALL_WRK:-1}
-EXTENSION=https://draft.autoagentprotocol.invalid/extensions/aap/latest
 # The quota of the unlimited run: refuses all but the first call if the limiter ran at all.
 TRIPWIRE_RATE=1/min
 TRIPWIRE_BURST=1
 
-die() {
-    echo "limits.sh: $*" >&2
-    exit 1
-}
-
-(( THREADS <= CONNECTIONS )) || die "BENCH_THREADS ($THREADS) must not exceed BENCH_CONNECTIONS ($CONNECTIONS)"
-[[ $LIMIT =~ ^[0-9]+$ ]] || die "BENCH_LIMIT must be a whole number"
+check_common_settings
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "BENCH_ROUNDS must be a whole number ≥ 1"
 [[ $BURST =~ ^[1-9][0-9]*$ ]] || die "BENCH_BURST must be a whole number ≥ 1"
 [[ $RATE =~ ^[1-9][0-9]*/.+$ ]] || die "BENCH_RATE must be a rate like 1000000/s"
@@ -117,32 +95,18 @@ case $SKILL in
         ;;
     search | inventory.search)
         SKILL=inventory.search
-        SKILL_DATA=$(printf '{"type":"inventory.search.request","filters":{"make":["%s"]},"pagination":{"limit":%s}}' "$MAKE" "$LIMIT")
+        SKILL_DATA=$(search_data)
         ;;
     *) die "BENCH_SKILL must be information or search" ;;
 esac
 # A reply is good when it is HTTP 200 and names the skill's response type: an AAP error (e.g.
 # RATE_LIMITED) is a JSON-RPC error object without it.
 EXPECT="\"$SKILL.response\""
-command -v curl >/dev/null || die "curl is required"
-
-apt_install() {
-    # apt_install PACKAGE → installs it quietly (refreshing the index once if needed)
-    apt-get install -y "$1" >/dev/null 2>&1 \
-        || { apt-get update >/dev/null 2>&1 && apt-get install -y "$1" >/dev/null 2>&1; }
-}
 
 # --- wrk and Redis ---------------------------------------------------------------------------
-if ! command -v wrk >/dev/null; then
-    if [[ $INSTALL_WRK == 1 && $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-        echo "limits.sh: installing wrk (Debian package)" >&2
-        apt_install wrk || die "could not install wrk; install it (apt-get install wrk) and retry"
-    else
-        die "wrk is required: apt-get install wrk (as root), or put it on PATH"
-    fi
-fi
+need_curl_and_wrk
 if ! command -v "$REDIS_SERVER" >/dev/null || ! command -v "$REDIS_CLI" >/dev/null; then
-    if [[ $INSTALL_REDIS == 1 && $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    if can_apt_install "$INSTALL_REDIS"; then
         echo "limits.sh: installing redis-server (Debian package)" >&2
         apt_install redis-server || die "could not install redis-server; install it (apt-get install redis-server) and retry"
     fi
@@ -151,85 +115,17 @@ if ! command -v "$REDIS_SERVER" >/dev/null || ! command -v "$REDIS_CLI" >/dev/nu
     fi
 fi
 
-# --- a JSON reader: jq, else python3 ---------------------------------------------------------
-if command -v jq >/dev/null; then
-    json() { jq -r "$1 // empty" "$2"; }
-elif command -v python3 >/dev/null; then
-    json() {
-        python3 - "$1" "$2" <<'PY'
-import json, re, sys
-expr, path = sys.argv[1], sys.argv[2]
-data = json.load(open(path))
-# Only the jq form this script uses: .dealers[] | select(.id == "X") | .field
-dealer = re.search(r'\.id == "([^"]*)"', expr).group(1)
-field = expr.rsplit(".", 1)[1]
-out = next((d.get(field) for d in data["dealers"] if d["id"] == dealer), None)
-print("" if out is None else out)
-PY
-    }
-else
-    die "jq or python3 is required to read the endpoints file"
-fi
-
-# --- the gateway binary ----------------------------------------------------------------------
-if [[ $BUILD == 1 ]]; then
-    echo "limits.sh: cargo build --release" >&2
-    (cd "$ROOT" && cargo build --release --quiet --bin aap-gateway) || die "build failed"
-fi
-[[ -x $BIN ]] || die "no gateway binary at $BIN (set BENCH_BIN, or BENCH_BUILD=1)"
-DEMO_ARGS=(demo --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0)
+need_json_reader
+need_gateway_binary
 if [[ -n $CONFIG ]]; then
     [[ -f $CONFIG ]] || die "no configuration at $CONFIG (BENCH_CONFIG)"
     DEMO_ARGS+=(--config "$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")")
 fi
 
 # --- processes and cleanup -------------------------------------------------------------------
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/aap-limits.XXXXXX")
 GATEWAY_PID=
 REDIS_PID=
-stop() {
-    # stop PID → TERM, up to 5 s, then KILL; waits for it
-    local pid=$1
-    [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
-cleanup() {
-    local status=$?
-    stop "$GATEWAY_PID"
-    stop "$REDIS_PID"
-    if [[ $KEEP == 1 || $status == 1 ]]; then
-        echo "limits.sh: work directory kept: $WORK" >&2
-    else
-        rm -rf "$WORK"
-    fi
-    exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-
-pin() {
-    # pin CPUS command… → run with taskset when CPUS is set
-    local cpus=$1
-    shift
-    if [[ -n $cpus ]]; then
-        command -v taskset >/dev/null || die "taskset is required for CPU pinning"
-        taskset -c "$cpus" "$@"
-    else
-        "$@"
-    fi
-}
-
-CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
-cpu_ticks() {
-    # cpu_ticks PID → user + system clock ticks of the process so far
-    awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0
-}
+make_work_dir aap-limits GATEWAY_PID REDIS_PID
 
 # --- Redis -----------------------------------------------------------------------------------
 rcli() { "$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
@@ -246,11 +142,8 @@ start_redis() {
             # Something answers there already: not free.
             if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi
         fi
-        (
-            [[ -n $REDIS_CPUS ]] && exec taskset -c "$REDIS_CPUS" "$REDIS_SERVER" --port "$port" --bind 127.0.0.1 \
-                --save '' --appendonly no --dir "$WORK" --daemonize no
-            exec "$REDIS_SERVER" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" --daemonize no
-        ) >"$WORK/redis.log" 2>&1 &
+        (exec_pinned "$REDIS_CPUS" "$REDIS_SERVER" --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+            --dir "$WORK" --daemonize no) >"$WORK/redis.log" 2>&1 &
         REDIS_PID=$!
         REDIS_PORT=$port
         for _ in $(seq 1 100); do
@@ -283,59 +176,27 @@ start_gateway() {
     shift
     local endpoints=$WORK/$name.endpoints.json
     (
-        cd "$ROOT"
-        export RUST_LOG=$GATEWAY_LOG_LEVEL
         while read -r var; do
             [[ $var == AAP_GATEWAY__RATE_LIMIT__* ]] && unset "$var"
         done < <(compgen -e)
         for assignment in "$@"; do export "${assignment?}"; done
-        if [[ -n $GATEWAY_CPUS ]]; then
-            exec taskset -c "$GATEWAY_CPUS" "$BIN" "${DEMO_ARGS[@]}" --endpoints-file "$endpoints"
-        fi
-        exec "$BIN" "${DEMO_ARGS[@]}" --endpoints-file "$endpoints"
+        exec_demo "$endpoints"
     ) >"$WORK/$name.gateway.log" 2>&1 &
     GATEWAY_PID=$!
-
-    local deadline=$((SECONDS + START_TIMEOUT))
-    until [[ -s $endpoints ]]; do
-        if ! kill -0 "$GATEWAY_PID" 2>/dev/null; then
-            tail -n 30 "$WORK/$name.gateway.log" >&2 || true
-            die "$name: the gateway exited before writing its endpoints file (overrides: $*)"
-        fi
-        (( SECONDS < deadline )) || die "$name: no endpoints file after ${START_TIMEOUT}s"
-        sleep 0.1
-    done
-    RPC=$(json ".dealers[] | select(.id == \"$DEALER\") | .jsonrpc_url" "$endpoints")
-    HOST=$(json ".dealers[] | select(.id == \"$DEALER\") | .host" "$endpoints")
-    [[ -n $RPC ]] || die "no dealer $DEALER in the endpoints file"
+    wait_for_endpoints "$endpoints" "$WORK/$name.gateway.log" \
+        "$name: the gateway exited before writing its endpoints file (overrides: $*)" \
+        "$name: no endpoints file after ${START_TIMEOUT}s"
+    read_dealer "$endpoints"
 }
 
 BODY=$WORK/request.json
-printf '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m-1","role":"ROLE_USER","parts":[{"data":%s}]}}}' \
-    "$SKILL_DATA" >"$BODY"
-
-headers() {
-    # → the gateway request headers, one a line
-    printf '%s\n' "Content-Type: application/json" "A2A-Version: 1.0" "A2A-Extensions: $EXTENSION"
-    [[ -n $HOST ]] && printf 'Host: %s\n' "$HOST"
-    return 0
-}
-
-run_wrk() {
-    # run_wrk LABEL DURATION HEADERS… → wrk's output on stdout
-    local label=$1 duration=$2
-    shift 2
-    pin "$WRK_CPUS" wrk -t "$THREADS" -c "$CONNECTIONS" -d "$duration" --timeout "$TIMEOUT" \
-        --latency -s "$ROOT/bench/wrk.lua" "$RPC" -- "$label" "$BODY" "$EXPECT" "$@"
-}
+send_message "$SKILL_DATA" >"$BODY"
 
 measure() {
     # measure LABEL → the BENCH summary line of the measured run plus CPU and Redis counters
     local label=$1 hdrs
-    mapfile -t hdrs < <(headers)
-    if [[ $WARMUP != 0 && $WARMUP != 0s ]]; then
-        run_wrk "$label" "$WARMUP" "${hdrs[@]}" >"$WORK/$label.warmup.txt"
-    fi
+    mapfile -t hdrs < <(gateway_headers)
+    warm_up "$label" "$BODY" "$EXPECT" "$RPC" "${hdrs[@]}"
     local gw_before gw_after rd_before rd_after scripts_before scripts_after line sampler
     # Redis keys expire once their bucket drains (1 ms at 1 µs emission): look mid-run.
     (sleep 1; rcli --scan --pattern 'aapgw:rl:*' 2>/dev/null | head -n 5) >"$WORK/$label.keys" &
@@ -343,7 +204,7 @@ measure() {
     scripts_before=$(redis_scripts)
     gw_before=$(cpu_ticks "$GATEWAY_PID")
     rd_before=$(cpu_ticks "$REDIS_PID")
-    run_wrk "$label" "$DURATION" "${hdrs[@]}" >"$WORK/$label.wrk.txt"
+    run_wrk "$label" "$DURATION" "$BODY" "$EXPECT" "$RPC" "${hdrs[@]}" >"$WORK/$label.wrk.txt"
     gw_after=$(cpu_ticks "$GATEWAY_PID")
     rd_after=$(cpu_ticks "$REDIS_PID")
     scripts_after=$(redis_scripts)
@@ -365,8 +226,9 @@ run_backend() {
     shift 2
     local tag=$name.$round
     start_gateway "$tag" "$@"
-    local hdr curl_args=()
-    while read -r hdr; do curl_args+=(-H "$hdr"); done < <(headers)
+    local hdrs curl_args
+    mapfile -t hdrs < <(gateway_headers)
+    mapfile -t curl_args < <(curl_headers "${hdrs[@]}")
     curl -fsS "${curl_args[@]}" --data-binary "@$BODY" "$RPC" -o "$WORK/$tag.reply" \
         || die "$tag: gateway call failed: POST $RPC"
     grep -qF "$EXPECT" "$WORK/$tag.reply" \
@@ -374,10 +236,7 @@ run_backend() {
     echo "limits.sh: $tag: POST $RPC ($(wc -c <"$WORK/$tag.reply" | tr -d ' ') bytes), overrides: $*" >&2
     local line keys warnings
     line=$(measure "$tag")
-    if ! kill -0 "$GATEWAY_PID" 2>/dev/null; then
-        tail -n 30 "$WORK/$tag.gateway.log" >&2 || true
-        die "$tag: the gateway died during the run"
-    fi
+    die_if_gateway_gone "$WORK/$tag.gateway.log" "$tag: the gateway died during the run"
     stop "$GATEWAY_PID"
     GATEWAY_PID=
     keys=$(paste -sd, "$WORK/$tag.keys")
@@ -407,7 +266,7 @@ run_named() {
     esac
 }
 
-start_loadavg=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
+start_loadavg=$(load_average)
 echo "limits.sh: $SKILL, $DURATION per run (+$WARMUP warm-up), $ROUNDS round(s) of 3 runs, $CONNECTIONS connections, $THREADS wrk threads, $(nproc) CPUs; redis-server $redis_version on port $REDIS_PORT" >&2
 BACKENDS=(unlimited memory redis)
 for (( round = 1; round <= ROUNDS; round++ )); do
@@ -419,9 +278,9 @@ done
 expired_keys=$(rcli INFO stats 2>/dev/null | tr -d '\r' | awk -F: '$1 == "expired_keys" { print $2 }')
 
 # --- report ----------------------------------------------------------------------------------
-loadavg=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
-commit=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
-dirty=$(cd "$ROOT" && { git diff --quiet HEAD 2>/dev/null && echo false || echo true; })
+loadavg=$(load_average)
+commit=$(commit_id)
+dirty=$(tree_dirty)
 awk -v date="$(date -u +%Y-%m-%dT%H:%M:%SZ)" -v cpus="$(nproc)" -v loadavg="$loadavg" -v start_loadavg="$start_loadavg" \
     -v commit="$commit" -v dirty="$dirty" -v duration="$DURATION" -v warmup="$WARMUP" -v rounds="$ROUNDS" \
     -v conns="$CONNECTIONS" -v threads="$THREADS" -v dealer="$DEALER" -v skill="$SKILL" -v rate="$RATE" \

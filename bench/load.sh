@@ -29,155 +29,38 @@
 # printed); 1 when the bench could not run.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-DURATION=${BENCH_DURATION:-10s}
-WARMUP=${BENCH_WARMUP:-2s}
-CONNECTIONS=${BENCH_CONNECTIONS:-32}
-THREADS=${BENCH_THREADS:-2}
-TIMEOUT=${BENCH_TIMEOUT:-5s}
-MAKE=${BENCH_MAKE:-Toyota}
-LIMIT=${BENCH_LIMIT:-20}
-DEALER=${BENCH_DEALER:-demo_toyota}
-BIN=${BENCH_BIN:-$ROOT/target/release/aap-gateway}
-BUILD=${BENCH_BUILD:-1}
-GATEWAY_LOG_LEVEL=${BENCH_RUST_LOG:-warn}
-GATEWAY_CPUS=${BENCH_GATEWAY_CPUS:-}
-WRK_CPUS=${BENCH_WRK_CPUS:-}
-START_TIMEOUT=${BENCH_START_TIMEOUT:-60}
-JSON_OUT=${BENCH_JSON_OUT:-}
-KEEP=${BENCH_KEEP:-0}
-INSTALL_WRK=${BENCH_INSTALL_WRK:-1}
-EXTENSION=https://draft.autoagentprotocol.invalid/extensions/aap/latest
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # the BENCH_* settings above; die, pin, json, run_wrk…
 
-die() {
-    echo "load.sh: $*" >&2
-    exit 1
-}
-
-(( THREADS <= CONNECTIONS )) || die "BENCH_THREADS ($THREADS) must not exceed BENCH_CONNECTIONS ($CONNECTIONS)"
-[[ $LIMIT =~ ^[0-9]+$ ]] || die "BENCH_LIMIT must be a whole number"
-command -v curl >/dev/null || die "curl is required"
-
-# --- wrk ------------------------------------------------------------------------------------
-if ! command -v wrk >/dev/null; then
-    if [[ $INSTALL_WRK == 1 && $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-        echo "load.sh: installing wrk (Debian package)" >&2
-        apt-get install -y wrk >/dev/null 2>&1 \
-            || { apt-get update >/dev/null 2>&1 && apt-get install -y wrk >/dev/null 2>&1; } \
-            || die "could not install wrk; install it (apt-get install wrk) and retry"
-    else
-        die "wrk is required: apt-get install wrk (as root), or put it on PATH"
-    fi
-fi
-
-# --- a JSON reader: jq, else python3 ---------------------------------------------------------
-if command -v jq >/dev/null; then
-    json() { jq -r "$1 // empty" "$2"; }
-elif command -v python3 >/dev/null; then
-    json() {
-        python3 - "$1" "$2" <<'PY'
-import json, re, sys
-expr, path = sys.argv[1], sys.argv[2]
-data = json.load(open(path))
-# Only the two jq forms this script uses.
-if expr == ".simulators.dms":
-    out = data["simulators"]["dms"]
-else:
-    dealer = re.search(r'\.id == "([^"]*)"', expr).group(1)
-    field = expr.rsplit(".", 1)[1]
-    out = next((d.get(field) for d in data["dealers"] if d["id"] == dealer), None)
-print("" if out is None else out)
-PY
-    }
-else
-    die "jq or python3 is required to read the endpoints file"
-fi
-
-# --- the gateway binary ----------------------------------------------------------------------
-if [[ $BUILD == 1 ]]; then
-    echo "load.sh: cargo build --release" >&2
-    (cd "$ROOT" && cargo build --release --quiet --bin aap-gateway) || die "build failed"
-fi
-[[ -x $BIN ]] || die "no gateway binary at $BIN (set BENCH_BIN, or BENCH_BUILD=1)"
+check_common_settings
+need_curl_and_wrk
+need_json_reader
+need_gateway_binary
 
 # --- start the demo --------------------------------------------------------------------------
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/aap-bench.XXXXXX")
 GATEWAY_PID=
-cleanup() {
-    local status=$?
-    if [[ -n $GATEWAY_PID ]] && kill -0 "$GATEWAY_PID" 2>/dev/null; then
-        kill -TERM "$GATEWAY_PID" 2>/dev/null || true
-        for _ in $(seq 1 50); do
-            kill -0 "$GATEWAY_PID" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$GATEWAY_PID" 2>/dev/null || true
-        wait "$GATEWAY_PID" 2>/dev/null || true
-    fi
-    if [[ $KEEP == 1 || $status == 1 ]]; then
-        echo "load.sh: work directory kept: $WORK" >&2
-    else
-        rm -rf "$WORK"
-    fi
-    exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-
-pin() {
-    # pin CPUS command… → exec'd with taskset when CPUS is set
-    local cpus=$1
-    shift
-    if [[ -n $cpus ]]; then
-        command -v taskset >/dev/null || die "taskset is required for CPU pinning"
-        taskset -c "$cpus" "$@"
-    else
-        "$@"
-    fi
-}
+make_work_dir aap-bench GATEWAY_PID
 
 ENDPOINTS=$WORK/endpoints.json
-(
-    cd "$ROOT"
-    export RUST_LOG=$GATEWAY_LOG_LEVEL
-    if [[ -n $GATEWAY_CPUS ]]; then
-        exec taskset -c "$GATEWAY_CPUS" "$BIN" demo --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-            --endpoints-file "$ENDPOINTS"
-    fi
-    exec "$BIN" demo --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --endpoints-file "$ENDPOINTS"
-) >"$WORK/gateway.log" 2>&1 &
+# The demo's per-client quota (100/s) would refuse most of this load: this measures the mapping
+# path, so the limiter is off (bench/limits.sh measures the limiter itself).
+(export AAP_GATEWAY__RATE_LIMIT__ENABLED=false; exec_demo "$ENDPOINTS") >"$WORK/gateway.log" 2>&1 &
 GATEWAY_PID=$!
-
-deadline=$((SECONDS + START_TIMEOUT))
-until [[ -s $ENDPOINTS ]]; do
-    if ! kill -0 "$GATEWAY_PID" 2>/dev/null; then
-        tail -n 30 "$WORK/gateway.log" >&2 || true
-        die "the gateway exited before writing $ENDPOINTS"
-    fi
-    (( SECONDS < deadline )) || die "no endpoints file after ${START_TIMEOUT}s"
-    sleep 0.1
-done
+wait_for_endpoints "$ENDPOINTS" "$WORK/gateway.log" "the gateway exited before writing $ENDPOINTS" \
+    "no endpoints file after ${START_TIMEOUT}s"
 
 DMS=$(json '.simulators.dms' "$ENDPOINTS")
-RPC=$(json ".dealers[] | select(.id == \"$DEALER\") | .jsonrpc_url" "$ENDPOINTS")
-HOST=$(json ".dealers[] | select(.id == \"$DEALER\") | .host" "$ENDPOINTS")
 [[ -n $DMS ]] || die "no simulators.dms in the endpoints file"
-[[ -n $RPC ]] || die "no dealer $DEALER in the endpoints file"
+read_dealer "$ENDPOINTS"
 
 DIRECT_URL="$DMS/api/v2/vehicles?make=$MAKE&page=1&pageSize=$LIMIT"
 BODY=$WORK/search.json
-printf '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m-1","role":"ROLE_USER","parts":[{"data":{"type":"inventory.search.request","filters":{"make":["%s"]},"pagination":{"limit":%s}}}]}}}' \
-    "$MAKE" "$LIMIT" >"$BODY"
+send_message "$(search_data)" >"$BODY"
 
 DIRECT_HEADERS=("X-Api-Key: demo-dms-key")
-GATEWAY_HEADERS=("Content-Type: application/json" "A2A-Version: 1.0" "A2A-Extensions: $EXTENSION")
-[[ -n $HOST ]] && GATEWAY_HEADERS+=("Host: $HOST")
+mapfile -t GATEWAY_HEADERS < <(gateway_headers)
 
 # --- one call each, checked, before any load -------------------------------------------------
-curl_headers() {
-    local h
-    for h in "$@"; do printf -- '-H\n%s\n' "$h"; done
-}
 mapfile -t direct_curl < <(curl_headers "${DIRECT_HEADERS[@]}")
 mapfile -t gateway_curl < <(curl_headers "${GATEWAY_HEADERS[@]}")
 curl -fsS "${direct_curl[@]}" "$DIRECT_URL" -o "$WORK/direct.reply" \
@@ -197,51 +80,32 @@ direct_bytes=$(wc -c <"$WORK/direct.reply" | tr -d ' ')
 gateway_bytes=$(wc -c <"$WORK/gateway.reply" | tr -d ' ')
 
 # --- load ------------------------------------------------------------------------------------
-run_wrk() {
-    # run_wrk LABEL DURATION BODY|- EXPECT URL HEADERS… → wrk's output on stdout
-    local label=$1 duration=$2 body=$3 expect=$4 url=$5
-    shift 5
-    pin "$WRK_CPUS" wrk -t "$THREADS" -c "$CONNECTIONS" -d "$duration" --timeout "$TIMEOUT" \
-        --latency -s "$ROOT/bench/wrk.lua" "$url" -- "$label" "$body" "$expect" "$@"
-}
-
-# CPU time (user + system, clock ticks) of the gateway process so far. The simulators run
+# The gateway process's CPU time (cpu_ticks) is measured around each run. The simulators run
 # inside it, so the direct run measures the DMS simulator alone and the gateway run both.
-CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
-cpu_ticks() {
-    awk '{ print $14 + $15 }' "/proc/$GATEWAY_PID/stat" 2>/dev/null || echo 0
-}
-
 measure() {
     # measure LABEL BODY|- EXPECT URL HEADERS… → the BENCH summary line
     local label=$1
-    if [[ $WARMUP != 0 && $WARMUP != 0s ]]; then
-        run_wrk "$label" "$WARMUP" "${@:2}" >"$WORK/$label.warmup.txt"
-    fi
+    warm_up "$@"
     local before after line
-    before=$(cpu_ticks)
+    before=$(cpu_ticks "$GATEWAY_PID")
     run_wrk "$label" "$DURATION" "${@:2}" >"$WORK/$label.wrk.txt"
-    after=$(cpu_ticks)
+    after=$(cpu_ticks "$GATEWAY_PID")
     line=$(grep '^BENCH ' "$WORK/$label.wrk.txt") || die "no summary from wrk ($label): $(cat "$WORK/$label.wrk.txt")"
     echo "$line proc_cpu_s=$(awk -v a="$after" -v b="$before" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", (a - b) / hz }')"
 }
 
-start_loadavg=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
+start_loadavg=$(load_average)
 echo "load.sh: $DURATION per target (+$WARMUP warm-up), $CONNECTIONS connections, $THREADS wrk threads, $(nproc) CPUs" >&2
 echo "load.sh: direct  GET  $DIRECT_URL ($direct_items items, $direct_bytes bytes)" >&2
 echo "load.sh: gateway POST $RPC ($gateway_items vehicles, $gateway_bytes bytes)" >&2
 direct_line=$(measure direct - '"Items"' "$DIRECT_URL" "${DIRECT_HEADERS[@]}")
 gateway_line=$(measure gateway "$BODY" '"vehicles"' "$RPC" "${GATEWAY_HEADERS[@]}")
-
-if ! kill -0 "$GATEWAY_PID" 2>/dev/null; then
-    tail -n 30 "$WORK/gateway.log" >&2 || true
-    die "the gateway died during the run"
-fi
+die_if_gateway_gone "$WORK/gateway.log" "the gateway died during the run"
 
 # --- report ----------------------------------------------------------------------------------
-loadavg=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
-commit=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
-dirty=$(cd "$ROOT" && { git diff --quiet HEAD 2>/dev/null && echo false || echo true; })
+loadavg=$(load_average)
+commit=$(commit_id)
+dirty=$(tree_dirty)
 awk -v direct="$direct_line" -v gateway="$gateway_line" \
     -v date="$(date -u +%Y-%m-%dT%H:%M:%SZ)" -v cpus="$(nproc)" -v loadavg="$loadavg" -v start_loadavg="$start_loadavg" -v commit="$commit" -v dirty="$dirty" \
     -v duration="$DURATION" -v warmup="$WARMUP" -v conns="$CONNECTIONS" -v threads="$THREADS" \
