@@ -78,8 +78,10 @@ struct Node {
 }
 
 fn decode_xml(body: &[u8], list_elements: &HashSet<String>) -> Result<Value, String> {
+    // Text is trimmed once per element when it closes (`close`), not per event: entities
+    // arrive as events of their own, and trimming each piece would eat the spaces around them
+    // (`one &amp; two` → `one&two`).
     let mut reader = Reader::from_reader(body);
-    reader.config_mut().trim_text(true);
     let mut stack: Vec<Node> = Vec::new();
     let mut root: Option<(String, Value)> = None;
     let mut buf = Vec::new();
@@ -188,8 +190,12 @@ fn close(
     let Node {
         name,
         mut fields,
-        text,
+        mut text,
     } = node;
+    let trimmed = text.trim();
+    if trimmed.len() != text.len() {
+        text = trimmed.to_owned();
+    }
     let value = if fields.is_empty() {
         Value::String(text)
     } else {
