@@ -57,6 +57,20 @@ pub async fn demo_with_simulators() -> (Gateway, Simulators) {
     (gw, sims)
 }
 
+/// `demo_with_simulators` with the per-client rate limiter off, for suites that share one
+/// gateway across many tests (all from 127.0.0.1, so one client): the sum of their calls is
+/// not a buyer agent's traffic, and how soon it meets the demo's limit depends on the machine.
+pub async fn demo_with_simulators_unlimited() -> (Gateway, Simulators) {
+    let sims = Simulators::start().await.expect("simulators start");
+    let env = HashMap::from([(
+        "AAP_GATEWAY__RATE_LIMIT__ENABLED".to_owned(),
+        "false".to_owned(),
+    )]);
+    let config = repo_path("config/demo.yaml");
+    let gw = start_gateway(&config, None, simulator_vars(&sims), env, false).await;
+    (gw, sims)
+}
+
 /// The `${NAME}`s of running simulators (`DMS_URL`, `CRM_URL`, …).
 pub fn simulator_vars(sims: &Simulators) -> HashMap<String, String> {
     Simulators::VARS
@@ -159,7 +173,7 @@ impl DemoCopy {
     /// `root()` / `path()` after keeping a clone of the root path.
     pub async fn start_reloading(self, vars: HashMap<String, String>) -> Gateway {
         let config = self.path("config/demo.yaml");
-        start_gateway(&config, Some(self.dir), vars, true).await
+        start_gateway(&config, Some(self.dir), vars, HashMap::new(), true).await
     }
 }
 
@@ -202,17 +216,18 @@ pub async fn start_file_with_vars(
     dir: Option<tempfile::TempDir>,
     vars: HashMap<String, String>,
 ) -> Gateway {
-    start_gateway(path, dir, vars, false).await
+    start_gateway(path, dir, vars, HashMap::new(), false).await
 }
 
 async fn start_gateway(
     path: &Path,
     dir: Option<tempfile::TempDir>,
     vars: HashMap<String, String>,
+    env: HashMap<String, String>,
     reloading: bool,
 ) -> Gateway {
-    let settings = settings::load_with_env(path, HashMap::new())
-        .unwrap_or_else(|p| panic!("config problems: {p:?}"));
+    let settings =
+        settings::load_with_env(path, env).unwrap_or_else(|p| panic!("config problems: {p:?}"));
     let local: SocketAddr = "127.0.0.1:0".parse().expect("addr");
     let lookup = move |name: &str| vars.get(name).cloned().or_else(|| std::env::var(name).ok());
     let bound = server::bind_with_vars(settings, local, local, &lookup)
