@@ -45,8 +45,10 @@ use jaq_core::compile::Undefined;
 use jaq_core::data::JustLut;
 use jaq_core::load::{self, Arena, File, Loader, lex, parse};
 use jaq_core::native::{self, bome, unary, v};
+use jaq_core::ops::Math;
+use jaq_core::path::Part;
 use jaq_core::{Compiler, Ctx, Cv, DataT, Exn, Native, RunPtr, ValT as _, ValXs, Vars};
-use jaq_json::{Num, Val};
+use jaq_json::{Num, Rc, Val};
 use jaq_std::ValT as _;
 use jiff::civil::{Date, DateTime, Time};
 use serde_json::Value;
@@ -122,22 +124,15 @@ impl fmt::Debug for Jq {
 impl Jq {
     /// Compiles `code` with the standard library, the helpers and the variables `$request`,
     /// `$tables` and `$dealer`.
+    ///
+    /// Object literals are built left to right (see [`objects_left_assoc`]: same outputs,
+    /// without jaq's quadratic copying). A program that does not compile that way is compiled
+    /// again as written, so that errors are located in `code`.
     pub fn compile(code: &str) -> Result<Jq, JqCompileError> {
-        let prelude = PRELUDE.as_ref().map_err(|e| JqCompileError {
-            line: 1,
-            col: 1,
-            message: e.clone(),
-        })?;
-        let arena = Arena::default();
-        let loader = Loader::new(prelude.iter().cloned().map(shorten));
-        let modules = loader
-            .load(&arena, File { code, path: () })
-            .map_err(|errs| load_error(code, errs))?;
-        let filter = Compiler::default()
-            .with_funs(funs())
-            .with_global_vars(GLOBAL_VARS)
-            .compile(modules)
-            .map_err(|errs| undefined_error(code, errs))?;
+        let filter = match compile_left_assoc(code) {
+            Some(filter) => filter,
+            None => compile_as_written(code)?,
+        };
         Ok(Jq {
             inner: Arc::new(Compiled {
                 code: code.into(),
@@ -328,16 +323,13 @@ fn run_error(e: Exn<'_, Val>) -> JqRunError {
 
 type Def = parse::Def<&'static str>;
 
-/// Definitions every program can call: jq's standard library and our helpers written in jq.
+/// Definitions every program can call: jq's standard library (the helpers are native).
 /// Parsed once; cloned into each compile.
-static PRELUDE: LazyLock<Result<Vec<Def>, String>> = LazyLock::new(|| {
-    let helpers = load::parse(HELPER_DEFS, |p| p.defs())
-        .ok_or_else(|| "internal error: the built-in jq helpers do not parse".to_string())?;
-    Ok(jaq_core::defs()
+static PRELUDE: LazyLock<Vec<Def>> = LazyLock::new(|| {
+    jaq_core::defs()
         .chain(jaq_std::defs())
         .chain(jaq_json::defs())
-        .chain(helpers)
-        .collect())
+        .collect()
 });
 
 /// Lets the `'static` prelude live alongside a program text of any lifetime.
@@ -345,17 +337,169 @@ fn shorten<'s>(def: Def) -> parse::Def<&'s str> {
     def
 }
 
-/// Helpers written in jq (see the module documentation for what they do). The others are
-/// native: number and date parsing need exact decimal rounding and a time zone database, and
-/// `compact` and `split_list` cost 30–150 µs per record in jq (`with_entries`, `map`).
-const HELPER_DEFS: &str = r#"
-def nonempty: if isstring then trim | if . == "" then null end else . end;
-def lookup($table):
-  if $table | isobject | not then
-    error("lookup: the table is \($table | type), not an object (is its name right?)")
-  elif . == null then null
-  else $table[if isstring then trim else tostring end] end;
-"#;
+/// Compiles `code` as jaq's loader parses it; errors are located in `code`.
+fn compile_as_written(code: &str) -> Result<jaq_core::Filter<Data>, JqCompileError> {
+    let arena = Arena::default();
+    let loader = Loader::new(PRELUDE.iter().cloned().map(shorten));
+    let modules = loader
+        .load(&arena, File { code, path: () })
+        .map_err(|errs| load_error(code, errs))?;
+    compile_modules(modules).map_err(|errs| undefined_error(code, errs))
+}
+
+fn compile_modules(
+    modules: load::Modules<&str, ()>,
+) -> Result<jaq_core::Filter<Data>, jaq_core::compile::Errors<&str, ()>> {
+    Compiler::default()
+        .with_funs(funs())
+        .with_global_vars(GLOBAL_VARS)
+        .compile(modules)
+}
+
+/// The name under which [`compile_left_assoc`] hands the rewritten program to the loader.
+const MAIN: &str = "aap_gateway_main";
+
+/// Compiles `code` with its object literals left-associated ([`objects_left_assoc`]); `None`
+/// when it does not compile (the caller then compiles it as written, for the error), uses
+/// module directives (`import`, `include`) or mentions [`MAIN`].
+///
+/// jaq's loader takes the main program only as text, but its prelude as parsed definitions:
+/// the rewritten program becomes the last prelude definition, `MAIN`, and the main program
+/// calls it. A program's top-level `def`s are local definitions of its main term either way.
+fn compile_left_assoc(code: &str) -> Option<jaq_core::Filter<Data>> {
+    if code.contains(MAIN) {
+        return None;
+    }
+    let mut body = load::parse(code, |p| p.term())?;
+    objects_left_assoc(&mut body);
+    let main = parse::Def {
+        name: MAIN,
+        args: Vec::new(),
+        body,
+    };
+    let arena = Arena::default();
+    let loader = Loader::new(PRELUDE.iter().cloned().map(shorten).chain([main]));
+    let modules = loader
+        .load(
+            &arena,
+            File {
+                code: MAIN,
+                path: (),
+            },
+        )
+        .ok()?;
+    compile_modules(modules).ok()
+}
+
+/// Rewrites every object literal of more than two entries, `{k1: v1, k2: v2, …, kn: vn}`, into
+/// `{k1: v1} + {k2: v2} + … + {kn: vn}` (`+` groups to the left), in all nested terms.
+///
+/// jaq compiles an object literal into that sum grouped to the *right*,
+/// `{k1: v1} + ({k2: v2} + (… + {kn: vn}))`, and object `+` inserts its right side into a copy
+/// of its left side: an n-key object costs about n²/2 inserts, clones and drops (≈ 80 µs for
+/// Demo Toyota's 30-key `vehicle`, more than all its field conversions). Grouped to the left,
+/// each `+` inserts one entry into the object built so far, which nothing else holds, so it
+/// grows in place. Outputs, their order and errors are the same: `l + r` runs `r` for each
+/// output of `l` in turn (so entries are evaluated in the same order, as often, and the first
+/// error wins either way), and object `+` is associative (a key keeps its first position and
+/// takes its last value).
+fn objects_left_assoc<S>(term: &mut parse::Term<S>) {
+    use parse::Term as T;
+    match term {
+        T::Id | T::Recurse | T::Num(_) | T::Var(_) | T::Break(_) => {}
+        T::Str(_, parts) => {
+            for part in parts {
+                if let lex::StrPart::Term(t) = part {
+                    objects_left_assoc(t);
+                }
+            }
+        }
+        T::Arr(t) => {
+            if let Some(t) = t {
+                objects_left_assoc(t);
+            }
+        }
+        T::Obj(entries) => {
+            for (k, v) in entries.iter_mut() {
+                objects_left_assoc(k);
+                if let Some(v) = v {
+                    objects_left_assoc(v);
+                }
+            }
+            if entries.len() > 2 {
+                let mut singles = std::mem::take(entries)
+                    .into_iter()
+                    .map(|entry| T::Obj(vec![entry]));
+                if let Some(first) = singles.next() {
+                    *term = singles.fold(first, |sum, single| {
+                        let add = parse::BinaryOp::Math(Math::Add);
+                        T::BinOp(Box::new(sum), add, Box::new(single))
+                    });
+                }
+            }
+        }
+        T::Neg(t) | T::Label(_, t) => objects_left_assoc(t),
+        T::BinOp(l, op, r) => {
+            objects_left_assoc(l);
+            if let parse::BinaryOp::Pipe(Some(pattern)) = op {
+                pattern_objects_left_assoc(pattern);
+            }
+            objects_left_assoc(r);
+        }
+        T::Fold(_, xs, pattern, args) => {
+            objects_left_assoc(xs);
+            pattern_objects_left_assoc(pattern);
+            args.iter_mut().for_each(objects_left_assoc);
+        }
+        T::TryCatch(t, catch) => {
+            objects_left_assoc(t);
+            if let Some(catch) = catch {
+                objects_left_assoc(catch);
+            }
+        }
+        T::IfThenElse(branches, else_) => {
+            for (cond, then) in branches {
+                objects_left_assoc(cond);
+                objects_left_assoc(then);
+            }
+            if let Some(else_) = else_ {
+                objects_left_assoc(else_);
+            }
+        }
+        T::Def(defs, t) => {
+            for def in defs {
+                objects_left_assoc(&mut def.body);
+            }
+            objects_left_assoc(t);
+        }
+        T::Call(_, args) => args.iter_mut().for_each(objects_left_assoc),
+        T::Path(t, path) => {
+            objects_left_assoc(t);
+            for (part, _) in &mut path.0 {
+                match part {
+                    Part::Index(i) => objects_left_assoc(i),
+                    Part::Range(from, to) => {
+                        from.iter_mut().chain(to).for_each(objects_left_assoc);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// [`objects_left_assoc`] for the terms in a destructuring pattern (`. as {(f): $x}`).
+fn pattern_objects_left_assoc<S>(pattern: &mut parse::Pattern<S>) {
+    match pattern {
+        parse::Pattern::Var(_) => {}
+        parse::Pattern::Arr(patterns) => patterns.iter_mut().for_each(pattern_objects_left_assoc),
+        parse::Pattern::Obj(entries) => {
+            for (k, p) in entries {
+                objects_left_assoc(k);
+                pattern_objects_left_assoc(p);
+            }
+        }
+    }
+}
 
 /// Native functions: jq's standard library (with `env` disabled) and our helpers.
 fn funs() -> impl Iterator<Item = native::Fun<Data>> {
@@ -378,8 +522,14 @@ fn env_disabled(_: Cv<'_, Data>) -> ValXs<'_, Val> {
     )))
 }
 
+/// The helpers (see the module documentation for what they do). All are native: number and
+/// date parsing need exact decimal rounding and a time zone database, and in jq `compact` and
+/// `split_list` cost 30–150 µs per record (`with_entries`, `map`), `nonempty` and `lookup` 2–4 µs
+/// per call (jaq's `isstring`, `isobject` and `type` are chains of comparisons).
 fn helper_funs<D: for<'a> DataT<V<'a> = Val>>() -> impl Iterator<Item = native::Fun<D>> {
-    let funs: [native::Filter<RunPtr<D>>; 11] = [
+    let funs: [native::Filter<RunPtr<D>>; 13] = [
+        ("nonempty", v(0), |cv| bome(nonempty(cv.1))),
+        ("lookup", v(1), |cv| unary(cv, lookup)),
         ("dollars", v(0), |cv| bome(Ok(dollars(&cv.1)))),
         ("miles", v(0), |cv| bome(Ok(miles(&cv.1)))),
         ("int", v(0), |cv| bome(Ok(int(&cv.1)))),
@@ -709,6 +859,74 @@ fn num(v: &Val) -> Val {
     }
 }
 
+/// jq's `trim`: `White_Space` removed at both ends; bytes that are not UTF-8 stop it.
+fn trim_white_space(bytes: &[u8]) -> &[u8] {
+    let mut start = 0;
+    for chunk in bytes.utf8_chunks() {
+        let rest = chunk.valid().trim_start();
+        start += chunk.valid().len() - rest.len();
+        if !rest.is_empty() || !chunk.invalid().is_empty() {
+            break;
+        }
+    }
+    let bytes = bytes.get(start..).unwrap_or_default();
+    let end = match bytes.utf8_chunks().last() {
+        Some(last) if last.invalid().is_empty() => {
+            bytes.len() - (last.valid().len() - last.valid().trim_end().len())
+        }
+        _ => bytes.len(),
+    };
+    bytes.get(..end).unwrap_or_default()
+}
+
+/// jq's `trim` of a string, as `jaq_std` does it (a byte string is an error).
+fn trim(v: &Val) -> jaq_core::ValR<Val> {
+    Ok(v.as_sub_str(trim_white_space(v.try_as_utf8_bytes()?)))
+}
+
+/// `if isstring then trim | if . == "" then null end else . end`.
+fn nonempty(v: Val) -> jaq_core::ValR<Val> {
+    if !matches!(v, Val::TStr(_) | Val::BStr(_)) {
+        return Ok(v);
+    }
+    let trimmed = trim(&v)?;
+    Ok(if is_blank(&trimmed) {
+        Val::Null
+    } else {
+        trimmed
+    })
+}
+
+/// jq's `type`.
+fn type_name(v: &Val) -> &'static str {
+    match v {
+        Val::Null => "null",
+        Val::Bool(_) => "boolean",
+        Val::Num(_) => "number",
+        Val::TStr(_) | Val::BStr(_) => "string",
+        Val::Arr(_) => "array",
+        Val::Obj(_) => "object",
+    }
+}
+
+/// `if $table | isobject | not then error(…) elif . == null then null
+/// else $table[if isstring then trim else tostring end] end`.
+fn lookup(v: Val, table: Val) -> jaq_core::ValR<Val> {
+    if !matches!(table, Val::Obj(_)) {
+        return Err(jaq_core::Error::str(format_args!(
+            "lookup: the table is {}, not an object (is its name right?)",
+            type_name(&table)
+        )));
+    }
+    let key = match v {
+        Val::Null => return Ok(Val::Null),
+        Val::TStr(_) | Val::BStr(_) => trim(&v)?,
+        // `tostring`
+        other => other.into_string(),
+    };
+    jaq_core::ValT::index(table, &key)
+}
+
 /// `null`, `""` and `[]`: what `compact` drops.
 fn is_blank(v: &Val) -> bool {
     match v {
@@ -719,16 +937,23 @@ fn is_blank(v: &Val) -> bool {
     }
 }
 
+/// In place when nothing else holds the object or array (as for an object literal just built);
+/// otherwise on a copy, as jaq values are immutable.
 fn compact(v: Val) -> Val {
     match v {
-        Val::Obj(o) => Val::obj(
-            o.iter()
-                .map(|(k, v)| (k, compact(v.clone())))
-                .filter(|(_, v)| !is_blank(v))
-                .map(|(k, v)| (k.clone(), v))
-                .collect(),
-        ),
-        Val::Arr(a) => a.iter().cloned().map(compact).collect(),
+        Val::Obj(mut o) => {
+            Rc::make_mut(&mut o).retain(|_, v| {
+                *v = compact(std::mem::take(v));
+                !is_blank(v)
+            });
+            Val::Obj(o)
+        }
+        Val::Arr(mut a) => {
+            for v in Rc::make_mut(&mut a) {
+                *v = compact(std::mem::take(v));
+            }
+            Val::Arr(a)
+        }
         other => other,
     }
 }
@@ -1218,6 +1443,19 @@ mod tests {
                 (Value::Null, Value::Null),
             ],
         );
+        // Values are immutable: compacting a shared object or array leaves the original alone.
+        assert_eq!(
+            eval(
+                "[compact, ., (.x | compact), .x]",
+                json!({"a": null, "x": [{"b": null, "c": 1}]})
+            ),
+            json!([
+                {"x": [{"c": 1}]},
+                {"a": null, "x": [{"b": null, "c": 1}]},
+                [{"c": 1}],
+                [{"b": null, "c": 1}]
+            ])
+        );
         // Key order is kept.
         let out = eval("compact", json!({"z": 1, "a": null, "m": 2}));
         let keys: Vec<_> = out
@@ -1251,6 +1489,187 @@ mod tests {
             .map(|e| e.0)
             .unwrap_or_default();
         assert!(err.contains("the table is null"), "{err}");
+    }
+
+    /// Every output (or the error) of `jq` on `input`, variants and key order included.
+    fn outputs_of(jq: &Jq, input: &JqValue, vars: &JqVars) -> String {
+        format!("{:?}", jq.run(input, vars))
+    }
+
+    /// The jq definitions `nonempty` and `lookup` had before they were native.
+    const HELPERS_IN_JQ: &str = r#"
+        def nonempty_jq: if isstring then trim | if . == "" then null end else . end;
+        def lookup_jq($table):
+          if $table | isobject | not then
+            error("lookup: the table is \($table | type), not an object (is its name right?)")
+          elif . == null then null
+          else $table[if isstring then trim else tostring end] end;
+    "#;
+
+    #[test]
+    fn native_helpers_match_their_jq_definitions() {
+        let inputs = [
+            r#"" EX-L ""#,
+            r#""EX""#,
+            r#""""#,
+            r#"" \t\n""#,
+            r#""\u00a0\u2003x\u3000\u0085""#,
+            r#""\u200bx\u200b""#,
+            r#"" New ""#,
+            r#""Certified Pre-Owned""#,
+            r#""1""#,
+            "null",
+            "0",
+            "1",
+            "1.5",
+            "1.0",
+            "-0",
+            "nan",
+            "false",
+            "true",
+            "[]",
+            "[1]",
+            "{}",
+            r#"{"a": 1}"#,
+            r#"" x " | tobytes"#,
+            // Strings that are not valid UTF-8.
+            "[32, 255, 32, 97, 32] | tobytes | tostring",
+            "[32, 97, 32, 255] | tobytes | tostring",
+            "[255, 226, 128, 128] | tobytes | tostring",
+            "[226, 128] | tobytes | tostring",
+        ];
+        let table = r#"{"New": "new", "1": "one", "1.5": "x", "1.0": "y", "-0": "z",
+            "true": "t", "false": "f", "[1]": "arr", "{\"a\":1}": "obj", "[]": "e",
+            "{}": "o", "EX": "ex", "x": "ex", "null": "n"}"#;
+        let tables = [table, "{}", "null", r#""t""#, "[]", "5", "true"];
+        let vars = JqVars::default();
+        let input = JqValue::null();
+        for value in inputs {
+            let mut pairs = vec![(
+                format!("{value} | nonempty"),
+                format!("{HELPERS_IN_JQ} {value} | nonempty_jq"),
+            )];
+            for table in tables {
+                pairs.push((
+                    format!("{value} | lookup({table})"),
+                    format!("{HELPERS_IN_JQ} {value} | lookup_jq({table})"),
+                ));
+            }
+            for (native, in_jq) in pairs {
+                let compiled = |p: &str| Jq::compile(p).unwrap_or_else(|e| panic!("{p}: {e}"));
+                let (native_jq, in_jq_jq) = (compiled(&native), compiled(&in_jq));
+                assert_eq!(
+                    outputs_of(&native_jq, &input, &vars),
+                    outputs_of(&in_jq_jq, &input, &vars),
+                    "{native}"
+                );
+            }
+        }
+        // A stream of tables is a stream of lookups, as with a `$table` parameter.
+        assert_eq!(
+            eval(r#""a" | [lookup({a: 1}, {a: 2})]"#, Value::Null),
+            json!([1, 2])
+        );
+    }
+
+    /// `code` compiled the way jaq's loader reads it, without the object rewrite.
+    fn as_written(code: &str) -> Jq {
+        let filter = compile_as_written(code).unwrap_or_else(|e| panic!("{code}: {e}"));
+        Jq {
+            inner: Arc::new(Compiled {
+                code: code.into(),
+                filter,
+            }),
+        }
+    }
+
+    #[test]
+    fn object_literals_built_left_to_right_give_the_same_outputs() {
+        let programs = [
+            "{a: 1, b: 2, c: 3}",
+            "{a: 1, b: 2, c: 3} | keys_unsorted",
+            "{a: (1, 2), b: (3, 4), c: (5, 6)}",
+            "{a: (1, 2), b: (3, 4)}",
+            "{a: 1, b: 2, a: 3, c: 4, b: 5}",
+            r#"{("x", "y"): 1, z: 2, w: (3, 4), x: 0}"#,
+            r#"{a: 1, b: error("boom"), c: 3}"#,
+            r#"{a: error("first"), b: error("second"), c: 1}"#,
+            r#"{a: (1, error("late")), b: 2, c: (3, 4)}"#,
+            r#"[.[] | try {a: 1, b: (1, error("x"), 2), c: .} catch "caught \(.)"]"#,
+            "{a: empty, b: 1, c: 2}",
+            "[limit(5; {a: range(10), b: (1, 2), c: 3})]",
+            "first({a: range(3), b: range(3), c: range(3)})",
+            "{(1): 2, a: 1, b: 2}",
+            "{a: 1, b: 2, (null): 3}",
+            "{a, b, c}",
+            r#". as $x | {$x, y: 1, "z": 2, "w\(1)": 3, (@base64 "k"): 4}"#,
+            "{a: {b: 1, c: 2, d: 3}, e: [{f: 1, g: 2, h: 3}], i: \"\\({j: 1, k: 2, l: 3})\"}",
+            "def f: {a: 1, b: 2, c: 3}; def g($x): {x: $x, y: f, z: 0}; g(1, 2)",
+            "reduce range(3) as $i ({}; . + {($i | tostring): $i, a: 1, b: 2})",
+            "[foreach range(3) as $i ({}; {n: $i, a: ., b: 2}; {out: ., i: $i, k: 1})]",
+            "{a: 1, b: 2} as {a: $a, (\"b\"): $b} | {a: $a, b: $b, c: ($a + $b)}",
+            ". as {({a: 1, b: 2, c: 3} | keys_unsorted[0]): $v} | $v",
+            "[label $out | {a: (1, 2), b: (if .a == 2 then break $out else 3 end), c: 3}]",
+            "label $out | {a: 1, b: break $out, c: 3}",
+            "path({a: 1, b: 2, c: 3})",
+            "-{a: 1, b: 2, c: 3}",
+            "{a: 1, b: 2, c: 3} | .b |= . + 1",
+            "{a: 1, b: 2, c: 3} == {c: 3, b: 2, a: 1}",
+            "if {a: 1, b: 2, c: 3} then {x: 1, y: 2, z: 3} else 2 end",
+            ".[{a: \"a\", b: 2, c: 3} | .a]",
+            "[.[1:{a: 1, b: 2, c: 3} | length]]",
+            ".zz? // {a: 1, b: 2, c: 3}",
+            "{a: $request, b: $tables, c: $dealer, d: $lead}",
+            "[{a: .[], b: 1, c: 2}]",
+            "{a: 1, b: 2, c: 3} | compact | to_entries",
+        ];
+        let vars = JqVars {
+            request: JqValue::from_json(&json!({"r": 1})),
+            tables: JqValue::from_json(&json!({"t": 2})),
+            dealer: JqValue::from_json(&json!({"d": 3})),
+            lead: JqValue::null(),
+        };
+        let inputs = [json!({"a": 1, "b": [2], "c": null}), json!([1, 2, 3])];
+        for program in programs {
+            let rewritten = Jq::compile(program).unwrap_or_else(|e| panic!("{program}: {e}"));
+            let plain = as_written(program);
+            for input in &inputs {
+                let input = JqValue::from_json(input);
+                assert_eq!(
+                    outputs_of(&rewritten, &input, &vars),
+                    outputs_of(&plain, &input, &vars),
+                    "{program}"
+                );
+            }
+        }
+
+        let (rewritten, plain) = (Jq::compile(ITEM), as_written(ITEM));
+        let rewritten = rewritten.unwrap_or_else(|e| panic!("{e}"));
+        for i in 0..3 {
+            let record = JqValue::from_json(&dms_record(i));
+            assert_eq!(
+                outputs_of(&rewritten, &record, &tables()),
+                outputs_of(&plain, &record, &tables())
+            );
+        }
+    }
+
+    #[test]
+    fn programs_the_rewrite_does_not_take_compile_as_written() {
+        assert!(compile_left_assoc(ITEM).is_some());
+        assert!(compile_left_assoc("def f: {a: 1, b: 2, c: 3}; f | compact").is_some());
+        assert!(compile_left_assoc("frobnicate").is_none());
+        // Mentions the name the rewritten program is loaded under.
+        assert_eq!(
+            eval(
+                "def aap_gateway_main: {a: 1, b: 2, c: 3}; aap_gateway_main",
+                Value::Null
+            ),
+            json!({"a": 1, "b": 2, "c": 3})
+        );
+        // Module directives: not supported, and reported as before.
+        let err = Jq::compile(r#"include "x"; {a: 1, b: 2, c: 3}"#).err();
+        assert!(err.is_some_and(|e| e.message.contains("module loading not supported")));
     }
 
     #[test]
