@@ -1134,7 +1134,17 @@ async fn feed_failing_after_a_good_load_is_served_stale() {
 async fn feed_never_loaded_is_a_retryable_internal_error() {
     let sims = Simulators::start().await.expect("simulators");
     sims.feed.set_mode(Mode::Fail, 0);
-    let gw = start_on(&fixture_dir(), &sims).await;
+    // A 4 MiB cap: the real export is far below it, the `huge` one (over 8 MiB) above.
+    let folder = fixture_copy("5m", "1h");
+    let upstreams = folder.path().join("upstreams.yaml");
+    let text = std::fs::read_to_string(&upstreams).expect("read upstreams.yaml");
+    assert!(text.contains("max_response_bytes: 16777216\n"));
+    let text = text.replace(
+        "max_response_bytes: 16777216\n",
+        "max_response_bytes: 4194304\n",
+    );
+    std::fs::write(&upstreams, text).expect("write upstreams.yaml");
+    let gw = start_on(folder.path(), &sims).await;
     for (data, _) in calls(in_stock_vin()) {
         let context = format!("never loaded {}", data["type"]);
         let reply = gw.send(A2A, data).await;
@@ -1144,11 +1154,22 @@ async fn feed_never_loaded_is_a_retryable_internal_error() {
         !sims.feed.received().is_empty(),
         "the feed was really called"
     );
-    // Garbage (not XML at all) is no better than a 500 for a first load.
-    sims.feed.set_mode(Mode::Garbage, 0);
-    let (data, _) = calls(in_stock_vin())[0].clone();
-    let reply = gw.send(A2A, data).await;
-    assert_internal_error(&reply, "garbage first load");
+    // A broken export (mismatched tags, not UTF-8, cut short), or a well-formed one over the
+    // size cap, is no better than a 500 for a first load.
+    for mode in [Mode::Garbage, Mode::Huge] {
+        sims.feed.set_mode(mode, 0);
+        sims.feed.clear_received();
+        let (data, _) = calls(in_stock_vin())[0].clone();
+        let reply = gw.send(A2A, data).await;
+        assert_internal_error(&reply, &format!("{mode:?} first load"));
+        assert!(
+            sims.feed
+                .received()
+                .iter()
+                .any(|r| r["path"] == XML_FEED_PATH),
+            "{mode:?}: the XML route was called"
+        );
+    }
     sims.feed.set_mode(Mode::Normal, 0);
     for (data, kind) in calls(in_stock_vin()) {
         let reply = gw.send(A2A, data).await;

@@ -436,7 +436,7 @@ impl SimApp for Crm {
         })
     }
 
-    fn fail(&self) -> SimResponse {
+    fn fail(&self, _: &SimRequest) -> SimResponse {
         fault(
             StatusCode::INTERNAL_SERVER_ERROR,
             "soap:Server",
@@ -444,7 +444,7 @@ impl SimApp for Crm {
         )
     }
 
-    fn garbage(&self) -> SimResponse {
+    fn garbage(&self, _: &SimRequest) -> SimResponse {
         sim::bytes_response(
             StatusCode::OK,
             CONTENT_TYPE,
@@ -456,7 +456,7 @@ impl SimApp for Crm {
         )
     }
 
-    fn huge(&self) -> SimResponse {
+    fn huge(&self, _: &SimRequest) -> SimResponse {
         sim::bytes_response(StatusCode::OK, CONTENT_TYPE, self.huge_body())
     }
 

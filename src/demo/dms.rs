@@ -256,7 +256,7 @@ impl SimApp for Dms {
         })
     }
 
-    fn fail(&self) -> SimResponse {
+    fn fail(&self, _: &SimRequest) -> SimResponse {
         error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "INTERNAL_ERROR",
@@ -264,7 +264,7 @@ impl SimApp for Dms {
         )
     }
 
-    fn garbage(&self) -> SimResponse {
+    fn garbage(&self, _: &SimRequest) -> SimResponse {
         sim::bytes_response(
             StatusCode::OK,
             "application/json; charset=utf-8",
@@ -274,7 +274,7 @@ impl SimApp for Dms {
         )
     }
 
-    fn huge(&self) -> SimResponse {
+    fn huge(&self, _: &SimRequest) -> SimResponse {
         sim::bytes_response(
             StatusCode::OK,
             "application/json; charset=utf-8",

@@ -107,12 +107,12 @@
 //!
 //! ## Both routes
 //!
-//! Other paths → 404 `Not Found` (text); other methods → 405. Misbehaviour applies to both routes
-//! alike, and as [`SimApp`]'s misbehaviour answers do not see the request, they are the CSV
-//! route's: `fail` → 500 with an HTML error page; `garbage` → 200 `text/csv` that is not UTF-8
-//! and has an unterminated quote (no XML either: there is no element at all); `huge` → 200, a
-//! valid CSV feed of about 8 MiB (rows repeated), which on the XML route is a body of the right
-//! size but not XML. Controls: see [`sim`].
+//! Other paths → 404 `Not Found` (text); other methods → 405. Misbehaviour applies to both
+//! routes, each in its own format: `fail` → 500 with an HTML error page (both); `garbage` → 200
+//! with the route's content type and a body its decoder refuses — CSV that is not UTF-8 and has an
+//! unterminated quote, XML with a mismatched end tag, bytes that are not UTF-8 and no end;
+//! `huge` → 200, a valid export of more than 8 MiB (rows repeated: CSV lines or `Vehicle`
+//! elements, `count` saying how many). Controls: see [`sim`].
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -502,8 +502,14 @@ impl XmlWriter {
 
 /// The whole XML export for `vehicles` (see the module doc for its shape).
 pub fn xml_document(vehicles: &[Vehicle]) -> String {
+    xml_export(vehicles, vehicles.len())
+}
+
+/// An XML export of `rows` `Vehicle` elements, cycling through `vehicles` (the `huge` answer
+/// repeats them past [`sim::HUGE_BYTES`]).
+fn xml_export(vehicles: &[Vehicle], rows: usize) -> String {
     let mut w = XmlWriter {
-        out: String::with_capacity(vehicles.len() * 2200 + 512),
+        out: String::with_capacity(rows * 2200 + 512),
     };
     w.out
         .push_str("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\r\n");
@@ -514,7 +520,7 @@ pub fn xml_document(vehicles: &[Vehicle]) -> String {
         "<!-- {}: DMS inventory export (nightly). Do not edit. -->\r\n",
         xml_chars(dealer).replace("--", "- -")
     ));
-    let count = vehicles.len().to_string();
+    let count = rows.to_string();
     w.open(
         0,
         "Inventory",
@@ -526,7 +532,7 @@ pub fn xml_document(vehicles: &[Vehicle]) -> String {
             ("count", &count),
         ],
     );
-    for (i, v) in vehicles.iter().enumerate() {
+    for (i, v) in vehicles.iter().cycle().take(rows).enumerate() {
         w.vehicle(v, i);
     }
     w.close(0, "Inventory");
@@ -540,6 +546,7 @@ pub struct Feed {
     xml: Bytes,
     unknown_vin: String,
     huge: OnceLock<Bytes>,
+    huge_xml: OnceLock<Bytes>,
 }
 
 impl std::fmt::Debug for Feed {
@@ -558,6 +565,7 @@ impl Feed {
             unknown_vin: inventory::unknown_vin(&vehicles),
             vehicles,
             huge: OnceLock::new(),
+            huge_xml: OnceLock::new(),
         }
     }
 
@@ -652,7 +660,7 @@ impl SimApp for Feed {
         })
     }
 
-    fn fail(&self) -> SimResponse {
+    fn fail(&self, _: &SimRequest) -> SimResponse {
         sim::bytes_response(
             StatusCode::INTERNAL_SERVER_ERROR,
             "text/html; charset=utf-8",
@@ -665,7 +673,20 @@ impl SimApp for Feed {
         )
     }
 
-    fn garbage(&self) -> SimResponse {
+    fn garbage(&self, req: &SimRequest) -> SimResponse {
+        if req.path == XML_FEED_PATH {
+            // A truncated export: an end tag that does not match, bytes that are not UTF-8, and
+            // no end to the document.
+            return sim::bytes_response(
+                StatusCode::OK,
+                XML_CONTENT_TYPE,
+                Bytes::from_static(
+                    b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\r\n<Inventory \
+                      xmlns=\"urn:demo-honda:dms:inventory-export:2\" count=\"212\">\r\n\
+                      <Vehicle><VIN>1HFSC8\xff\xfe</Stock>\r\n<Vehicle><Make>Hon",
+                ),
+            );
+        }
         sim::bytes_response(
             StatusCode::OK,
             CONTENT_TYPE,
@@ -675,7 +696,16 @@ impl SimApp for Feed {
         )
     }
 
-    fn huge(&self) -> SimResponse {
+    fn huge(&self, req: &SimRequest) -> SimResponse {
+        if req.path == XML_FEED_PATH {
+            let body = self.huge_xml.get_or_init(|| {
+                // Rows of the normal export's average size, enough of them to pass HUGE_BYTES.
+                let per_row = self.xml.len() / self.vehicles.len().max(1) + 1;
+                let rows = sim::HUGE_BYTES / per_row + self.vehicles.len() + 1;
+                Bytes::from(xml_export(&self.vehicles, rows))
+            });
+            return sim::bytes_response(StatusCode::OK, XML_CONTENT_TYPE, body.clone());
+        }
         let body = self.huge.get_or_init(|| {
             let mut out = String::with_capacity(sim::HUGE_BYTES + 64 * 1024);
             out.push_str(BOM);
@@ -1183,7 +1213,19 @@ mod tests {
         sim.set_mode(Mode::Garbage, 0);
         let r = fetch_xml(&sim).await;
         assert_eq!(r.status(), 200);
-        assert!(parse_xml(&r.bytes().await.expect("body")).is_err());
+        assert_eq!(r.headers()["content-type"], XML_CONTENT_TYPE);
+        let garbage = r.bytes().await.expect("body");
+        assert!(garbage.starts_with(b"<?xml"), "looks like the export");
+        assert!(parse_xml(&garbage).is_err());
+        sim.set_mode(Mode::Huge, 0);
+        let r = fetch_xml(&sim).await;
+        assert_eq!(r.headers()["content-type"], XML_CONTENT_TYPE);
+        let body = r.bytes().await.expect("body");
+        assert!(body.len() >= sim::HUGE_BYTES);
+        let (root, vehicles) = parse_xml(&body).expect("well-formed");
+        assert!(vehicles.len() > 1000);
+        let count = vehicles.len().to_string();
+        assert_eq!(get(&root, "count"), Some(count.as_str()));
         sim.set_mode(Mode::Slow, 100);
         let started = std::time::Instant::now();
         assert_eq!(fetch_xml(&sim).await.status(), 200);
@@ -1193,7 +1235,7 @@ mod tests {
         assert!(parse_xml(&body).is_ok());
 
         let received = sim.received();
-        assert_eq!(received.len(), 4);
+        assert_eq!(received.len(), 5);
         assert!(
             received
                 .iter()

@@ -263,11 +263,11 @@ impl SimApp for Intake {
         })
     }
 
-    fn fail(&self) -> SimResponse {
+    fn fail(&self, _: &SimRequest) -> SimResponse {
         error(StatusCode::INTERNAL_SERVER_ERROR, "lead store unavailable")
     }
 
-    fn garbage(&self) -> SimResponse {
+    fn garbage(&self, _: &SimRequest) -> SimResponse {
         sim::bytes_response(
             StatusCode::OK,
             "application/json; charset=utf-8",
@@ -275,7 +275,7 @@ impl SimApp for Intake {
         )
     }
 
-    fn huge(&self) -> SimResponse {
+    fn huge(&self, _: &SimRequest) -> SimResponse {
         sim::bytes_response(
             StatusCode::OK,
             "application/json; charset=utf-8",

@@ -63,12 +63,14 @@ pub trait SimApp: Send + Sync + 'static {
     fn handle(&self, req: &SimRequest) -> SimResponse;
     /// The body of `GET /_sim/fixtures`.
     fn fixtures(&self) -> Value;
-    /// The `fail` answer: HTTP 500 with this system's legacy error body.
-    fn fail(&self) -> SimResponse;
-    /// The `garbage` answer: 200, the right content type, a body no decoder accepts.
-    fn garbage(&self) -> SimResponse;
-    /// The `huge` answer: 200 with a valid-looking body of at least [`HUGE_BYTES`].
-    fn huge(&self) -> SimResponse;
+    /// The `fail` answer to `req`: HTTP 500 with this system's legacy error body.
+    fn fail(&self, req: &SimRequest) -> SimResponse;
+    /// The `garbage` answer to `req`: 200, the content type `req`'s route answers with, a body
+    /// no decoder accepts.
+    fn garbage(&self, req: &SimRequest) -> SimResponse;
+    /// The `huge` answer to `req`: 200 with a body of at least [`HUGE_BYTES`] that looks like
+    /// what `req`'s route answers.
+    fn huge(&self, req: &SimRequest) -> SimResponse;
     /// Forgets what the simulator stored (`POST /_sim/reset`); simulators without state keep
     /// this default, which does nothing.
     fn reset(&self) {}
@@ -418,7 +420,7 @@ async fn dispatch(shared: &Shared, req: Request<Incoming>) -> SimResponse {
     let setting = shared.mode();
     match setting.mode {
         Mode::Normal => shared.app.handle(&req),
-        Mode::Fail => shared.app.fail(),
+        Mode::Fail => shared.app.fail(&req),
         Mode::Slow => {
             tokio::time::sleep(Duration::from_millis(setting.delay_ms)).await;
             shared.app.handle(&req)
@@ -427,8 +429,8 @@ async fn dispatch(shared: &Shared, req: Request<Incoming>) -> SimResponse {
             tokio::time::sleep(HANG_CAP).await;
             text(StatusCode::GATEWAY_TIMEOUT, "hung request released")
         }
-        Mode::Garbage => shared.app.garbage(),
-        Mode::Huge => shared.app.huge(),
+        Mode::Garbage => shared.app.garbage(&req),
+        Mode::Huge => shared.app.huge(&req),
     }
 }
 
@@ -596,20 +598,20 @@ mod tests {
         fn fixtures(&self) -> Value {
             json!({ "echo": true })
         }
-        fn fail(&self) -> SimResponse {
+        fn fail(&self, _: &SimRequest) -> SimResponse {
             json_response(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &json!({ "ErrorCode": "BOOM" }),
             )
         }
-        fn garbage(&self) -> SimResponse {
+        fn garbage(&self, _: &SimRequest) -> SimResponse {
             bytes_response(
                 StatusCode::OK,
                 "application/json",
                 Bytes::from_static(b"{\"x\xff"),
             )
         }
-        fn huge(&self) -> SimResponse {
+        fn huge(&self, _: &SimRequest) -> SimResponse {
             bytes_response(
                 StatusCode::OK,
                 "application/json",
@@ -837,13 +839,13 @@ mod tests {
         fn fixtures(&self) -> Value {
             json!({ "resets": self.resets.load(std::sync::atomic::Ordering::SeqCst) })
         }
-        fn fail(&self) -> SimResponse {
+        fn fail(&self, _: &SimRequest) -> SimResponse {
             empty(StatusCode::INTERNAL_SERVER_ERROR)
         }
-        fn garbage(&self) -> SimResponse {
+        fn garbage(&self, _: &SimRequest) -> SimResponse {
             empty(StatusCode::OK)
         }
-        fn huge(&self) -> SimResponse {
+        fn huge(&self, _: &SimRequest) -> SimResponse {
             empty(StatusCode::OK)
         }
         fn reset(&self) {

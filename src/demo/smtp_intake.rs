@@ -202,14 +202,14 @@ impl SimApp for ControlApp {
         })
     }
 
-    fn fail(&self) -> SimResponse {
+    fn fail(&self, _: &SimRequest) -> SimResponse {
         sim::json_response(
             StatusCode::INTERNAL_SERVER_ERROR,
             &json!({ "error": "mail server temporarily unavailable" }),
         )
     }
 
-    fn garbage(&self) -> SimResponse {
+    fn garbage(&self, _: &SimRequest) -> SimResponse {
         sim::bytes_response(
             StatusCode::OK,
             "application/json; charset=utf-8",
@@ -217,7 +217,7 @@ impl SimApp for ControlApp {
         )
     }
 
-    fn huge(&self) -> SimResponse {
+    fn huge(&self, _: &SimRequest) -> SimResponse {
         let filler = "x".repeat(sim::HUGE_BYTES);
         sim::json_response(
             StatusCode::OK,

@@ -256,11 +256,11 @@ impl SimApp for SoapDms {
         Value::Object(out)
     }
 
-    fn fail(&self) -> SimResponse {
+    fn fail(&self, _: &SimRequest) -> SimResponse {
         Fault::Receiver("DMS unavailable").response()
     }
 
-    fn garbage(&self) -> SimResponse {
+    fn garbage(&self, _: &SimRequest) -> SimResponse {
         sim::bytes_response(
             StatusCode::OK,
             CONTENT_TYPE,
@@ -272,7 +272,7 @@ impl SimApp for SoapDms {
         )
     }
 
-    fn huge(&self) -> SimResponse {
+    fn huge(&self, _: &SimRequest) -> SimResponse {
         sim::bytes_response(StatusCode::OK, CONTENT_TYPE, self.huge_body())
     }
 
