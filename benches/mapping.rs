@@ -185,6 +185,7 @@ fn bench(c: &mut Criterion) {
     // The hand-assembled extraction and the engine must agree before either is measured.
     let canned = Canned {
         status: StatusCode::OK,
+        content_type: None,
         body: body.clone(),
         seen: Mutex::new(Vec::new()),
     };

@@ -12,6 +12,7 @@
 use std::collections::HashSet;
 use std::hint::black_box;
 
+use aap_gateway::mapping::decode::Declared;
 use aap_gateway::upstream::Secret;
 use aap_gateway::upstream::soap::{self, SoapSettings, SoapVersion, WsSecurity};
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -59,7 +60,7 @@ fn bench(c: &mut Criterion) {
         reply.len()
     );
     assert!(
-        soap::decode_reply(reply.as_bytes(), &lists)
+        soap::decode_reply(reply.as_bytes(), Declared::default(), &lists)
             .expect("decodes")
             .fault
             .is_none()
@@ -104,10 +105,10 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.bench_function("decode_reply_2k", |b| {
-        b.iter(|| soap::decode_reply(black_box(reply.as_bytes()), &lists))
+        b.iter(|| soap::decode_reply(black_box(reply.as_bytes()), Declared::default(), &lists))
     });
     group.bench_function("decode_fault_1_2", |b| {
-        b.iter(|| soap::decode_reply(black_box(FAULT_1_2.as_bytes()), &lists))
+        b.iter(|| soap::decode_reply(black_box(FAULT_1_2.as_bytes()), Declared::default(), &lists))
     });
     group.finish();
 }

@@ -162,6 +162,7 @@ fn rendered(
 ) -> Vec<Rendered> {
     let canned = Canned {
         status,
+        content_type: None,
         body: Bytes::from_static(body.as_bytes()),
         seen: Mutex::new(Vec::new()),
     };

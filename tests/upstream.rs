@@ -1030,7 +1030,8 @@ async fn soap_call_posts_the_envelope_to_the_endpoint_and_decodes_the_fault() {
     assert!(!body.contains("crm-s3cret"), "digest only");
     assert!(body.ends_with("<Name>Jane</Name></SubmitLead></soap:Body></soap:Envelope>"));
 
-    let reply = soap::decode_reply(&response.body, &Default::default()).expect("an envelope");
+    let reply = soap::decode_reply(&response.body, Default::default(), &Default::default())
+        .expect("an envelope");
     let fault = reply.fault.expect("a fault");
     assert_eq!(
         (fault.code.as_str(), fault.reason.as_str()),

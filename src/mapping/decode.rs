@@ -5,9 +5,18 @@
 //! `@name`; an element with only text becomes that string; mixed text goes to `#text`. A name
 //! that repeats becomes an array, and so does any name listed in `list_elements` even when it
 //! appears once, so jq programs see one stable shape.
+//!
+//! Charsets: XML and CSV bodies from legacy systems are often Latin-1 / Windows-1252. The charset
+//! is the first of: the mapping's `charset:`, the reply's `Content-Type` `charset=`, a byte order
+//! mark, (XML) the declaration's `encoding="…"`, UTF-8. A body in another charset is transcoded
+//! to UTF-8 once, before parsing; a UTF-8 body is parsed in place, never copied. JSON is always
+//! UTF-8 (RFC 8259).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
+use std::fmt;
 
+use encoding_rs::{Encoding, UTF_8, UTF_16BE, UTF_16LE};
 use quick_xml::events::Event;
 use quick_xml::reader::Reader;
 use serde_json::{Map, Value};
@@ -18,6 +27,39 @@ pub enum Format {
     Json,
     Csv,
     Xml { list_elements: HashSet<String> },
+}
+
+/// What names a body's charset from outside the body, strongest first. The body itself can
+/// still name it (byte order mark, XML declaration) when neither does.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Declared<'a> {
+    /// The mapping's `charset:`; wins over everything the reply says.
+    pub mapping: Option<&'static Encoding>,
+    /// The reply's `Content-Type` header; its `charset=` parameter counts.
+    pub content_type: Option<&'a str>,
+}
+
+impl<'a> Declared<'a> {
+    /// The mapping's charset and the `Content-Type` of a reply's `headers`.
+    pub fn reply(mapping: Option<&'static Encoding>, headers: &'a http::HeaderMap) -> Self {
+        Declared {
+            mapping,
+            content_type: headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok()),
+        }
+    }
+}
+
+/// Parses a mapping's `charset:` label (WHATWG labels, case-insensitive: `windows-1252`,
+/// `iso-8859-1` and `latin1` (all three read as Windows-1252, which is what legacy exports mean),
+/// `iso-8859-15`, `utf-16le`, `shift_jis` …).
+pub fn charset(label: &str) -> Result<&'static Encoding, String> {
+    Encoding::for_label_no_replacement(label.as_bytes()).ok_or_else(|| {
+        format!(
+            "unknown charset `{label}`; expected a label like utf-8, windows-1252 or iso-8859-15"
+        )
+    })
 }
 
 impl Format {
@@ -34,33 +76,198 @@ impl Format {
         }
     }
 
-    /// Decodes a body. Errors are short and safe to log (no body content).
+    /// Decodes a body nothing outside it declares a charset for ([`Format::decode_with`]).
     pub fn decode(&self, body: &[u8]) -> Result<Value, String> {
+        self.decode_with(body, Declared::default())
+    }
+
+    /// Decodes a body, reading XML and CSV in the charset chosen as the module doc says. Errors
+    /// are short and safe to log (no body content).
+    pub fn decode_with(&self, body: &[u8], declared: Declared<'_>) -> Result<Value, String> {
         match self {
             Format::Json => {
                 serde_json::from_slice(body).map_err(|e| format!("body is not JSON ({e})"))
             }
-            Format::Csv => decode_csv(body),
-            Format::Xml { list_elements } => decode_xml(body, list_elements),
+            Format::Csv => {
+                let (text, charset) = to_utf8(body, false, declared)?;
+                decode_csv(&text, charset)
+            }
+            Format::Xml { list_elements } => {
+                let (text, _) = to_utf8(body, true, declared)?;
+                decode_xml(&text, list_elements)
+            }
         }
     }
 }
 
-fn decode_csv(body: &[u8]) -> Result<Value, String> {
-    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
+// === charsets ===
+
+/// The charset a body is read in, and what named it (for errors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Charset {
+    encoding: &'static Encoding,
+    source: Source,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Mapping,
+    ContentType,
+    Bom,
+    XmlDeclaration,
+    Default,
+}
+
+impl fmt::Display for Charset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.encoding.name();
+        match self.source {
+            Source::Mapping => write!(f, "{name} per the mapping's `charset`"),
+            Source::ContentType => write!(f, "{name} per the Content-Type header"),
+            Source::Bom => write!(f, "{name} per the byte order mark"),
+            Source::XmlDeclaration => write!(f, "{name} per the XML declaration"),
+            Source::Default => f.write_str("no charset declared"),
+        }
+    }
+}
+
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// How far into an XML body the declaration's `?>` is looked for.
+const XML_DECLARATION_MAX: usize = 1024;
+
+/// Longer labels are not quoted in errors (the longest WHATWG label has 24 characters).
+const LABEL_MAX: usize = 40;
+
+/// The body as UTF-8 bytes: borrowed when it is UTF-8 already (the usual case; not validated
+/// here, the parser does that and says where), transcoded once otherwise. A BOM is dropped.
+fn to_utf8<'b>(
+    body: &'b [u8],
+    xml: bool,
+    declared: Declared<'_>,
+) -> Result<(Cow<'b, [u8]>, Charset), String> {
+    let charset = choose(body, xml, declared)?;
+    if charset.encoding == UTF_8 {
+        return Ok((
+            Cow::Borrowed(body.strip_prefix(UTF8_BOM).unwrap_or(body)),
+            charset,
+        ));
+    }
+    // Single-byte charsets decode every byte; multi-byte ones (UTF-16, Shift_JIS …) can fail.
+    let (text, had_errors) = charset.encoding.decode_with_bom_removal(body);
+    if had_errors {
+        return Err(format!("body is not valid {charset}"));
+    }
+    let bytes = match text {
+        Cow::Borrowed(text) => Cow::Borrowed(text.as_bytes()),
+        Cow::Owned(text) => Cow::Owned(text.into_bytes()),
+    };
+    Ok((bytes, charset))
+}
+
+fn choose(body: &[u8], xml: bool, declared: Declared<'_>) -> Result<Charset, String> {
+    let found = |encoding, source| Ok(Charset { encoding, source });
+    if let Some(encoding) = declared.mapping {
+        return found(encoding, Source::Mapping);
+    }
+    if let Some(label) = declared.content_type.and_then(content_type_charset) {
+        return match Encoding::for_label_no_replacement(label.as_bytes()) {
+            Some(encoding) => found(encoding, Source::ContentType),
+            None => Err(unknown_label("the Content-Type header", label.as_bytes())),
+        };
+    }
+    if let Some((encoding, _)) = Encoding::for_bom(body) {
+        return found(encoding, Source::Bom);
+    }
+    if xml && let Some(label) = xml_declared_encoding(body) {
+        return match Encoding::for_label_no_replacement(label) {
+            // A declaration readable as ASCII is not in UTF-16, whatever it says (a UTF-16
+            // document starts with a BOM or with `<\0?\0`).
+            Some(encoding) if encoding == UTF_16LE || encoding == UTF_16BE => {
+                found(UTF_8, Source::XmlDeclaration)
+            }
+            Some(encoding) => found(encoding, Source::XmlDeclaration),
+            None => Err(unknown_label("the XML declaration", label)),
+        };
+    }
+    found(UTF_8, Source::Default)
+}
+
+/// The label is quoted only when it looks like one (it comes from the reply, and errors name
+/// no reply content).
+fn unknown_label(place: &str, label: &[u8]) -> String {
+    let label_like = label.len() <= LABEL_MAX
+        && label
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(b));
+    let label = match std::str::from_utf8(label) {
+        Ok(label) if label_like => format!(" {label:?}"),
+        _ => String::new(),
+    };
+    format!("{place} names an unknown charset{label}; set `charset:` in the mapping to override")
+}
+
+/// The `charset=` parameter of a `Content-Type` value, unquoted.
+fn content_type_charset(content_type: &str) -> Option<&str> {
+    content_type.split(';').skip(1).find_map(|param| {
+        let (name, value) = param.split_once('=')?;
+        name.trim()
+            .eq_ignore_ascii_case("charset")
+            .then(|| value.trim().trim_matches('"'))
+            .filter(|v| !v.is_empty())
+    })
+}
+
+/// The `encoding="…"` of an XML declaration opening `body`, read as ASCII (leading whitespace,
+/// which strict XML forbids, is tolerated).
+fn xml_declared_encoding(body: &[u8]) -> Option<&[u8]> {
+    let rest = body.trim_ascii_start().strip_prefix(b"<?xml")?;
+    // `<?xml-stylesheet …?>` is a processing instruction, not a declaration.
+    if !rest.first().is_some_and(u8::is_ascii_whitespace) {
+        return None;
+    }
+    let head = &rest[..rest.len().min(XML_DECLARATION_MAX)];
+    let end = head.windows(2).position(|w| w == b"?>")?;
+    // Pseudo-attributes: name S? = S? ("…" | '…'), in any order.
+    let mut decl = &head[..end];
+    loop {
+        decl = decl.trim_ascii_start();
+        let eq = decl.iter().position(|&b| b == b'=')?;
+        let name = decl[..eq].trim_ascii_end();
+        let value = decl[eq + 1..].trim_ascii_start();
+        let quote = *value.first().filter(|&&q| q == b'"' || q == b'\'')?;
+        let len = value[1..].iter().position(|&b| b == quote)?;
+        if name == b"encoding" {
+            return Some(value[1..1 + len].trim_ascii());
+        }
+        decl = &value[len + 2..];
+    }
+}
+
+// === CSV ===
+
+fn decode_csv(body: &[u8], charset: Charset) -> Result<Value, String> {
+    // `what` counts records (a quoted field may span lines): the header row is 1.
+    let unreadable = |what: String, e: csv::Error| match e.kind() {
+        csv::ErrorKind::Utf8 { .. } => format!(
+            "{what} is not valid UTF-8 ({charset}); if the export is Latin-1 or from Excel, set \
+             `charset: windows-1252` in the mapping"
+        ),
+        _ => format!("{what} unreadable ({e})"),
+    };
     let mut reader = csv::ReaderBuilder::new()
         .flexible(true)
         .trim(csv::Trim::All)
         .from_reader(body);
     let headers: Vec<String> = reader
         .headers()
-        .map_err(|e| format!("CSV header row unreadable ({e})"))?
+        .map_err(|e| unreadable("CSV header row".to_owned(), e))?
         .iter()
         .map(str::to_owned)
         .collect();
     let mut rows = Vec::new();
     for (i, record) in reader.records().enumerate() {
-        let record = record.map_err(|e| format!("CSV row {} unreadable ({e})", i + 2))?;
+        let record = record.map_err(|e| unreadable(format!("CSV row {}", i + 2), e))?;
         let mut row = Map::with_capacity(headers.len());
         for (name, value) in headers.iter().zip(record.iter()) {
             row.insert(name.clone(), Value::String(value.to_owned()));
@@ -69,6 +276,8 @@ fn decode_csv(body: &[u8]) -> Result<Value, String> {
     }
     Ok(Value::Array(rows))
 }
+
+// === XML ===
 
 /// Element being built while reading XML.
 struct Node {
@@ -264,6 +473,202 @@ mod tests {
         .decode(b"<a><b>1</b><b>2</b><c/></a>")
         .unwrap();
         assert_eq!(v, json!({"a": {"b": ["1", "2"], "c": ""}}));
+    }
+
+    // --- charsets ---
+
+    fn xml() -> Format {
+        Format::Xml {
+            list_elements: HashSet::new(),
+        }
+    }
+
+    fn content_type(value: &str) -> Declared<'_> {
+        Declared {
+            mapping: None,
+            content_type: Some(value),
+        }
+    }
+
+    fn mapping(label: &str, content_type: Option<&'static str>) -> Declared<'static> {
+        Declared {
+            mapping: Some(charset(label).unwrap()),
+            content_type,
+        }
+    }
+
+    /// Windows-1252 bytes: é E9, ü FC, © A9, € 80 (0x80 is a C1 control in true ISO-8859-1;
+    /// exports labelled ISO-8859-1 mean Windows-1252, and so does the label).
+    const CAR_1252: &[u8] = b"<car><model>M\xE9gane</model><trim>\xFCber \xA9</trim>\
+        <price>\x80 31 990</price></car>";
+
+    fn car() -> Value {
+        json!({"car": {"model": "Mégane", "trim": "über ©", "price": "€ 31 990"}})
+    }
+
+    fn with_declaration(encoding: &str, body: &[u8]) -> Vec<u8> {
+        let mut out = format!("<?xml version=\"1.0\" encoding=\"{encoding}\"?>\n").into_bytes();
+        out.extend_from_slice(body);
+        out
+    }
+
+    #[test]
+    fn latin1_xml_is_read_in_the_charset_its_declaration_names() {
+        for label in ["ISO-8859-1", "iso-8859-1", "latin1", "windows-1252"] {
+            let body = with_declaration(label, CAR_1252);
+            assert_eq!(xml().decode(&body).unwrap(), car(), "{label}");
+        }
+        // Single quotes, other pseudo-attributes around it, a newline before it.
+        let body = [
+            b"\n<?xml encoding = 'ISO-8859-1' standalone='yes' ?>".as_slice(),
+            CAR_1252,
+        ]
+        .concat();
+        assert_eq!(xml().decode(&body).unwrap(), car());
+    }
+
+    #[test]
+    fn the_content_type_charset_overrides_the_xml_declaration() {
+        // A UTF-8 body whose declaration lies, and a Latin-1 one whose declaration lies.
+        let utf8 = with_declaration("ISO-8859-1", "<car><model>Mégane</model></car>".as_bytes());
+        let got = xml()
+            .decode_with(&utf8, content_type("application/xml; charset=UTF-8"))
+            .unwrap();
+        assert_eq!(got, json!({"car": {"model": "Mégane"}}));
+        let latin1 = with_declaration("UTF-8", CAR_1252);
+        let got = xml()
+            .decode_with(&latin1, content_type("text/xml;Charset=\"iso-8859-1\""))
+            .unwrap();
+        assert_eq!(got, car());
+    }
+
+    #[test]
+    fn the_mapping_charset_overrides_content_type_and_declaration() {
+        let body = with_declaration("UTF-8", CAR_1252);
+        let declared = mapping("windows-1252", Some("application/xml; charset=utf-8"));
+        assert_eq!(xml().decode_with(&body, declared).unwrap(), car());
+    }
+
+    #[test]
+    fn a_utf16le_body_with_a_bom_is_transcoded() {
+        let text = "<?xml version=\"1.0\" encoding=\"UTF-16\"?><car><model>Mégane</model>\
+                    <trim>über ©</trim><price>€ 31 990</price></car>";
+        let mut body = vec![0xFF, 0xFE];
+        body.extend(text.encode_utf16().flat_map(u16::to_le_bytes));
+        assert_eq!(xml().decode(&body).unwrap(), car());
+        // Cut in the middle of a code unit: an error, not a guess.
+        let error = xml().decode(&body[..body.len() - 1]).unwrap_err();
+        assert_eq!(error, "body is not valid UTF-16LE per the byte order mark");
+    }
+
+    #[test]
+    fn a_windows_1252_csv_is_read_in_the_mapping_charset() {
+        let body = b"VIN,Model,Interior\r\nA1,M\xE9gane,Cr\xE8me \xA9 \x80\r\n";
+        let got = Format::Csv
+            .decode_with(body, mapping("windows-1252", Some("text/csv")))
+            .unwrap();
+        assert_eq!(
+            got,
+            json!([{"VIN": "A1", "Model": "Mégane", "Interior": "Crème © €"}])
+        );
+    }
+
+    #[test]
+    fn a_csv_that_is_not_utf8_asks_for_a_charset_without_quoting_the_body() {
+        let body = b"VIN,Model\r\nA1,Civic\r\nB2,M\xE9gane\r\n";
+        let error = Format::Csv.decode(body).unwrap_err();
+        assert!(error.contains("charset: windows-1252"), "{error}");
+        assert!(error.starts_with("CSV row 3 is not valid UTF-8"), "{error}");
+        assert!(error.contains("no charset declared"), "{error}");
+        assert!(!error.contains("gane") && !error.contains("B2"), "{error}");
+        // A Content-Type that says UTF-8 is named as the reason.
+        let error = Format::Csv
+            .decode_with(body, content_type("text/csv; charset=utf-8"))
+            .unwrap_err();
+        assert!(
+            error.contains("UTF-8 per the Content-Type header"),
+            "{error}"
+        );
+        assert!(error.contains("charset: windows-1252"), "{error}");
+    }
+
+    #[test]
+    fn a_utf8_body_is_borrowed_not_copied() {
+        let body = "\u{FEFF}<car><model>Mégane</model></car>".as_bytes();
+        let (text, charset) = to_utf8(body, true, Declared::default()).unwrap();
+        assert!(matches!(text, Cow::Borrowed(b) if b.as_ptr() == body[3..].as_ptr()));
+        assert_eq!(charset.source, Source::Bom);
+        let body = "VIN,Model\nA1,Mégane\n".as_bytes();
+        let declared = content_type("text/csv; charset=utf-8");
+        let (text, _) = to_utf8(body, false, declared).unwrap();
+        assert!(matches!(text, Cow::Borrowed(b) if b.as_ptr() == body.as_ptr()));
+        // Nor is an ASCII body in a single-byte charset.
+        let (text, _) = to_utf8(b"VIN\nA1\n", false, mapping("latin1", None)).unwrap();
+        assert!(matches!(text, Cow::Borrowed(_)));
+        // Invalid UTF-8 XML fails in the parser, as before.
+        let error = xml()
+            .decode(b"<car><model>M\xE9gane</model></car>")
+            .unwrap_err();
+        assert!(error.starts_with("bad XML text"), "{error}");
+    }
+
+    #[test]
+    fn an_unknown_charset_label_is_a_clear_error() {
+        let body = with_declaration("x-no-such-charset", b"<car/>");
+        let error = xml().decode(&body).unwrap_err();
+        assert_eq!(
+            error,
+            "the XML declaration names an unknown charset \"x-no-such-charset\"; \
+             set `charset:` in the mapping to override"
+        );
+        let error = Format::Csv
+            .decode_with(b"a\n1\n", content_type("text/csv; charset=klingon"))
+            .unwrap_err();
+        assert!(error.starts_with("the Content-Type header names an unknown charset \"klingon\""));
+        // What does not look like a label is not quoted.
+        let body = with_declaration("<b>J. Smith</b>", b"<car/>");
+        let error = xml().decode(&body).unwrap_err();
+        assert!(
+            error.starts_with("the XML declaration names an unknown charset;"),
+            "{error}"
+        );
+        // The mapping's label is checked when the folder loads.
+        assert!(charset("latin1").is_ok_and(|e| e == encoding_rs::WINDOWS_1252));
+        assert!(charset("ISO-8859-15").is_ok_and(|e| e == encoding_rs::ISO_8859_15));
+        assert!(
+            charset("klingon")
+                .unwrap_err()
+                .starts_with("unknown charset `klingon`")
+        );
+        // Labels that encoding_rs maps to its "replacement" decoder are not charsets to read.
+        assert!(charset("iso-2022-kr").is_err());
+    }
+
+    #[test]
+    fn charset_sources_are_read_precisely() {
+        assert_eq!(
+            content_type_charset("text/csv; charset=\"UTF-8\""),
+            Some("UTF-8")
+        );
+        assert_eq!(
+            content_type_charset("text/csv ; CHARSET = latin1 ; x=y"),
+            Some("latin1")
+        );
+        assert_eq!(content_type_charset("text/csv"), None);
+        assert_eq!(content_type_charset("text/csv; charset="), None);
+        assert_eq!(
+            xml_declared_encoding(b"<?xml version=\"1.0\"?><a/>"),
+            None,
+            "no encoding pseudo-attribute"
+        );
+        assert_eq!(
+            xml_declared_encoding(b"<?xml-stylesheet href='a'?><a/>"),
+            None
+        );
+        assert_eq!(xml_declared_encoding(b"<a/>"), None);
+        // A declaration that says UTF-16 but is readable as ASCII is not UTF-16.
+        let body = with_declaration("UTF-16", "<a>é</a>".as_bytes());
+        assert_eq!(xml().decode(&body).unwrap(), json!({"a": "é"}));
     }
 
     #[test]

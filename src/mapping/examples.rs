@@ -175,8 +175,17 @@ fn canned(example: &Example) -> Result<Canned, Failure> {
         },
         None => Bytes::new(),
     };
+    let content_type = match reply.and_then(|r| r.content_type.as_deref()) {
+        Some(value) => Some(http::HeaderValue::from_str(value).map_err(|_| {
+            Failure::Mismatch(vec![format!(
+                "`content_type` {value:?} is not a valid header value"
+            )])
+        })?),
+        None => None,
+    };
     Ok(Canned {
         status: StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
+        content_type,
         body,
         seen: Mutex::new(Vec::new()),
     })

@@ -16,7 +16,7 @@ use http::StatusCode;
 use minijinja::value::Value as TplValue;
 use serde_json::{Map, Value, json};
 
-use super::decode::Format;
+use super::decode::{Declared, Format};
 use super::extract::{Jq, JqValue, JqVars};
 use super::request::{PageRef, Rendered, RequestSpec, plan};
 use super::search::{self, Inventory, Listing};
@@ -100,6 +100,8 @@ pub enum Transport<'a> {
 #[derive(Debug)]
 pub struct Canned {
     pub status: StatusCode,
+    /// The reply's `Content-Type` (its `charset=` counts as a live reply's does).
+    pub content_type: Option<http::HeaderValue>,
     pub body: Bytes,
     pub seen: Mutex<Vec<Rendered>>,
 }
@@ -113,6 +115,8 @@ pub struct Mapped {
     pub upstream: Arc<Upstream>,
     pub request: RequestSpec,
     pub format: Format,
+    /// The mapping's `charset:` for reply bodies, if it names one.
+    pub charset: Option<&'static encoding_rs::Encoding>,
     pub response: ResponseSpec,
     pub errors: Vec<ErrorRule>,
     pub shared: Shared,
@@ -388,7 +392,7 @@ impl Mapped {
         let idempotent = matches!(rendered.method, http::Method::GET | http::Method::HEAD)
             || (soap && self.skill != Skill::LeadSubmit);
         let response = send(transport, &self.upstream, rendered, idempotent).await?;
-        let (doc, fault) = self.decode(&response.body);
+        let (doc, fault) = self.decode(&response);
         for rule in &self.errors {
             let status_ok = rule
                 .status
@@ -457,10 +461,14 @@ impl Mapped {
 
     /// The reply body for jq, and the SOAP fault it carries. A SOAP fault is seen by jq
     /// predicates as `{"Fault": {"code", "subcode", "reason", "detail"}}`.
-    fn decode(&self, body: &[u8]) -> (Result<JqValue, String>, Option<SoapFault>) {
+    fn decode(&self, response: &UpstreamResponse) -> (Result<JqValue, String>, Option<SoapFault>) {
+        let body = &response.body;
+        let declared = Declared::reply(self.charset, &response.headers);
         if self.upstream.soap().is_none() {
             return (
-                self.format.decode(body).map(|v| JqValue::from_json(&v)),
+                self.format
+                    .decode_with(body, declared)
+                    .map(|v| JqValue::from_json(&v)),
                 None,
             );
         }
@@ -469,7 +477,7 @@ impl Mapped {
             Format::Xml { list_elements } => list_elements,
             Format::Json | Format::Csv => &empty,
         };
-        match soap::decode_reply(body, list_elements) {
+        match soap::decode_reply(body, declared, list_elements) {
             Ok(reply) => match reply.fault {
                 Some(fault) => {
                     let doc = json!({ "Fault": {
@@ -568,9 +576,13 @@ pub async fn send(
             if let Ok(mut seen) = canned.seen.lock() {
                 seen.push(rendered);
             }
+            let mut headers = http::HeaderMap::new();
+            if let Some(content_type) = &canned.content_type {
+                headers.insert(http::header::CONTENT_TYPE, content_type.clone());
+            }
             Ok(UpstreamResponse {
                 status: canned.status,
-                headers: http::HeaderMap::new(),
+                headers,
                 body: canned.body.clone(),
                 elapsed: Instant::now().elapsed(),
             })

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::decode::Format;
+use super::decode::{Declared, Format};
 use super::execute::{Shared, Transport, check_listable, page_json, send};
 use super::extract::{Jq, JqValue, JqVars};
 use super::request::RequestSpec;
@@ -29,6 +29,8 @@ pub struct Feed {
     pub upstream: Arc<Upstream>,
     pub request: RequestSpec,
     pub format: Format,
+    /// The mapping's `charset:` for the document, if it names one.
+    pub charset: Option<&'static encoding_rs::Encoding>,
     pub items: Option<Jq>,
     pub item: Jq,
     pub refresh: Duration,
@@ -59,6 +61,7 @@ impl Feed {
         upstream: Arc<Upstream>,
         request: RequestSpec,
         format: Format,
+        charset: Option<&'static encoding_rs::Encoding>,
         items: Option<Jq>,
         item: Jq,
         refresh: Duration,
@@ -70,6 +73,7 @@ impl Feed {
             upstream,
             request,
             format,
+            charset,
             items,
             item,
             refresh,
@@ -180,16 +184,20 @@ impl Feed {
                 cause: format!("feed answered HTTP {} ({})", response.status, self.file),
             });
         }
-        self.build(&response.body)
+        self.build(
+            &response.body,
+            Declared::reply(self.charset, &response.headers),
+        )
     }
 
-    /// Maps a fetched document into a snapshot.
-    pub fn build(&self, body: &[u8]) -> Result<Snapshot, AapError> {
+    /// Maps a fetched document into a snapshot; `declared` names its charset (the mapping's,
+    /// the reply's `Content-Type`).
+    pub fn build(&self, body: &[u8], declared: Declared<'_>) -> Result<Snapshot, AapError> {
         let bad = |cause: String| AapError::InvalidUpstreamResponse {
             upstream: self.upstream.name().to_owned(),
             cause: format!("{cause} ({})", self.file),
         };
-        let doc = JqValue::from_json(&self.format.decode(body).map_err(bad)?);
+        let doc = JqValue::from_json(&self.format.decode_with(body, declared).map_err(bad)?);
         let vars = JqVars {
             request: JqValue::from_json(&Value::Null),
             tables: self.shared.tables_jq.clone(),

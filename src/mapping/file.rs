@@ -219,9 +219,13 @@ pub struct FileResponse {
     /// Single-object skills: jq producing the whole reply `data`.
     #[serde(default)]
     pub jq: Option<String>,
-    /// Reply body format: `json` (default) or `xml`.
+    /// Reply body format: `json` (default), `csv` or `xml`.
     #[serde(default)]
     pub format: Option<String>,
+    /// XML and CSV replies: the body's charset (e.g. `windows-1252`), overriding the reply's
+    /// `Content-Type`, BOM and XML declaration. Unset: those decide, UTF-8 when none does.
+    #[serde(default)]
+    pub charset: Option<String>,
     /// XML replies: element names that are always lists, even with one element.
     #[serde(default)]
     pub list_elements: Vec<String>,
@@ -264,6 +268,11 @@ pub struct FileFeed {
     pub request: FileRequest,
     /// `json`, `csv` (header row) or `xml`.
     pub format: String,
+    /// XML and CSV feeds: the document's charset (e.g. `windows-1252` for an Excel export),
+    /// overriding the reply's `Content-Type`, BOM and XML declaration. Unset: those decide,
+    /// UTF-8 when none does.
+    #[serde(default)]
+    pub charset: Option<String>,
     /// jq selecting the records in the document (CSV documents are an array of row objects).
     #[serde(default)]
     pub items: Option<String>,

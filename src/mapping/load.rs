@@ -13,7 +13,7 @@ use minijinja::value::Value as TplValue;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use super::decode::Format;
+use super::decode::{self, Format};
 use super::execute::{ErrorRule, Mapped, ResponseSpec, Shared, StatusMatch, Supports};
 use super::extract::{Jq, JqValue};
 use super::feed::Feed;
@@ -650,6 +650,7 @@ impl Loader<'_> {
                 None
             }
         };
+        let charset = self.charset(&src, "/charset", file.charset.as_deref(), format.as_ref());
         // Without `items` the document itself is the list of records (CSV rows, a JSON array).
         let items = self
             .jq(
@@ -675,12 +676,41 @@ impl Loader<'_> {
             upstream?,
             request?,
             format?,
+            charset?,
             items?,
             item?,
             refresh?,
             max_stale?,
             shared,
         )))
+    }
+
+    /// A `charset:` label (at `pointer`): `Some(None)` when unset, `None` after a problem.
+    /// Only XML and CSV bodies take one; JSON is always UTF-8.
+    fn charset(
+        &mut self,
+        src: &Source,
+        pointer: &str,
+        label: Option<&str>,
+        format: Option<&Format>,
+    ) -> Option<Option<&'static encoding_rs::Encoding>> {
+        let Some(label) = label else {
+            return Some(None);
+        };
+        if matches!(format, Some(Format::Json)) {
+            self.problems.push(src.problem(
+                pointer,
+                "`charset` is for xml and csv bodies; JSON is always UTF-8",
+            ));
+            return None;
+        }
+        match decode::charset(label) {
+            Ok(encoding) => Some(Some(encoding)),
+            Err(e) => {
+                self.problems.push(src.problem(pointer, e));
+                None
+            }
+        }
     }
 
     fn duration(&mut self, src: &Source, pointer: &str, text: &str) -> Option<std::time::Duration> {
@@ -1076,6 +1106,12 @@ impl Loader<'_> {
                 None
             }
         };
+        let charset = self.charset(
+            src,
+            "/response/charset",
+            response_file.charset.as_deref(),
+            format.as_ref(),
+        );
         let list = skill == Skill::InventorySearch;
         let response = if list {
             match (&response_file.items, &response_file.item, &response_file.jq) {
@@ -1192,6 +1228,7 @@ impl Loader<'_> {
             upstream: upstream?,
             request: request?,
             format: format?,
+            charset: charset?,
             response: response?,
             errors,
             shared,

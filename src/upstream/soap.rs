@@ -38,7 +38,7 @@ use sha1::{Digest as _, Sha1};
 use super::client::Upstream;
 use super::config::Secret;
 use super::{UpstreamError, UpstreamRequest};
-use crate::mapping::decode::Format;
+use crate::mapping::decode::{Declared, Format};
 use crate::mapping::template::xml_escape;
 
 /// The SOAP 1.1 envelope namespace.
@@ -202,14 +202,19 @@ pub fn request_at(
 
 /// Decodes a SOAP reply (any HTTP status): the Body's content as JSON, or the Fault.
 ///
-/// `list_elements` are element names that always become arrays (as for `format: xml`). Errors
-/// are short and name no content: bodies may carry personal data.
-pub fn decode_reply(body: &[u8], list_elements: &HashSet<String>) -> Result<SoapReply, String> {
+/// `declared` names the reply's charset as for `format: xml` (the mapping's `charset`, the
+/// `Content-Type`); `list_elements` are element names that always become arrays. Errors are short
+/// and name no content: bodies may carry personal data.
+pub fn decode_reply(
+    body: &[u8],
+    declared: Declared<'_>,
+    list_elements: &HashSet<String>,
+) -> Result<SoapReply, String> {
     let format = Format::Xml {
         list_elements: list_elements.clone(),
     };
     let not_an_envelope = || "reply is not a SOAP envelope".to_owned();
-    let Value::Object(mut root) = format.decode(body)? else {
+    let Value::Object(mut root) = format.decode_with(body, declared)? else {
         return Err(not_an_envelope());
     };
     let Some(Value::Object(mut envelope)) = root.remove("Envelope") else {
@@ -624,7 +629,7 @@ mod tests {
   </soap:Body>
 </soap:Envelope>"#;
         let lists = HashSet::from(["Warning".to_owned()]);
-        let decoded = decode_reply(reply, &lists).expect("decodes");
+        let decoded = decode_reply(reply, Declared::default(), &lists).expect("decodes");
         assert_eq!(
             decoded,
             SoapReply {
@@ -634,9 +639,25 @@ mod tests {
         );
         let empty = br#"<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope"><s:Body/></s:Envelope>"#;
         assert_eq!(
-            decode_reply(empty, &HashSet::new()).expect("decodes").body,
+            decode_reply(empty, Declared::default(), &HashSet::new())
+                .expect("decodes")
+                .body,
             json!({})
         );
+    }
+
+    #[test]
+    fn decode_reply_reads_the_charset_the_reply_names() {
+        // An old SOAP stack answering in Latin-1, saying so only in the Content-Type.
+        let reply = b"<s:Envelope xmlns:s=\"http://www.w3.org/2003/05/soap-envelope\"><s:Body>\
+            <R><Name>Ren\xE9e</Name></R></s:Body></s:Envelope>";
+        let headers = http::HeaderMap::from_iter([(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/soap+xml; charset=ISO-8859-1"),
+        )]);
+        let decoded =
+            decode_reply(reply, Declared::reply(None, &headers), &HashSet::new()).expect("decodes");
+        assert_eq!(decoded.body, json!({"R": {"Name": "Renée"}}));
     }
 
     #[test]
@@ -649,7 +670,7 @@ mod tests {
     <detail><e:Info xmlns:e="urn:e">expired</e:Info></detail>
   </soap:Fault></soap:Body>
 </soap:Envelope>"#;
-        let decoded = decode_reply(reply, &HashSet::new()).expect("decodes");
+        let decoded = decode_reply(reply, Declared::default(), &HashSet::new()).expect("decodes");
         assert_eq!(
             decoded.fault,
             Some(SoapFault {
@@ -662,7 +683,7 @@ mod tests {
         assert!(decoded.body.get("Fault").is_some());
 
         let client = br#"<s:Envelope xmlns:s="http://schemas.xmlsoap.org/soap/envelope/"><s:Body><s:Fault><faultcode>s:Client</faultcode><faultstring>bad</faultstring></s:Fault></s:Body></s:Envelope>"#;
-        let fault = decode_reply(client, &HashSet::new())
+        let fault = decode_reply(client, Declared::default(), &HashSet::new())
             .expect("decodes")
             .fault
             .expect("fault");
@@ -684,7 +705,7 @@ mod tests {
     <env:Detail><crm:ExistingLeadId>L-7</crm:ExistingLeadId></env:Detail>
   </env:Fault></env:Body>
 </env:Envelope>"#;
-        let fault = decode_reply(reply, &HashSet::new())
+        let fault = decode_reply(reply, Declared::default(), &HashSet::new())
             .expect("decodes")
             .fault
             .expect("fault");
@@ -711,7 +732,8 @@ mod tests {
             ),
             String::new(),
         ] {
-            let error = decode_reply(body.as_bytes(), &HashSet::new()).expect_err("not SOAP");
+            let error = decode_reply(body.as_bytes(), Declared::default(), &HashSet::new())
+                .expect_err("not SOAP");
             assert!(!error.contains(secret), "{error} leaks the body");
             assert!(error.len() < 120, "{error} is short");
         }
