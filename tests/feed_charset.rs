@@ -117,7 +117,7 @@ impl FeedServer {
 async fn start(feeds: &FeedServer) -> Gateway {
     let dir = tempfile::tempdir().expect("temp dir");
     let undeclared = dir.path().join("undeclared-csv");
-    copy_dir(&fixture("cp1252-csv-feed"), &undeclared);
+    common::copy_dir(&fixture("cp1252-csv-feed"), &undeclared);
     let feed_yaml = undeclared.join("feed.yaml");
     let text = std::fs::read_to_string(&feed_yaml).expect("read feed.yaml");
     assert!(text.contains("\ncharset: windows-1252\n"), "{text}");
@@ -163,19 +163,6 @@ fn config_yaml(dealers: &[(&str, &str, &Path)]) -> String {
     yaml
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("create dir");
-    for entry in std::fs::read_dir(from).expect("read dir") {
-        let entry = entry.expect("dir entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("file type").is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("copy file");
-        }
-    }
-}
-
 fn data<'r>(reply: &'r Reply, kind: &str) -> &'r Value {
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert!(reply.body.get("error").is_none(), "{}", reply.text);
@@ -183,22 +170,22 @@ fn data<'r>(reply: &'r Reply, kind: &str) -> &'r Value {
     &reply.payload()["data"]
 }
 
-async fn search(gw: &Gateway, path: &str, request: Value) -> Value {
-    let mut call = json!({ "type": "inventory.search.request" });
+/// The reply `data` of a `kind` call (`inventory.search`, …) with the fields of `request`.
+async fn call(gw: &Gateway, path: &str, kind: &str, request: Value) -> Value {
+    let mut call = json!({ "type": format!("{kind}.request") });
     if let (Some(call), Some(extra)) = (call.as_object_mut(), request.as_object()) {
         call.extend(extra.clone());
     }
     let reply = gw.send(path, call).await;
-    data(&reply, "inventory.search.response").clone()
+    data(&reply, &format!("{kind}.response")).clone()
+}
+
+async fn search(gw: &Gateway, path: &str, request: Value) -> Value {
+    call(gw, path, "inventory.search", request).await
 }
 
 async fn vehicle(gw: &Gateway, path: &str, request: Value) -> Value {
-    let mut call = json!({ "type": "inventory.vehicle.request" });
-    if let (Some(call), Some(extra)) = (call.as_object_mut(), request.as_object()) {
-        call.extend(extra.clone());
-    }
-    let reply = gw.send(path, call).await;
-    data(&reply, "inventory.vehicle.response").clone()
+    call(gw, path, "inventory.vehicle", request).await
 }
 
 // =============================================================================================
@@ -352,7 +339,7 @@ fn check_and_test_mappings_pass_on_the_fixtures() {
 
     // An unknown label is a located load problem.
     let folder = dir.path().join("bad");
-    copy_dir(&fixture("cp1252-csv-feed"), &folder);
+    common::copy_dir(&fixture("cp1252-csv-feed"), &folder);
     let feed_yaml = folder.join("feed.yaml");
     let text = std::fs::read_to_string(&feed_yaml).expect("read feed.yaml");
     std::fs::write(

@@ -82,7 +82,7 @@ async fn start_on(mappings: &Path, sims: &Simulators) -> Gateway {
 /// copy for `max_stale`), for the freshness tests.
 fn fixture_copy(refresh: &str, max_stale: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
-    copy_dir(&fixture_dir(), dir.path());
+    common::copy_dir(&fixture_dir(), dir.path());
     let feed = dir.path().join("feed.yaml");
     let text = std::fs::read_to_string(&feed).expect("read feed.yaml");
     assert!(text.contains("refresh: 5m\n") && text.contains("max_stale: 1h\n"));
@@ -91,19 +91,6 @@ fn fixture_copy(refresh: &str, max_stale: &str) -> tempfile::TempDir {
         .replace("max_stale: 1h\n", &format!("max_stale: {max_stale}\n"));
     std::fs::write(&feed, text).expect("write feed.yaml");
     dir
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("create dir");
-    for entry in std::fs::read_dir(from).expect("read dir") {
-        let entry = entry.expect("dir entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("file type").is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("copy file");
-        }
-    }
 }
 
 // =============================================================================================

@@ -183,7 +183,8 @@ impl Default for DemoCopy {
     }
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+/// Copies the folder `from` to `to`, recursively (`to` is created).
+pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("create dir");
     for entry in std::fs::read_dir(from).expect("read dir") {
         let entry = entry.expect("dir entry");
