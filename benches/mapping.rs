@@ -17,6 +17,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use aap_gateway::mapping::Handler;
+use aap_gateway::mapping::decode::Declared;
 use aap_gateway::mapping::execute::{Canned, LISTABLE, Mapped, ResponseSpec, Transport, page_json};
 use aap_gateway::mapping::extract::{JqValue, JqVars};
 use aap_gateway::mapping::load::{LoadContext, load_folder};
@@ -110,7 +111,10 @@ fn extract_page(mapped: &Mapped, request: &Value, body: &[u8]) -> Value {
         panic!("not a list mapping");
     };
     let vars = jq_vars(mapped, request);
-    let doc = JqValue::from_json(&mapped.format.decode(body).expect("decode"));
+    let doc = mapped
+        .format
+        .decode_jq(body, Declared::default())
+        .expect("decode");
     let records = items.run(&doc, &vars).expect("items");
     let mut vehicles = Vec::with_capacity(records.len());
     for record in &records {

@@ -21,6 +21,8 @@ use quick_xml::events::Event;
 use quick_xml::reader::Reader;
 use serde_json::{Map, Value};
 
+use super::extract::JqValue;
+
 /// The formats an upstream body can come in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Format {
@@ -76,6 +78,17 @@ impl Format {
         }
     }
 
+    /// [`Format::decode_with`] as the value jq programs run on; JSON is parsed straight into
+    /// it (the common case, and the one on every proxied search).
+    pub fn decode_jq(&self, body: &[u8], declared: Declared<'_>) -> Result<JqValue, String> {
+        match self {
+            Format::Json => JqValue::from_json_slice(body).map_err(not_json),
+            Format::Csv | Format::Xml { .. } => self
+                .decode_with(body, declared)
+                .map(|v| JqValue::from_json(&v)),
+        }
+    }
+
     /// Decodes a body nothing outside it declares a charset for ([`Format::decode_with`]).
     pub fn decode(&self, body: &[u8]) -> Result<Value, String> {
         self.decode_with(body, Declared::default())
@@ -85,9 +98,7 @@ impl Format {
     /// are short and safe to log (no body content).
     pub fn decode_with(&self, body: &[u8], declared: Declared<'_>) -> Result<Value, String> {
         match self {
-            Format::Json => {
-                serde_json::from_slice(body).map_err(|e| format!("body is not JSON ({e})"))
-            }
+            Format::Json => serde_json::from_slice(body).map_err(not_json),
             Format::Csv => {
                 let (text, charset) = to_utf8(body, false, declared)?;
                 decode_csv(&text, charset)
@@ -98,6 +109,10 @@ impl Format {
             }
         }
     }
+}
+
+fn not_json(e: serde_json::Error) -> String {
+    format!("body is not JSON ({e})")
 }
 
 // === charsets ===

@@ -213,6 +213,13 @@ impl JqValue {
         JqValue(val_from_json(v))
     }
 
+    /// Parses JSON text straight into jaq's representation, with no `serde_json::Value` in
+    /// between: the value `from_json` gives for the parsed text (upstream replies take this
+    /// path).
+    pub fn from_json_slice(body: &[u8]) -> Result<JqValue, serde_json::Error> {
+        serde_json::from_slice(body).map(JqValue)
+    }
+
     /// Converts back to JSON. Whole floats become integers, NaN and infinities `null`, byte
     /// strings and invalid UTF-8 are decoded lossily, non-string object keys become their
     /// JSON text.
@@ -1505,6 +1512,38 @@ mod tests {
           elif . == null then null
           else $table[if isstring then trim else tostring end] end;
     "#;
+
+    #[test]
+    fn json_text_parses_to_the_value_from_json_gives() {
+        let texts = [
+            "null",
+            "true",
+            "0",
+            "-0",
+            "1.0",
+            "-1.5e3",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-9223372036854775808",
+            "123456789012345678901234567890",
+            r#""é \u00e9 \ud83d\ude97 \n""#,
+            "[]",
+            "{}",
+            r#"{"b": 1, "a": [1, {"c": null}], "b": 2, "": "x"}"#,
+            r#"{"Items": [{"VIN": "1HG", "Price": "$24,990", "Odometer": 12345.0}], "TotalCount": 1}"#,
+        ];
+        for text in texts {
+            let parsed: Value = serde_json::from_str(text).expect("JSON");
+            let direct = JqValue::from_json_slice(text.as_bytes()).expect("JSON");
+            assert_eq!(
+                format!("{direct:?}"),
+                format!("{:?}", JqValue::from_json(&parsed)),
+                "{text}"
+            );
+        }
+        assert!(JqValue::from_json_slice(b"{\"a\": }").is_err());
+        assert!(JqValue::from_json_slice(b"[1] x").is_err());
+    }
 
     #[test]
     fn native_helpers_match_their_jq_definitions() {

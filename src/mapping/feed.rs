@@ -197,7 +197,7 @@ impl Feed {
             upstream: self.upstream.name().to_owned(),
             cause: format!("{cause} ({})", self.file),
         };
-        let doc = JqValue::from_json(&self.format.decode_with(body, declared).map_err(bad)?);
+        let doc = self.format.decode_jq(body, declared).map_err(bad)?;
         let vars = JqVars {
             request: JqValue::from_json(&Value::Null),
             tables: self.shared.tables_jq.clone(),
