@@ -697,4 +697,64 @@ mod tests {
             .is_err()
         );
     }
+
+    /// Bodies as legacy systems and broken proxies send them: a BOM or not, an XML declaration
+    /// naming some charset or not, then anything.
+    fn legacy_body() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let prefix = prop_oneof![
+            Just(Vec::new()),
+            Just(UTF8_BOM.to_vec()),
+            Just(b"\xFF\xFE".to_vec()),
+            Just(b"\xFE\xFF".to_vec()),
+            prop::sample::select(vec![
+                "ISO-8859-1",
+                "windows-1252",
+                "UTF-16",
+                "utf-16be",
+                "Shift_JIS",
+                "x-unknown",
+                "",
+            ])
+            .prop_map(|label| format!("<?xml version=\"1.0\" encoding=\"{label}\"?>").into_bytes()),
+            Just(b"<?xml version='1.0' encoding='".to_vec()),
+        ];
+        let rest = prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..256),
+            "[<>a-z/ =\"'&;#\\[\\]!?\u{e9}\u{20ac}\\x00-\\x7f]{0,200}".prop_map(String::into_bytes),
+        ];
+        (prefix, rest).prop_map(|(mut prefix, rest)| {
+            prefix.extend(rest);
+            prefix
+        })
+    }
+
+    proptest::proptest! {
+        /// Whatever the body and whatever declares its charset, decoding answers (a value or
+        /// an error) and never panics.
+        #[test]
+        fn no_body_or_charset_makes_decoding_panic(
+            body in legacy_body(),
+            mapping_label in proptest::option::of(proptest::sample::select(
+                vec!["windows-1252", "utf-8", "utf-16le", "shift_jis"],
+            )),
+            content_type in proptest::option::of(proptest::sample::select(vec![
+                "text/xml; charset=ISO-8859-1",
+                "application/xml;charset=\"utf-16\"",
+                "text/csv; charset=",
+                "text/csv; charset=bogus",
+                "text/plain",
+            ])),
+        ) {
+            let declared = Declared {
+                mapping: mapping_label.map(|label| charset(label).unwrap()),
+                content_type,
+            };
+            let list = Format::Xml { list_elements: HashSet::from(["a".to_owned()]) };
+            for format in [Format::Json, Format::Csv, list] {
+                let _ = format.decode_with(&body, declared);
+                let _ = format.decode_jq(&body, declared);
+            }
+        }
+    }
 }
