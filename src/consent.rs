@@ -1,12 +1,12 @@
-//! The consent rules of SPEC §6.1 that a schema cannot express, checked before a lead reaches any
-//! upstream.
+//! The consent rules (docs/protocol.md §Consent) that a schema cannot express, checked before a
+//! lead reaches any upstream.
 //!
 //! The request schema has already refused an absent or malformed grant (`CONTACT_CONSENT_REQUIRED`
 //! / `INVALID_CONSENT`, chosen by `schema::classify`). What is left depends on the clock and on
 //! the dealer: a grant that has expired or is dated in the future is not usable
 //! (`INVALID_CONSENT`); a grant that does not cover the channel the buyer asked to be contacted
 //! on, or any channel the dealer follows up on, or any contact point the customer gave, leaves
-//! the dealer no lawful way to answer (`CONTACT_CONSENT_REQUIRED`, DESIGN §4).
+//! the dealer no lawful way to answer (`CONTACT_CONSENT_REQUIRED`).
 
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use crate::error::{AapCode, AapError, Violation};
 /// seconds "from the future" was still given by a person a moment ago.
 pub const CLOCK_SKEW: Duration = Duration::from_secs(300);
 
-/// The channels consent can name (SPEC §5.5).
+/// The channels consent can name (docs/protocol.md §Consent).
 pub const CHANNELS: [&str; 3] = ["email", "phone", "sms"];
 
 /// Checks the consent of a schema-valid `lead.submit.request` at `now`. `follow_up` are the

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-/// The twelve AAP error codes (SPEC §3.3).
+/// The twelve AAP error codes (docs/protocol.md §AAP error codes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AapCode {
     UnsupportedSkill,
@@ -62,7 +62,7 @@ impl AapCode {
         AapCode::ALL.into_iter().find(|c| c.as_str() == code)
     }
 
-    /// The default `retryable` of SPEC §3.3.
+    /// The default `retryable` of docs/protocol.md §AAP error codes.
     pub fn retryable_by_default(self) -> bool {
         matches!(self, AapCode::RateLimited | AapCode::InternalError)
     }
@@ -74,7 +74,8 @@ impl fmt::Display for AapCode {
     }
 }
 
-/// One failed rule in a request or reply payload, in the JSON Schema output-unit style of SPEC §3.4.
+/// One failed rule in a request or reply payload, in the JSON Schema output-unit style
+/// (docs/protocol.md §Validation failures).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
     /// JSON Pointer relative to the AAP payload (the DataPart `data`).

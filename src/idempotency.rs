@@ -1,4 +1,4 @@
-//! Idempotent `lead.submit` (SPEC §6.3, DESIGN §6): a buyer that retries with the same
+//! Idempotent `lead.submit` (docs/protocol.md §Idempotency): a buyer that retries with the same
 //! `idempotency_key` gets the first reply again, never a second lead.
 //!
 //! - **Scope**: a key belongs to one dealer and one `source_agent.name`; two buyer agents that

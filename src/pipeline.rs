@@ -1,6 +1,6 @@
-//! `handle`: every stage of a skill call, in order, one line each (DESIGN §3 step 9 onwards).
-//! Stage logic lives in the stage's module; this function only shows the path. Each stage runs
-//! in its trace span (`DEBUG`: free unless traces are exported).
+//! `handle`: every stage of a skill call, in order, one line each (docs/protocol.md §Order of
+//! checks, steps 9–10). Stage logic lives in the stage's module; this function only shows the
+//! path. Each stage runs in its trace span (`DEBUG`: free unless traces are exported).
 
 use jiff::Timestamp;
 use tracing::{Instrument as _, debug_span};
@@ -37,7 +37,8 @@ pub async fn handle(
     }
 }
 
-/// `lead.submit`: the gateway's rules, all before the CRM sees anything (DESIGN §6).
+/// `lead.submit`: the gateway's rules, all before the CRM sees anything (docs/protocol.md §Lead
+/// request and reply).
 async fn submit_lead(
     app: &App,
     dealer: &Dealer,

@@ -1,4 +1,5 @@
-//! Rate limits: GCRA quotas per dealer, client and skill (DESIGN §5), checked after
+//! Rate limits: GCRA quotas per dealer, client and skill (docs/protocol.md §Rate limits), checked
+//! after
 //! authentication and before any schema work or upstream call, so a client that bursts is
 //! told `RATE_LIMITED` before the dealer's legacy systems feel it.
 //!

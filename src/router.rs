@@ -1,4 +1,5 @@
-//! Chooses the dealer a request is for, from its host name and path (DESIGN §9).
+//! Chooses the dealer a request is for, from its host name and path (docs/protocol.md §Choosing
+//! the dealer).
 //!
 //! A dealer matches when its `hosts` (if any) contain the request's host name (port ignored,
 //! case-insensitive) and its `path_prefix` (if any) starts the path at a segment boundary. When

@@ -1,5 +1,5 @@
 //! The project's AAP JSON Schemas (draft 2020-12), compiled once at load, and the rules that turn
-//! a list of schema failures into one AAP error code (DESIGN §4, §9).
+//! a list of schema failures into one AAP error code (docs/protocol.md §Validation failures).
 //!
 //! Validation reports every failure at once, each at the offending field: `required` at the
 //! missing property's pointer, `additionalProperties` at the extra key's pointer.
@@ -253,7 +253,7 @@ fn child(at: &str, name: &str) -> String {
     crate::settings::yaml::push_pointer(at, name)
 }
 
-/// Short messages in the style of SPEC §3.2 (`must be integer`).
+/// Short messages (`must be integer`), as docs/protocol.md §Validation failures shows them.
 fn message(kind: &ValidationErrorKind) -> String {
     match kind {
         ValidationErrorKind::Type {
@@ -307,7 +307,7 @@ fn plain(v: &Value) -> String {
 const SALE_CONDITIONS: [&str; 3] = ["new", "used", "cpo"];
 const TRADE_IN_CONDITIONS: [&str; 4] = ["excellent", "good", "fair", "poor"];
 
-/// Picks the one AAP code for a failed request (DESIGN §4 and §9).
+/// Picks the one AAP code for a failed request (docs/protocol.md §Validation failures).
 pub fn classify(skill: Skill, data: &Value, violations: &[Violation]) -> AapCode {
     let is_consent = |v: &Violation| {
         v.instance_location == "/consent" || v.instance_location.starts_with("/consent/")

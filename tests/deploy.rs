@@ -43,9 +43,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_aap-gateway");
 /// The example mapping folder every deployment example carries (copies of deploy/config).
 const MAPPING_FOLDER: &str = "example-toyota";
 
-/// Metric names: DESIGN §9, plus the four that issue 7 asks for and DESIGN does not name
-/// (upstream errors, idempotency replays and conflicts, feed-cache age). docs/operations.md
-/// lists them with their labels; the dashboard uses nothing else.
+/// Metric names: the original six, plus the four that issue 7 asks for (upstream errors,
+/// idempotency replays and conflicts, feed-cache age). docs/operations.md §Metrics lists them
+/// with their labels; the dashboard uses nothing else.
 const METRICS: &[(&str, MetricKind)] = &[
     ("aap_gateway_requests_total", MetricKind::Counter),
     (

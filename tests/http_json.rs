@@ -1,5 +1,5 @@
 //! The HTTP+JSON binding (`POST {base}/message:send`), one test per row of its HTTP status
-//! mapping (SPEC §2.1, §3.3, DESIGN §4): a `google.rpc.Status` body whose `code` is the HTTP
+//! mapping (docs/protocol.md §HTTP statuses): a `google.rpc.Status` body whose `code` is the HTTP
 //! status and whose `details[]` are the JSON-RPC binding's `error.data` entries — ErrorInfo
 //! first, BadRequest for validation, then `aap.error`. Parity with JSON-RPC for every case of
 //! the protocol and skills suites is checked there (`Gateway::with_parity`).
@@ -212,7 +212,7 @@ async fn list_tasks_is_200_with_an_empty_list() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// AAP codes (SPEC §3.3)
+// AAP codes (docs/protocol.md §AAP error codes)
 
 #[tokio::test]
 async fn validation_failures_are_422_with_bad_request_then_aap_error() {
@@ -375,7 +375,7 @@ fn assert_a2a_like(reply: &Reply, status: u16, reason: &str) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A2A protocol errors (SPEC §2.1)
+// A2A protocol errors (docs/protocol.md §A2A protocol errors)
 
 #[tokio::test]
 async fn version_and_extension_problems_are_400() {

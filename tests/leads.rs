@@ -92,7 +92,7 @@ fn slot(days: i64, hour: i8, minute: i8) -> String {
     local.timestamp().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-/// A complete lead for `vehicle` (SPEC §5.13's example, with hostile text).
+/// A complete lead for `vehicle` (AAP's worked `lead.submit` example, with hostile text).
 fn lead(vehicle: &Vehicle, key: &str) -> Value {
     json!({
         "type": "lead.submit.request",

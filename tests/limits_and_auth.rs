@@ -85,7 +85,8 @@ async fn skills_and_dealers_have_their_own_buckets() {
     assert_eq!(call(&gw, "/a2a", &[]).await.aap_code(), "RATE_LIMITED");
     // The other dealer is another bucket.
     assert!(ok(&call(&gw, "/other/a2a", &[]).await));
-    // inventory.search is not served here: UNSUPPORTED_SKILL comes before the limit (DESIGN §3).
+    // inventory.search is not served here: UNSUPPORTED_SKILL comes before the limit
+    // (docs/protocol.md §Order of checks).
     let reply = gw
         .send("/a2a", json!({ "type": "inventory.search.request" }))
         .await;

@@ -1,5 +1,5 @@
 //! `/metrics` on the admin listener: after a known mix of requests the scrape holds exactly
-//! those counts, under the names and labels of DESIGN §9.
+//! those counts, under the names and labels of docs/operations.md §Metrics.
 
 mod common;
 

@@ -1,9 +1,9 @@
 //! Protocol conformance through the real app, in-process, on the demo configuration.
 //!
-//! One test per row of DESIGN §3 (order of checks on the JSON-RPC binding) and §9 "Envelope
-//! edges", plus the agent card (SPEC §4), the admin listener and graceful shutdown. Every
+//! One test per row of docs/protocol.md §Order of checks (on the JSON-RPC binding) and §Envelope
+//! edges, plus the agent card (§Agent card), the admin listener and graceful shutdown. Every
 //! JSON-RPC reply is checked for HTTP 200, `jsonrpc: "2.0"`, the `id` echo rule, and the
-//! `error.data` array of SPEC §2.2 / §3.2 (ErrorInfo first; `aap.error` only on AAP errors).
+//! `error.data` array of §Error data array (ErrorInfo first; `aap.error` only on AAP errors).
 //! Every `SendMessage` case also runs through the HTTP+JSON binding and must reach the same
 //! outcome there (parity; `common::parity`).
 
@@ -207,8 +207,8 @@ fn is_rfc3339(s: &str) -> bool {
     time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).is_ok()
 }
 
-/// An AAP error: the full array of SPEC §3.2 (ErrorInfo, BadRequest for validation codes,
-/// `aap.error` last). Returns the `aap.error` payload.
+/// An AAP error: the full array of docs/protocol.md §Error data array (ErrorInfo, BadRequest for
+/// validation codes, `aap.error` last). Returns the `aap.error` payload.
 fn assert_aap_error(reply: &Reply, code: i64, aap_code: &str) -> Value {
     let data = assert_error_envelope(reply, code, &json!("req-1"));
     let info = &data[0];
@@ -315,7 +315,7 @@ fn pair(at: &str, keyword: &str) -> (String, String) {
     (at.to_owned(), keyword.to_owned())
 }
 
-/// Checks a success reply per SPEC §1.6 and returns the agent message.
+/// Checks a success reply per docs/protocol.md §Success reply and returns the agent message.
 fn assert_success(reply: &Reply, request: &Value) -> Value {
     assert_jsonrpc(reply, &request["id"]);
     let result = reply.body["result"].as_object().expect("result object");
@@ -433,7 +433,7 @@ fn assert_plain_http_error(response: &RawResponse, status: u16) {
     assert_eq!(body["error"]["code"], json!(status), "{body}");
 }
 
-// === DESIGN §3 step 1: HTTP level ===
+// === docs/protocol.md §Order of checks, step 1: HTTP level ===
 
 #[tokio::test]
 async fn get_on_the_jsonrpc_endpoint_is_405_with_allow_post() {
@@ -1680,7 +1680,7 @@ async fn whole_number_floats_are_integers_before_any_stage_reads_them() {
     assert_eq!(violations[0].keyword, "type");
 }
 
-// === the success reply (SPEC §1.6) ===
+// === the success reply (docs/protocol.md §Success reply) ===
 
 #[tokio::test]
 async fn reply_has_fresh_message_id_agent_role_and_one_data_part() {
@@ -1748,7 +1748,7 @@ async fn each_dealer_answers_with_its_own_profile() {
     assert_eq!(honda.payload()["data"]["name"], "Demo Honda");
 }
 
-// === agent card (SPEC §4, DESIGN §2) ===
+// === agent card (docs/protocol.md §Agent card) ===
 
 async fn get_card(gw: &Gateway, path: &str) -> (reqwest::header::HeaderMap, Value) {
     let resp = gw.client().get(gw.url(path)).send().await.expect("request");

@@ -3,12 +3,12 @@
 //! the REST DMS) and Demo Honda (feed mode: the CSV feed cached and searched in the gateway).
 //!
 //! What holds for every reply and every dealer:
-//! - it validates against the **reference** AAP response schemas (`../shared/aap/reference`,
-//!   loaded by `$id`, formats checked); a missing reference directory fails the suite;
-//! - no internal column leaks (dealer cost, book value): vehicle keys stay within SPEC §5.1;
+//! - it validates against the project's AAP response schemas (`schemas/`, formats checked;
+//!   `tests/schema_corpus.rs` holds those to the public reference schemas);
+//! - no internal column leaks (dealer cost, book value): vehicle keys stay within docs/protocol.md §Vehicles;
 //! - filters are honoured (`search::matches`) and complete: the returned set is exactly what
 //!   an independent oracle over the simulators' own typed inventory selects;
-//! - sorting follows DESIGN §9 (missing last in both orders, case-insensitive strings, ties by
+//! - sorting follows docs/protocol.md §Sorting (missing last in both orders, case-insensitive strings, ties by
 //!   stock then VIN), and pages of any size and offset are slices of one ordering;
 //! - search totals equal the facet counts for the same filters;
 //! - a listed vehicle resolves in `inventory.vehicle` with the same data; unknown and sold
@@ -22,7 +22,6 @@ mod common;
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
 use aap_gateway::demo::Simulators;
@@ -120,114 +119,9 @@ fn shared() -> (&'static Gateway, &'static Simulators) {
 }
 
 // =============================================================================================
-// Reference schemas (../shared/aap/reference/schemas), loaded by `$id`
-
-struct Reference {
-    validators: HashMap<String, jsonschema::Validator>,
-}
-
-fn reference_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/aap/reference/schemas")
-}
-
-fn json_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let entries =
-        std::fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()));
-    for entry in entries {
-        let path = entry.expect("dir entry").path();
-        if path.is_dir() {
-            json_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "json") {
-            out.push(path);
-        }
-    }
-}
-
-static REFERENCE: LazyLock<Reference> = LazyLock::new(|| {
-    let dir = reference_dir();
-    assert!(
-        dir.is_dir(),
-        "the reference AAP schemas are missing at {} (CI places shared/ beside the clone); \
-         these tests must not be skipped",
-        dir.display()
-    );
-    let mut files = Vec::new();
-    json_files(&dir, &mut files);
-    let mut resources = Vec::new();
-    let mut ids_by_file = HashMap::new();
-    for file in &files {
-        let text = std::fs::read_to_string(file).expect("read schema");
-        let schema: Value = serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("{}: not JSON: {e}", file.display()));
-        let id = schema["$id"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{}: no $id", file.display()))
-            .to_owned();
-        let name = file
-            .file_name()
-            .and_then(|n| n.to_str())
-            .expect("file name")
-            .to_owned();
-        ids_by_file.insert(name, id.clone());
-        resources.push((id, schema));
-    }
-    let registry = jsonschema::Registry::new()
-        .extend(resources)
-        .and_then(|b| b.prepare())
-        .expect("reference registry");
-    let mut validators = HashMap::new();
-    for (response_type, file) in [
-        (
-            "inventory.search.response",
-            "inventory-search-response.schema.json",
-        ),
-        (
-            "inventory.vehicle.response",
-            "vehicle-detail-response.schema.json",
-        ),
-        (
-            "inventory.facets.response",
-            "inventory-facets-response.schema.json",
-        ),
-        (
-            "dealer.information.response",
-            "dealer-information-response.schema.json",
-        ),
-    ] {
-        let id = ids_by_file
-            .get(file)
-            .unwrap_or_else(|| panic!("reference schema {file} missing"));
-        let validator = jsonschema::draft202012::options()
-            .should_validate_formats(true)
-            .with_registry(&registry)
-            .build(&json!({ "$ref": id }))
-            .unwrap_or_else(|e| panic!("{file}: {e}"));
-        validators.insert(response_type.to_owned(), validator);
-    }
-    Reference { validators }
-});
-
-/// Validates an AAP response object (the DataPart `data`) against its reference schema.
-fn assert_reference_valid(payload: &Value) {
-    let kind = payload["type"].as_str().expect("response type");
-    let validator = REFERENCE
-        .validators
-        .get(kind)
-        .unwrap_or_else(|| panic!("no reference schema for {kind}"));
-    let errors: Vec<String> = validator
-        .iter_errors(payload)
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect();
-    assert!(
-        errors.is_empty(),
-        "{kind} fails the reference schema: {errors:#?}\n{payload}"
-    );
-}
-
-// =============================================================================================
 // Universal reply checks
 
-/// Every `Vehicle` property of SPEC §5.1; the demo mappings are allow-lists of these.
+/// Every `Vehicle` property of docs/protocol.md §Vehicles; the demo mappings are allow-lists of these.
 const VEHICLE_FIELDS: [&str; 40] = [
     "vehicle_type",
     "vin",
@@ -332,7 +226,7 @@ fn ok<'r>(reply: &'r Reply, kind: &str) -> &'r Value {
     );
     let payload = reply.payload();
     assert_eq!(payload["type"], kind, "{}", reply.text);
-    assert_reference_valid(payload);
+    common::schema::assert_reply_valid(payload);
     for word in CONFIDENTIAL_WORDS {
         assert!(
             !reply.text.contains(word),
@@ -518,7 +412,7 @@ fn norm(s: &str) -> String {
     s.trim().to_lowercase()
 }
 
-/// Whether AAP semantics (SPEC §5.11, DESIGN §9) select `unit` for `filters`, computed from the
+/// Whether AAP semantics (docs/protocol.md §Filters) select `unit` for `filters`, computed from the
 /// typed record, not from the gateway's mapping. Handles the keys the tables below use.
 fn oracle(filters: &Value, unit: &Unit) -> bool {
     if unit.status == Status::Sold {
@@ -677,7 +571,7 @@ fn present_first(a: Option<SortValue>, b: Option<SortValue>, descending: bool) -
     }
 }
 
-/// DESIGN §9: missing values last in either order, strings case-insensitive, ties by `stock`
+/// docs/protocol.md §Sorting: missing values last in either order, strings case-insensitive, ties by `stock`
 /// then `vin` ascending.
 fn aap_order(a: &Value, b: &Value, field: &str, descending: bool) -> Ordering {
     present_first(sort_value(a, field), sort_value(b, field), descending)

@@ -33,7 +33,8 @@ pub fn check_media_type(headers: &HeaderMap, accepted: &[&str]) -> Result<(), Aa
     })
 }
 
-/// `A2A-Version` must be present with Major.Minor 1.0; a patch number is ignored (SPEC §1.2).
+/// `A2A-Version` must be present with Major.Minor 1.0; a patch number is ignored
+/// (docs/protocol.md §Request headers).
 pub fn check_version(headers: &HeaderMap) -> Result<(), AapError> {
     let refused = |requested| Err(AapError::VersionNotSupported { requested });
     let Some(raw) = headers.get("a2a-version") else {
@@ -67,7 +68,7 @@ pub fn activated(dealer: &Dealer, headers: &HeaderMap) -> bool {
         .any(|member| member.trim() == uri)
 }
 
-/// The activation error naming this dealer's URI (SPEC §2.3).
+/// The activation error naming this dealer's URI (docs/protocol.md §A2A protocol errors).
 pub fn extension_required(dealer: &Dealer) -> AapError {
     AapError::ExtensionSupportRequired {
         uri: dealer.extension_uri().to_owned(),

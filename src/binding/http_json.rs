@@ -1,4 +1,4 @@
-//! The A2A HTTP+JSON (REST) binding (SPEC §1.9, A2A §11), off unless
+//! The A2A HTTP+JSON (REST) binding (docs/protocol.md §HTTP+JSON binding; A2A §11), off unless
 //! `bindings.http_json.enabled`: `POST {base}/message:send` with a `SendMessageRequest` body,
 //! answered `200 {"message": …}`, or a non-2xx `google.rpc.Status` body whose `details[]` are
 //! exactly the JSON-RPC binding's `error.data` entries.
@@ -155,7 +155,7 @@ pub async fn serve(
     }
 }
 
-/// `message:send`, in the JSON-RPC binding's order of checks (DESIGN §3).
+/// `message:send`, in the JSON-RPC binding's order of checks (docs/protocol.md §Order of checks).
 async fn send(
     app: &App,
     dealer: &Dealer,
@@ -183,7 +183,7 @@ async fn send(
     Ok(tracing::debug_span!("encode").in_scope(|| encode(&response)))
 }
 
-/// `ListTasks`: this agent never creates tasks (DESIGN §9).
+/// `ListTasks`: this agent never creates tasks (docs/protocol.md §Other A2A methods).
 fn list_tasks(query: Option<&str>) -> Value {
     let page_size = query
         .into_iter()

@@ -1,7 +1,7 @@
-//! The JSON-RPC 2.0 binding (SPEC §1, DESIGN §3): HTTP request in, HTTP response out.
+//! The JSON-RPC 2.0 binding: HTTP request in, HTTP response out.
 //!
-//! Checks run in the order of DESIGN §3; every JSON-RPC reply, success or error, is HTTP 200,
-//! because generic A2A clients lose the error code on any other status.
+//! Checks run in the order of docs/protocol.md §Order of checks; every JSON-RPC reply, success or
+//! error, is HTTP 200, because generic A2A clients lose the error code on any other status.
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
@@ -129,7 +129,7 @@ async fn send(
         .map(Success::Message)
 }
 
-/// DESIGN §3 steps 2–6, up to and including the extension check.
+/// docs/protocol.md §Order of checks, steps 2–6, up to and including the extension check.
 // One value per request, on the way to an error reply: boxing it would buy nothing.
 #[allow(clippy::result_large_err)]
 fn envelope(

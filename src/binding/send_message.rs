@@ -1,16 +1,16 @@
 //! A2A `SendMessageRequest` ⇄ `Call` / `Reply`, shared by both bindings (the JSON-RPC `params`
 //! and the HTTP+JSON body carry the same object).
 //!
-//! Applies the message rules of DESIGN §3 steps 7–9 and §9 "Envelope edges", in order: envelope
-//! fields (all problems at once), `taskId`, the AAP DataPart and its `mediaType`,
-//! `acceptedOutputModes`, then the skill named by `data.type`.
+//! Applies the message rules of docs/protocol.md §Order of checks, steps 7–9, and §Envelope edges,
+//! in order: envelope fields (all problems at once), `taskId`, the AAP DataPart and its
+//! `mediaType`, `acceptedOutputModes`, then the skill named by `data.type`.
 
 use serde_json::Value;
 
 use crate::error::{AapCode, AapError, FieldViolation, Violation};
 use crate::protocol::{Call, Reply, Skill, SkillRef};
 
-/// Longest `contextId` accepted from a caller (SPEC §9 item 9).
+/// Longest `contextId` accepted from a caller (docs/protocol.md §Envelope edges).
 pub const MAX_CONTEXT_ID: usize = 256;
 
 /// Decodes a `SendMessageRequest` object.
@@ -152,8 +152,8 @@ fn untyped(absent: bool) -> AapError {
     }
 }
 
-/// DESIGN §3 step 8: absent, empty, or naming `*/*`, `application/json` or the skill's response
-/// type is fine; a list that excludes all of them cannot be served.
+/// docs/protocol.md §Order of checks, step 8: absent, empty, or naming `*/*`, `application/json`
+/// or the skill's response type is fine; a list that excludes all of them cannot be served.
 fn check_output_modes(configuration: Option<&Value>, skill: &SkillRef) -> Result<(), AapError> {
     let modes = match configuration.and_then(|c| c.get("acceptedOutputModes")) {
         None | Some(Value::Null) => return Ok(()),
@@ -213,7 +213,7 @@ fn invalid_params(name: &str, description: &str) -> AapError {
 }
 
 /// JSON clients (the Python A2A SDK sends protobuf `Value`s) send whole numbers as `20.0`: a
-/// whole-valued float is an integer everywhere (DESIGN §3); `20.5` stays a float.
+/// whole-valued float is an integer everywhere (docs/protocol.md §Numbers); `20.5` stays a float.
 pub fn normalize_numbers(value: &mut Value) {
     match value {
         Value::Number(n) if !n.is_i64() && !n.is_u64() => {

@@ -1,10 +1,10 @@
 //! The one place that maps an `AapError` to wire codes, HTTP statuses and error details.
 //!
 //! Mirrors the A2A error table (A2A §5.4: error → JSON-RPC code → HTTP status) and the AAP code
-//! table (SPEC §3.3), and fills the `error.data` array of SPEC §2.2 / §3.2: ErrorInfo first, then
-//! BadRequest for validation failures, then the typed `aap.error` payload. Both bindings encode
-//! from a `WireError`, so they cannot disagree. Each match is exhaustive (no `_` arm): a new error
-//! variant does not compile until it is mapped here.
+//! table (docs/protocol.md §AAP error codes), and fills the `error.data` array of docs/protocol.md
+//! §Error data array: ErrorInfo first, then BadRequest for validation failures, then the typed
+//! `aap.error` payload. Both bindings encode from a `WireError`, so they cannot disagree. Each
+//! match is exhaustive (no `_` arm): a new error variant does not compile until it is mapped here.
 #![warn(clippy::wildcard_enum_match_arm)]
 
 use std::time::Duration;
@@ -104,7 +104,7 @@ fn a2a_with(
     }
 }
 
-/// JSON-RPC code and HTTP status of each AAP code (SPEC §3.3).
+/// JSON-RPC code and HTTP status of each AAP code (docs/protocol.md §AAP error codes).
 pub fn aap_code_wire(code: AapCode) -> (i64, StatusCode) {
     match code {
         AapCode::UnsupportedSkill => (-32004, StatusCode::NOT_FOUND),
@@ -317,7 +317,8 @@ pub fn to_wire(error: &AapError, stamp: &ErrorStamp) -> WireError {
             let n = violations.len();
             let noun = if n == 1 { "error" } else { "errors" };
             let (summary, message, details, violations) = match code {
-                // Absent consent alone (DESIGN §9): a business refusal, not a malformed request.
+                // Absent consent alone: a business refusal, not a malformed request
+                // (docs/protocol.md §Validation failures).
                 AapCode::ContactConsentRequired => {
                     let message = "Consent is required to submit a lead: send `consent` with \
                                    scope lead_submission."

@@ -1,5 +1,6 @@
 //! The HTTP lead intake simulator: a "web CRM" that takes leads either as ADF/XML documents
-//! (SPEC §7, read strictly by [`adf_parse`]) or as its own JSON records.
+//! (docs/protocol.md §Lead delivery and ADF, read strictly by [`adf_parse`]) or as its own JSON
+//! records.
 //!
 //! It is what the tests put behind `lead.submit` mappings that POST the gateway's ADF document
 //! ([`crate::mapping::adf`]) or a REST JSON lead. Both ways de-duplicate on the caller's stable

@@ -1,5 +1,6 @@
 //! The SMTP lead intake simulator: a dealer CRM's intake mailbox, the way most dealer CRMs still
-//! take leads — an e-mail whose body is an ADF/XML document (SPEC §7).
+//! take leads — an e-mail whose body is an ADF/XML document (docs/protocol.md §Lead delivery
+//! and ADF).
 //!
 //! It is what `aap-gateway demo` and the tests put behind the gateway's lettre-based mailer
 //! (`kind: smtp` upstreams). Two listeners on loopback ephemeral ports:

@@ -1,9 +1,10 @@
-//! A `lead.submit` request rendered as an ADF 1.0 document (SPEC §7), for dealer CRMs that take
-//! leads as ADF/XML — by HTTP POST or, as most still do, by e-mail.
+//! A `lead.submit` request rendered as an ADF 1.0 document (docs/protocol.md §Lead delivery and
+//! ADF), for dealer CRMs that take leads as ADF/XML — by HTTP POST or, as most still do, by
+//! e-mail.
 //!
 //! The gateway has already validated the request against its schema and checked consent; this
-//! module only translates. It follows the §7.1 field table and the §7.2 rules, in the element
-//! order of our reading of the ADF 1.0 DTD (§7.3):
+//! module only translates. It follows AAP's ADF field table and rules, in the element order of our
+//! reading of the ADF 1.0 DTD:
 //!
 //! ```text
 //! <?xml version="1.0" encoding="UTF-8"?>
@@ -36,7 +37,7 @@
 //! `other_attributes` entry as `key: value`; the customer's `<comments>` (entries on separate
 //! lines) carries the buyer's message, the requested appointment in the rooftop's time zone, its
 //! notes, the preferred contact channel and the consent audit line. The ConsentGrant must never
-//! be lost (SPEC §6.1), so that line quotes `consent_text` verbatim.
+//! be lost (docs/protocol.md §Consent), so that line quotes `consent_text` verbatim.
 //!
 //! Every value is written through quick-xml's writer and escaper, never spliced in by hand. Two
 //! things an escaper cannot fix are handled first: characters XML 1.0 cannot carry at all (C0
@@ -44,11 +45,11 @@
 //! become LF, as every XML parser would read them anyway. What the CRM reads back is therefore
 //! exactly the text written.
 //!
-//! Not mapped (SPEC §7.1 lists them as having no ADF equivalent and the gateway keeps them
-//! elsewhere): `vehicle_id`, `msrp`, `list_price`, `fees`, `idempotency_key`,
-//! `source_agent.agent_card_url`; nor the colours, features and other listing details that the
-//! §7.1 table does not name. `<vendor>` carries only `<vendorname>`, as in the §7.3 skeleton,
-//! although a strict reading of the DTD also wants a `<contact>` (SPEC §9 item 24).
+//! Not mapped (AAP's ADF table gives them no ADF element and the gateway keeps them elsewhere):
+//! `vehicle_id`, `msrp`, `list_price`, `fees`, `idempotency_key`, `source_agent.agent_card_url`;
+//! nor the colours, features and other listing details that the ADF table does not name.
+//! `<vendor>` carries only `<vendorname>`, as in AAP's ADF skeleton, although a strict reading of
+//! the DTD also wants a `<contact>` (an open point: docs/protocol.md §Lead delivery and ADF).
 
 use std::io;
 
@@ -619,7 +620,7 @@ mod tests {
     use quick_xml::Reader;
     use serde_json::json;
 
-    /// The SPEC §5.13 example request.
+    /// AAP's worked `lead.submit` example request.
     fn spec_example() -> Value {
         json!({"type":"lead.submit.request",
          "customer":{"first_name":"Anna","last_name":"Lee","email":"anna@example.com","phone":"+14155550123","preferred_contact":"phone"},
@@ -885,7 +886,7 @@ mod tests {
         );
     }
 
-    /// One request exercising every row of the §7.1 table.
+    /// One request exercising every row of AAP's ADF field table.
     #[test]
     fn every_table_row() {
         let request = json!({"type":"lead.submit.request",

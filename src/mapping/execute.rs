@@ -26,7 +26,7 @@ use crate::upstream::soap::{self, SoapFault};
 use crate::upstream::{Upstream, UpstreamRequest, UpstreamResponse};
 use tracing::debug_span;
 
-/// Statuses a listing may have to be shown to a buyer (SPEC §6.9).
+/// Statuses a listing may have to be shown to a buyer (docs/protocol.md §Listing status).
 pub const LISTABLE: [&str; 3] = ["available", "intransit", "pending"];
 
 /// Values every template and jq program of one mapping file sees besides the request.
@@ -585,7 +585,8 @@ pub async fn send(
     }
 }
 
-/// `skip` and the effective `limit` of a search request: default 20, at most 100 (SPEC §5.11).
+/// `skip` and the effective `limit` of a search request: default 20, at most 100 (docs/protocol.md
+/// §Pagination and totals).
 pub fn window(request: &Value) -> (usize, usize) {
     let number = |p: &str| {
         request
@@ -600,7 +601,7 @@ pub fn window(request: &Value) -> (usize, usize) {
     (skip, limit)
 }
 
-/// `inventory.vehicle` must not answer a unit that left stock (SPEC §6.9).
+/// `inventory.vehicle` must not answer a unit that left stock (docs/protocol.md §Listing status).
 pub fn check_listable(vehicle: &Value) -> Result<(), AapError> {
     let status = vehicle.get("status").and_then(Value::as_str);
     if status.is_some_and(|s| LISTABLE.contains(&s)) {

@@ -83,7 +83,7 @@ pub struct FileLead {
     #[serde(default)]
     pub check_vehicle: bool,
     /// A `test_drive` appointment without `vehicle_of_interest` is refused
-    /// (`MISSING_REQUIRED_FIELD`, SPEC §5.13).
+    /// (`MISSING_REQUIRED_FIELD`, docs/protocol.md §Lead request and reply).
     #[serde(default)]
     pub test_drive_needs_vehicle: bool,
     /// The dealer's phone (E.164) returned in `data.dealer` with every lead reply.

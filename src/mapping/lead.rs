@@ -11,7 +11,8 @@
 //!   never creates a second lead), `received_at`, the `adf` document, the consent as JSON, and
 //!   the appointment time in the rooftop's zone.
 //! - **The reply**: the mapping's jq gives `data`; the gateway adds the dealer contact and a
-//!   message that says what happens next (and that only `confirmed` is a booking, SPEC §5.13).
+//!   message that says what happens next (and that only `confirmed` is a booking,
+//!   docs/protocol.md §Lead request and reply).
 //!
 //! Only an acknowledged delivery is answered: a CRM that fails, times out or answers something
 //! the mapping cannot read gives `INTERNAL_ERROR` (retryable), never `received`.
@@ -324,7 +325,8 @@ pub fn reference(dealer: &str, request: &Value, fingerprint: &Fingerprint) -> St
     out
 }
 
-/// What the buyer agent should tell its user (SPEC §5.13: only `confirmed` is a booking).
+/// What the buyer agent should tell its user (only `confirmed` is a booking: docs/protocol.md
+/// §Lead request and reply).
 fn message(data: &Value, request: &Value) -> String {
     let status = data
         .get("status")

@@ -18,7 +18,7 @@
 //! list only until the page is full: no sorting, no per-listing allocation, vehicle JSON
 //! shared by `Arc`. Facets count the same bitmap over the id columns.
 //!
-//! # Semantics (SPEC §5.7, §5.10, §5.11, §6.8, §6.9; DESIGN §9)
+//! # Semantics (docs/protocol.md §Search semantics)
 //!
 //! - **Servable listings**: only `status` exactly `available`, `intransit` or `pending`; anything
 //!   else (missing, `null`, `sold`, `Available`) is never returned, counted nor faceted.
@@ -28,14 +28,14 @@
 //!   substring). `condition` and `vehicle_type` are exact enum values; a listing without
 //!   `vehicle_type` is a `car`. `vin` is exact but case-insensitive, `stock` is byte-exact.
 //! - **Ranges** are inclusive and need the field: a listing lacking it (e.g. no `mileage` under
-//!   `mileage_max`) does not match. Prices are `price` only (SPEC §6.8): `list_price`/`msrp`
-//!   never stand in, so unpriced listings never match `price_min`/`price_max`.
+//!   `mileage_max`) does not match. Prices are `price` only (docs/protocol.md §Pricing and fees):
+//!   `list_price`/`msrp` never stand in, so unpriced listings never match `price_min`/`price_max`.
 //! - **`dc_fast_charge`**: `true` keeps listings whose `dc_fast_charge` is `true`; `false` keeps
 //!   every other listing (`false` or absent — "no known DC fast charge").
 //! - **`query`**: every whitespace-separated term must occur (case-insensitive substring) in
 //!   year, make, model, trim, body, exterior_color, fuel, features and description. Terms never
 //!   span two fields. A blank query is no constraint.
-//! - Decisions where SPEC is silent: an **empty filter list** (`"make": []`) is no constraint,
+//! - Decisions where AAP is silent: an **empty filter list** (`"make": []`) is no constraint,
 //!   like an absent key; a **blank text value** on a listing (`"trim": "  "`) counts as absent; a
 //!   value of the wrong JSON type on a listing counts as absent (e.g. a string `price`); an
 //!   unparseable `updated_at` counts as absent; filter values of the wrong type are ignored
@@ -53,7 +53,7 @@
 //!   (ties: the smallest in byte order), so a value reads the same whatever the filters. Each
 //!   array is sorted by count descending, then value ascending. A term facet key is emitted
 //!   whenever the servable inventory has any value for it (an empty array under filters that
-//!   exclude them all, per SPEC §5.7 "the same key set regardless of filter"); a range facet
+//!   exclude them all, so the key set does not depend on the filter); a range facet
 //!   only when a matching listing has the field. `vehicle_types` counts a missing type as `car`
 //!   and `dc_fast_charge` counts a missing flag as `"false"` (emitted only when some listing
 //!   carries the flag), both mirroring the filters: each facet count equals the `total` of a
@@ -69,11 +69,12 @@ use serde_json::{Map, Value};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-/// Page size when the request gives none (SPEC §5.11 recommendation).
+/// Page size when the request gives none (docs/protocol.md §Pagination and totals).
 pub const DEFAULT_LIMIT: usize = 20;
 /// Hard cap on the page size; larger requested limits are clamped and the effective one echoed.
 pub const MAX_LIMIT: usize = 100;
-/// The only `status` values a listing may have to be returned or counted (SPEC §6.9).
+/// The only `status` values a listing may have to be returned or counted (docs/protocol.md
+/// §Listing status).
 pub const SERVABLE_STATUSES: [&str; 3] = ["available", "intransit", "pending"];
 
 /// Free-text fields compared trimmed and lower-cased.
@@ -190,7 +191,7 @@ const RANGE_FILTERS: [(Num, Option<&str>, Option<&str>); 5] = [
     ),
 ];
 
-/// Range facets, in SPEC §5.7 order.
+/// Range facets, in the order of docs/protocol.md §Facets.
 const RANGE_FACETS: [(Num, &str); 5] = [
     (Num::Price, "price_range"),
     (Num::Mileage, "mileage_range"),
@@ -319,13 +320,14 @@ impl Listing {
         Listing { vehicle, keys }
     }
 
-    /// Whether the listing's `status` lets it be returned at all (SPEC §6.9).
+    /// Whether the listing's `status` lets it be returned at all (docs/protocol.md §Listing
+    /// status).
     pub fn is_servable(&self) -> bool {
         self.keys.servable
     }
 }
 
-/// A compiled `filters` object (SPEC §5.11), reusable across many vehicles.
+/// A compiled `filters` object (docs/protocol.md §Filters), reusable across many vehicles.
 #[derive(Debug, Clone, Default)]
 pub struct Filters {
     text: Vec<(Text, Box<[Box<str>]>)>,
@@ -452,7 +454,7 @@ pub fn matches(filters: &Value, vehicle: &Value) -> bool {
     Filters::new(filters).matches(vehicle)
 }
 
-/// `sort.field` values (SPEC §5.11).
+/// `sort.field` values (docs/protocol.md §Sorting).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SortField {
     Price,
@@ -544,7 +546,7 @@ fn tie_break(a: &Keys, b: &Keys) -> Ordering {
         .then_with(|| present_first(a.vin.as_deref(), b.vin.as_deref(), false, Ord::cmp))
 }
 
-/// Term facets, in SPEC §5.7 order.
+/// Term facets, in the order of docs/protocol.md §Facets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TermFacet {
     Text(Text, &'static str),
@@ -800,7 +802,8 @@ pub struct Inventory {
     default_order: Box<[usize]>,
     /// Listing indices in each sort order, at `2 * field + descending`.
     sorted: Vec<Box<[usize]>>,
-    /// Term facets in SPEC order; also the interned columns text and enum filters test.
+    /// Term facets in the order of docs/protocol.md §Facets; also the interned columns text and
+    /// enum filters test.
     terms: Vec<TermColumn>,
     /// Numeric columns, by [`Num`]; NaN (which JSON cannot carry) marks a missing value, so
     /// that a range test is two branch-free comparisons.
@@ -927,7 +930,8 @@ impl Inventory {
         }
     }
 
-    /// AAP `Facets` (SPEC §5.7) over the servable listings matching `filters` (`None`: all).
+    /// AAP `Facets` (docs/protocol.md §Facets) over the servable listings matching `filters`
+    /// (`None`: all).
     pub fn facets(&self, filters: Option<&Value>) -> Value {
         let filters = filters.map(Filters::new).unwrap_or_default();
         let matched = self.matched(&filters);
@@ -2056,7 +2060,7 @@ mod tests {
                 && query_ok
         }
 
-        /// The sort value as the spec reads it: `None` = missing.
+        /// The sort value as docs/protocol.md §Sorting reads it: `None` = missing.
         fn sort_value(field: &str, v: &Value) -> Option<(f64, String)> {
             match field {
                 "make" | "model" | "stock" => v

@@ -1,8 +1,9 @@
-//! The dealer's A2A v1.0 agent card (SPEC §4), rendered once per `App` with its cache validators.
+//! The dealer's A2A v1.0 agent card (docs/protocol.md §Agent card), rendered once per `App` with
+//! its cache validators.
 //!
 //! The card is bytes, not a struct re-serialized per request: buyers poll it, and a strong ETag
 //! must be stable for a given configuration. `params.id` is derived from the card's content, so it
-//! changes exactly when the card does (SPEC §4.3: "regenerate whenever the card changes").
+//! changes exactly when the card does (docs/protocol.md §Agent card, "Revision id").
 
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -120,7 +121,8 @@ fn card_value(input: &CardInput<'_>, revision: &str) -> Value {
     if let Some(url) = &card.icon_url {
         out.insert("iconUrl".into(), json!(url));
     }
-    // Only what the gateway really serves: no streaming, push or extended card (SPEC §1.7).
+    // Only what the gateway really serves: no streaming, push or extended card (docs/protocol.md
+    // §Agent card).
     out.insert(
         "capabilities".into(),
         json!({
@@ -144,7 +146,8 @@ fn card_value(input: &CardInput<'_>, revision: &str) -> Value {
     out.insert("defaultOutputModes".into(), json!(output_modes));
     out.insert("skills".into(), Value::Array(skill_entries));
     if *api_key_required {
-        // A2A v1.0 security: either scheme satisfies the requirement (SPEC §4.1).
+        // A2A v1.0 security: either scheme satisfies the requirement (docs/protocol.md
+        // §Agent card).
         out.insert(
             "securitySchemes".into(),
             json!({

@@ -1,4 +1,4 @@
-//! The five AAP skills and their identifiers (SPEC §10.1).
+//! The five AAP skills and their identifiers (docs/protocol.md §Skills).
 //!
 //! Everything the gateway says about a skill on the wire — request and response `type`, media
 //! types, schema file names, card entries — comes from this one table, so the identifiers cannot

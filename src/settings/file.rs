@@ -224,7 +224,7 @@ pub struct FileIdempotency {
     pub redis_timeout: String,
     /// How long a replica's claim on a key holds while it delivers the lead.
     pub lock_ttl: String,
-    /// How long a reply is replayed for its key (SPEC §6.3: at least 24 h).
+    /// How long a reply is replayed for its key (at least 24 h: docs/protocol.md §Idempotency).
     pub ttl: String,
     /// Most keys held in memory; the oldest completed ones are dropped first beyond it.
     pub max_entries: u64,

@@ -536,7 +536,7 @@ impl Loader {
                 return None;
             }
         };
-        // The standard variable when the file says nothing (DESIGN §9).
+        // The standard variable when the file says nothing (docs/operations.md §Traces).
         let endpoint = file
             .otlp_endpoint
             .filter(|e| !e.trim().is_empty())
@@ -587,7 +587,8 @@ impl Loader {
         if ttl.is_some_and(|t| t < Duration::from_secs(24 * 3600)) {
             self.warn(
                 "/idempotency/ttl",
-                "shorter than the 24 h SPEC §6.3 recommends: a buyer retrying later gets a second lead",
+                "shorter than the 24 h docs/protocol.md §Idempotency recommends: a buyer retrying \
+                 later gets a second lead",
             );
         }
         let max_entries = if file.max_entries == 0 {
@@ -1029,7 +1030,8 @@ fn is_absolute_url(s: &str) -> bool {
     }
 }
 
-/// SPEC §1.1: interface URLs are HTTPS; plain HTTP only on loopback for development.
+/// Interface URLs are HTTPS; plain HTTP only on loopback for development (docs/protocol.md
+/// §Endpoints).
 pub fn check_interface_url(url: &str) -> Result<(), String> {
     let uri: http::Uri = url
         .parse()

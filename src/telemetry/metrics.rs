@@ -1,4 +1,5 @@
-//! Prometheus metrics (DESIGN §9 names), served as OpenMetrics text on the admin listener.
+//! Prometheus metrics (the names of docs/operations.md §Metrics), served as OpenMetrics text on the
+//! admin listener.
 //!
 //! One `Metrics` lives for the whole process and is handed from each `App` to the next on
 //! reload, so counters survive configuration changes. Label values are bounded: dealer ids and

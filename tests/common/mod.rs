@@ -4,6 +4,7 @@
 pub mod parity;
 pub mod process;
 pub mod redis;
+pub mod schema;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -356,7 +357,7 @@ impl Gateway {
     /// through the HTTP+JSON binding (`{endpoint}/message:send`, the `params` as the body, the
     /// same headers), and the two replies must agree: the same skill reply, or the same error
     /// (ErrorInfo reason, `aap.error` code, retryability and details, BadRequest violations) with
-    /// the HTTP status of SPEC §2.1 / §3.3. Needs `bindings.http_json.enabled` (the demo has it).
+    /// the HTTP status of docs/protocol.md §HTTP statuses. Needs `bindings.http_json.enabled` (the demo has it).
     pub fn with_parity(mut self) -> Gateway {
         assert!(
             self.app.settings.http_json,

@@ -1,5 +1,6 @@
 //! The HTTP+JSON twin of a JSON-RPC `SendMessage`, and the rule that both bindings reach the
-//! same outcome (issue 6: "functionally equivalent"; SPEC §1.9, A2A §5.1).
+//! same outcome (issue 6: "functionally equivalent"; A2A §5.1; docs/protocol.md §HTTP+JSON
+//! binding).
 
 use serde_json::Value;
 
@@ -41,8 +42,8 @@ fn content_type<'h>(headers: &[(&'h str, &'h str)]) -> Option<&'h str> {
         .map(|(_, v)| *v)
 }
 
-/// The HTTP status the HTTP+JSON binding must give an error `reason` (SPEC §2.1, §3.3; the
-/// request's own media type is 415, a part's 400).
+/// The HTTP status the HTTP+JSON binding must give an error `reason` (docs/protocol.md §HTTP
+/// statuses; the request's own media type is 415, a part's 400).
 pub fn expected_status(reason: &str, headers: &[(&str, &str)]) -> u16 {
     match reason {
         "UNSUPPORTED_SKILL" | "VEHICLE_NOT_FOUND" | "TASK_NOT_FOUND" | "METHOD_NOT_FOUND" => 404,

@@ -41,7 +41,11 @@ impl RedisServer {
                         "{} not found and AAP_TEST_REQUIRE_REDIS=1",
                         binary()
                     );
-                    eprintln!("redis-server not found ({}): skipping this test", binary());
+                    eprintln!(
+                        "skipping this test: {} not found (install Redis, e.g. \
+                         apt-get install redis-server, or set REDIS_SERVER)",
+                        binary()
+                    );
                     return None;
                 }
                 Err(error) => panic!("cannot run {}: {error}", binary()),

@@ -27,8 +27,8 @@
 //   * The SDK keeps the JSON-RPC `error.data` array on its errors (`err.data`) but maps
 //     `google.rpc.ErrorInfo` only for A2A reasons; an AAP error over HTTP+JSON becomes a generic
 //     `A2AError` carrying just the message and HTTP status, so the REST checks read the AAP
-//     entries from the raw body seen by the observing fetch (SPEC §3.2: buyers parse the raw
-//     envelope).
+//     entries from the raw body seen by the observing fetch (buyers parse the raw envelope:
+//     docs/protocol.md §Error data array).
 //
 // Prints one line per check and finally `interop-js: N passed, M failed`; exits 1 on any failure.
 
@@ -72,7 +72,8 @@ const BAD_REQUEST_TYPE = 'type.googleapis.com/google.rpc.BadRequest';
 const AAP_ERROR_TYPE = 'https://autoagentprotocol.org/extensions/aap/error';
 const AAP_DOMAIN = 'autoagentprotocol.org';
 const A2A_DOMAIN = 'a2a-protocol.org';
-const AAP_BUSINESS_ERROR = -32000; // AAP business errors (SPEC §3.3); not an A2A code
+// AAP business errors (docs/protocol.md §AAP error codes); not an A2A code.
+const AAP_BUSINESS_ERROR = -32000;
 
 const skill = (slug, type) => ({
   request: `${type}.request`,
@@ -83,11 +84,12 @@ const skill = (slug, type) => ({
 const INFO = skill('dealer-information', 'dealer.information');
 const FACETS = skill('inventory-facets', 'inventory.facets');
 const SEARCH = skill('inventory-search', 'inventory.search');
-const VEHICLE = skill('vehicle-detail', 'inventory.vehicle'); // slug is vehicle-detail (SPEC §4.4)
+const VEHICLE = skill('vehicle-detail', 'inventory.vehicle'); // slug is vehicle-detail (docs/protocol.md §Skills)
 const LEAD = skill('lead-submit', 'lead.submit');
 // A skill AAP does not define, as the Python client sends it: a generic `application/json` part
 // whose `data.type` names the skill -> UNSUPPORTED_SKILL. (With a made-up AAP-looking media type
-// the gateway answers -32005 first, SPEC §1.8 step 8; checked separately.)
+// the gateway answers -32005 first: docs/protocol.md §Order of checks, step 7; checked
+// separately.)
 const UNKNOWN = { ...skill('inventory-compare', 'inventory.compare'), requestMedia: 'application/json' };
 const UNKNOWN_MEDIA = skill('inventory-compare', 'inventory.compare');
 
@@ -654,7 +656,7 @@ async function checkDealer(dealer, res) {
   );
 
   // 11. A part whose media type is no AAP request type: the A2A ContentTypeNotSupportedError
-  //     (-32005), a protocol error without an aap.error entry (SPEC §1.5, §2).
+  //     (-32005), a protocol error without an aap.error entry (docs/protocol.md §A2A protocol errors).
   error = await sendForError(client, buildRequest({ type: UNKNOWN_MEDIA.request }, UNKNOWN_MEDIA));
   const ctInfo = Array.isArray(error?.data) ? error.data[0] ?? {} : {};
   res.check(
