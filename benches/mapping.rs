@@ -18,7 +18,9 @@ use std::sync::{Arc, Mutex};
 
 use aap_gateway::mapping::Handler;
 use aap_gateway::mapping::decode::Declared;
-use aap_gateway::mapping::execute::{Canned, LISTABLE, Mapped, ResponseSpec, Transport, page_json};
+use aap_gateway::mapping::execute::{
+    Canned, Mapped, ResponseSpec, Transport, is_listable, page_json,
+};
 use aap_gateway::mapping::extract::{JqValue, JqVars};
 use aap_gateway::mapping::load::{LoadContext, load_folder};
 use aap_gateway::mapping::request::PageRef;
@@ -119,11 +121,7 @@ fn extract_page(mapped: &Mapped, request: &Value, body: &[u8]) -> Value {
     let mut vehicles = Vec::with_capacity(records.len());
     for record in &records {
         let vehicle = item.run_one(record, &vars).expect("item").to_json();
-        if vehicle
-            .get("status")
-            .and_then(Value::as_str)
-            .is_some_and(|s| LISTABLE.contains(&s))
-        {
+        if is_listable(&vehicle) {
             vehicles.push(Arc::new(vehicle));
         }
     }

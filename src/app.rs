@@ -59,6 +59,8 @@ pub struct Dealer {
     handlers: BTreeMap<Skill, Handler>,
     feeds: Vec<Arc<Feed>>,
     examples: Vec<Example>,
+    /// What the dealer's mappings cost or risk, for `check`.
+    notes: Vec<Problem>,
     /// Skill ids served, for `UNSUPPORTED_SKILL` details.
     served: Vec<&'static str>,
     extension_uri: String,
@@ -227,6 +229,7 @@ fn build_dealer(
     let mut handlers = BTreeMap::new();
     let mut feeds = Vec::new();
     let mut examples = Vec::new();
+    let mut notes = Vec::new();
     if let Some(dir) = &dealer.mappings {
         let ctx = LoadContext {
             schemas,
@@ -240,6 +243,7 @@ fn build_dealer(
                 handlers = m.handlers;
                 feeds = m.feeds;
                 examples = m.examples;
+                notes = m.notes;
             }
             Err(mut p) => problems.append(&mut p),
         }
@@ -334,6 +338,7 @@ fn build_dealer(
         handlers,
         feeds,
         examples,
+        notes,
         extension_uri: settings.aap.extension_uri.clone(),
     })
 }
@@ -379,6 +384,11 @@ impl Dealer {
     /// Example cases of this dealer's mapping files.
     pub fn examples(&self) -> &[Example] {
         &self.examples
+    }
+
+    /// What this dealer's mappings cost or risk (`check` prints them).
+    pub fn notes(&self) -> &[Problem] {
+        &self.notes
     }
 
     /// The handler for the skill a call names, or `UNSUPPORTED_SKILL`.

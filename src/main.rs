@@ -167,6 +167,12 @@ fn check(config: &Path) -> ExitCode {
                         example.case.name,
                         failure.lines().join("; ")
                     )),
+                    Err(failure @ Failure::InvalidMapping(_)) => Some(format!(
+                        "{}: example `{}`: {}",
+                        example.origin,
+                        example.case.name,
+                        failure.lines().join("; ")
+                    )),
                     _ => None,
                 })
                 .collect();
@@ -180,11 +186,16 @@ fn check(config: &Path) -> ExitCode {
             for w in &warnings {
                 eprintln!("{w} (warning)");
             }
+            let notes: Vec<_> = app.dealers.iter().flat_map(|d| d.notes()).collect();
+            for n in &notes {
+                eprintln!("{n} (note)");
+            }
             say!(
-                "{}: ok ({} dealer(s), {} warning(s))",
+                "{}: ok ({} dealer(s), {} warning(s), {} note(s))",
                 config.display(),
                 app.dealers.len(),
-                warnings.len()
+                warnings.len(),
+                notes.len()
             );
             ExitCode::SUCCESS
         }

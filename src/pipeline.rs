@@ -74,8 +74,8 @@ async fn submit_lead(
     crate::consent::check(request, now, &lead.policy.follow_up)?; // expired, future, channels
     lead.check_request(request)?; // dealer rules on the request
     let inventory = dealer.handler_for(Skill::InventoryVehicle);
-    lead.verify_vehicle(inventory, request).await?; // VEHICLE_NOT_FOUND / _UNAVAILABLE
-    let facts = lead.facts(request, &fingerprint, now); // stable reference, ADF
+    let checked = lead.verify_vehicle(inventory, request).await?; // VEHICLE_NOT_FOUND / _UNAVAILABLE
+    let facts = lead.facts(request, &fingerprint, now, checked.as_ref()); // stable reference, ADF
     let data = lead.deliver(None, request, &facts).await?; // acknowledged by the CRM, or an error
     let reply = check_reply(app, handler, lead.reply(data, request))?; // response schema
     if let Some(ticket) = ticket {

@@ -218,19 +218,27 @@ fn broken_mappings_report_every_problem_with_its_location() {
         format!(
             "{d}/inventory.search.yaml:5:10: template: unexpected `}}`, expected end of variable block (template line 1)"
         ),
-        format!("{d}/inventory.search.yaml:8:17: `pages` is not one of page, offset"),
+        format!(
+            "{d}/inventory.search.yaml:8:17: `pages` is not a paging style; use `page` or `offset`"
+        ),
         format!("{d}/inventory.search.yaml:10:18: jq: unclosed `[`"),
         format!("{d}/inventory.search.yaml:15:27: jq: undefined function `tonumbr/0`"),
         format!("{d}/inventory.vehicle.yaml:6:5: `Bad Header` is not a valid header name"),
+        // common.yaml's `def vehicle` gives no `status`: every unit would answer VEHICLE_UNAVAILABLE.
+        format!(
+            "{d}/inventory.vehicle.yaml:8:3: the mapping never sets `status`, so every vehicle would be hidden (AAP shows only `available`, `intransit` and `pending` units): map the upstream's status, e.g. `status: (.Status | lookup($tables.status_in))`, or write `status: \"available\"` if the upstream lists only units in stock"
+        ),
         format!(
             "{d}/inventory.vehicle.yaml:10:13: must be a status code, a list of them, or a class like \"4xx\""
         ),
-        format!("{d}/inventory.vehicle.yaml:13:5: `VEHICLE_GONE` is not an AAP error code"),
+        format!(
+            "{d}/inventory.vehicle.yaml:13:5: `VEHICLE_GONE` is not an AAP error code; use one of UNSUPPORTED_SKILL, SCHEMA_VALIDATION_FAILED, MISSING_REQUIRED_FIELD, INVALID_CONDITION, VEHICLE_NOT_FOUND, VEHICLE_UNAVAILABLE, CONTACT_CONSENT_REQUIRED, INVALID_CONSENT, APPOINTMENT_TIME_UNAVAILABLE, IDEMPOTENCY_CONFLICT, RATE_LIMITED, INTERNAL_ERROR"
+        ),
         format!("{d}/upstreams.yaml:3:3: `${{BROKEN_DMS_URL}}` is not set (environment variable)"),
         format!(
             "{d}/upstreams.yaml:7:27: unknown field `colour`, expected one of `attempts`, `backoff`, `max_backoff`, `budget_percent`, `budget_min_per_sec`"
         ),
-        "12 problem(s) found".to_owned(),
+        "13 problem(s) found".to_owned(),
     ];
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines, expected, "\n{stderr}");

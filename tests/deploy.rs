@@ -43,9 +43,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_aap-gateway");
 /// The example mapping folder every deployment example carries (copies of deploy/config).
 const MAPPING_FOLDER: &str = "example-toyota";
 
-/// Metric names: the original six, plus the four that issue 7 asks for (upstream errors,
-/// idempotency replays and conflicts, feed-cache age). docs/operations.md §Metrics lists them
-/// with their labels; the dashboard uses nothing else.
+/// Metric names: the original six, the four that issue 7 asks for (upstream errors, idempotency
+/// replays and conflicts, feed-cache age), and mapping events (issue 13). docs/operations.md
+/// §Metrics lists them with their labels; the dashboard uses nothing else.
 const METRICS: &[(&str, MetricKind)] = &[
     ("aap_gateway_requests_total", MetricKind::Counter),
     (
@@ -57,6 +57,7 @@ const METRICS: &[(&str, MetricKind)] = &[
         MetricKind::Histogram,
     ),
     ("aap_gateway_upstream_errors_total", MetricKind::Counter),
+    ("aap_gateway_mapping_events_total", MetricKind::Counter),
     ("aap_gateway_rate_limited_total", MetricKind::Counter),
     ("aap_gateway_idempotency_replays_total", MetricKind::Counter),
     (

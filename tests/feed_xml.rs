@@ -894,6 +894,10 @@ fn unknown_vin_is_not_found_and_sold_units_are_unavailable() {
             .collect();
         assert!(!sold.is_empty());
         let (_, listed) = search_all(gw, &json!({}), None).await;
+        // A VIN that misses is not retried as a stock number: that would answer another unit.
+        let other_stock = listed[0]["stock"].clone();
+        let reply = vehicle(gw, json!({ "vin": unknown, "stock": other_stock })).await;
+        assert_aap_error(&reply, "VEHICLE_NOT_FOUND");
         let listed = vins(&listed);
         for vin in &sold {
             assert!(!listed.contains(*vin), "sold {vin} is listed");

@@ -88,6 +88,12 @@ async fn start(sims: &Simulators, copy: Copy) -> Gateway {
         "  max_response_bytes: 16777216\n",
         "  max_response_bytes: 1048576\n  circuit_breaker: { failures: 1000, cool_down: 1s }\n",
     );
+    // Every call must reach the DMS under test: the scan cache would answer derived facets
+    // from a scan made before the fault.
+    files.append(
+        "mappings/demo-toyota/inventory.search.yaml",
+        "scan_cache: 0s\n",
+    );
     files.set_key(
         "mappings/demo-honda/feed.yaml",
         "refresh",

@@ -23,12 +23,16 @@ pub enum Failure {
     InvalidReply(Vec<String>),
     /// The example's expectations were not met; one line per difference.
     Mismatch(Vec<String>),
+    /// A call the mapping rendered is malformed (a JSON body that is not JSON, XML that is not
+    /// well-formed) or the mapping hides every listing: mapping defects, whatever the example
+    /// expects.
+    InvalidMapping(Vec<String>),
 }
 
 impl Failure {
     pub fn lines(&self) -> &[String] {
         match self {
-            Failure::InvalidReply(l) | Failure::Mismatch(l) => l,
+            Failure::InvalidReply(l) | Failure::Mismatch(l) | Failure::InvalidMapping(l) => l,
         }
     }
 }
@@ -67,6 +71,34 @@ pub async fn run(example: &Example, handler: &Handler, schemas: &Schemas) -> Res
         },
         Handler::Lead(lead) => run_lead(lead, &canned, &request).await,
     };
+    let soap = match handler {
+        Handler::Proxy(m) | Handler::DerivedFacets(m) => m.upstream.soap().is_some(),
+        Handler::Lead(lead) => match &lead.delivery {
+            super::lead::Delivery::Http(m) => m.upstream.soap().is_some(),
+            super::lead::Delivery::Mail(_) => false,
+        },
+        Handler::Static(_) | Handler::Feed { .. } => false,
+    };
+    let calls = canned.seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let malformed: Vec<String> = calls
+        .iter()
+        .filter_map(|call| malformed_body(call, soap))
+        .collect();
+    if !malformed.is_empty() {
+        return Err(Failure::InvalidMapping(malformed));
+    }
+    if let (Ok(data), Some(expected)) = (&outcome, &case.expect)
+        && example.skill == crate::protocol::Skill::InventorySearch
+        && hides_everything(data, expected, &canned.body)
+    {
+        return Err(Failure::InvalidMapping(vec![
+            "the reply has no vehicles although the upstream's has records: every listing was \
+             dropped (only `available`, `intransit` and `pending` units are shown — does the \
+             item mapping set `status`?); if this example shows exactly that, expect \
+             `total: 0`"
+                .to_owned(),
+        ]));
+    }
     let mut diffs = Vec::new();
     if let Some(expected) = &case.expect_upstream {
         let seen = canned
@@ -132,6 +164,55 @@ pub async fn run(example: &Example, handler: &Handler, schemas: &Schemas) -> Res
     }
 }
 
+/// Why a rendered call's body is malformed for its format, if it is: a JSON body must parse, and
+/// an XML one (a SOAP Body's content, an ADF document) must be well-formed.
+fn malformed_body(call: &super::request::Rendered, soap: bool) -> Option<String> {
+    let body = call.body.as_deref()?;
+    let content_type = call
+        .headers
+        .iter()
+        .find(|(n, _)| n == http::header::CONTENT_TYPE)
+        .and_then(|(_, v)| v.to_str().ok())
+        .unwrap_or_default();
+    if content_type.contains("json") {
+        return serde_json::from_str::<serde::de::IgnoredAny>(body)
+            .err()
+            .map(|e| format!("the rendered JSON body is not JSON ({e}): {body}"));
+    }
+    if soap || content_type.contains("xml") {
+        return xml_problem(body)
+            .map(|e| format!("the rendered XML body is not well-formed ({e}): {body}"));
+    }
+    None
+}
+
+/// The first well-formedness problem of an XML document or fragment.
+fn xml_problem(text: &str) -> Option<String> {
+    use quick_xml::events::Event;
+    let mut reader = quick_xml::Reader::from_str(text);
+    let mut depth = 0usize;
+    loop {
+        match reader.read_event() {
+            Ok(Event::Start(_)) => depth += 1,
+            Ok(Event::End(_)) => depth = depth.saturating_sub(1),
+            Ok(Event::Eof) if depth == 0 => return None,
+            Ok(Event::Eof) => return Some(format!("{depth} element(s) left open")),
+            Ok(_) => {}
+            Err(e) => return Some(e.to_string()),
+        }
+    }
+}
+
+/// Whether a search example's reply has no vehicles while its canned upstream reply has records
+/// and the example does not say it expects none.
+fn hides_everything(data: &Value, expected: &Value, upstream_body: &Bytes) -> bool {
+    let empty = data["vehicles"].as_array().is_some_and(Vec::is_empty);
+    let expects_none = expected.get("total") == Some(&json!(0))
+        || expected["vehicles"].as_array().is_some_and(Vec::is_empty);
+    // A reply body of a few bytes (`[]`, `{"Items":[]}`) has no records to hide.
+    empty && !expects_none && upstream_body.len() > 64
+}
+
 /// A lead example: the gateway's consent and dealer rules, then delivery to the canned CRM; the
 /// data is completed as the live reply would be (dealer contact).
 async fn run_lead(lead: &LeadMapping, canned: &Canned, request: &Value) -> Result<Value, AapError> {
@@ -139,7 +220,7 @@ async fn run_lead(lead: &LeadMapping, canned: &Canned, request: &Value) -> Resul
     crate::consent::check(request, now, &lead.policy.follow_up)?;
     lead.check_request(request)?;
     let fingerprint = crate::idempotency::fingerprint(request);
-    let facts = lead.facts(request, &fingerprint, now);
+    let facts = lead.facts(request, &fingerprint, now, None);
     let data = lead.deliver(Some(canned), request, &facts).await?;
     let reply = lead.reply(data, request);
     Ok(reply.payload.get("data").cloned().unwrap_or(Value::Null))

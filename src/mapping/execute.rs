@@ -1,15 +1,18 @@
 //! The mapping engine for proxy-mode skills: render the upstream call, send it, apply the error
 //! rules, decode the reply, extract AAP data with jq.
 //!
-//! List skills (`inventory.search`) are paged by the engine: it turns `skip`/`limit` into the
-//! upstream's pages and slices. When a request uses a filter or sort the mapping does not
-//! translate (`request.supports`), the engine completes the search itself: it fetches up to
-//! `scan_limit` listings with the filters the upstream does support, then filters, sorts and
-//! pages them with AAP semantics (`search`). Derived facets use the same scan.
+//! List skills (`inventory.search`) are paged by the engine. The upstream's own pages, order and
+//! total are used only when they are exactly AAP's answer: the mapping declares that the
+//! upstream lists only units a buyer may see (`supports.listing: listable`) and translates every
+//! filter and the sort of the request as AAP means them (`supports`). Otherwise the engine
+//! completes the search itself: it fetches every listing matching the filters the upstream
+//! does take (at most `scan_limit` records), then filters, sorts and pages them with AAP
+//! semantics (`search`). Paging decisions always count upstream records, never the listable
+//! ones. Derived facets use the same scan; scans are reused for `scan_cache`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -25,9 +28,6 @@ use crate::protocol::Skill;
 use crate::upstream::soap::{self, SoapFault};
 use crate::upstream::{Upstream, UpstreamRequest, UpstreamResponse};
 use tracing::debug_span;
-
-/// Statuses a listing may have to be shown to a buyer (docs/protocol.md §Listing status).
-pub const LISTABLE: [&str; 3] = ["available", "intransit", "pending"];
 
 /// Values every template and jq program of one mapping file sees besides the request.
 #[derive(Debug, Clone)]
@@ -51,15 +51,41 @@ pub enum ResponseSpec {
     },
 }
 
-/// `when: { status, fault, jq }` → code.
+/// `when: { status, fault, jq }` → an AAP error, or a reply.
 #[derive(Debug)]
 pub struct ErrorRule {
     pub status: Option<StatusMatch>,
     /// SOAP fault code or subcode (local name).
     pub fault: Option<String>,
     pub jq: Option<Jq>,
-    pub code: AapCode,
-    pub message: String,
+    pub outcome: RuleOutcome,
+}
+
+/// What a matching error rule makes of the upstream's answer.
+#[derive(Debug)]
+pub enum RuleOutcome {
+    /// An AAP error.
+    Error { code: AapCode, message: String },
+    /// A success in meaning: mapped by the skill's `response` as if it were a 2xx.
+    Response,
+    /// List skills: no listings.
+    Empty,
+    /// Single-object skills: mapped by the rule's own program.
+    Jq(Jq),
+}
+
+impl RuleOutcome {
+    /// Whether the answer shows a working upstream (for the circuit breaker and the
+    /// upstream-error metric): everything but "the dealer's system is in trouble".
+    fn is_answer(&self) -> bool {
+        !matches!(
+            self,
+            RuleOutcome::Error {
+                code: AapCode::InternalError | AapCode::RateLimited,
+                ..
+            }
+        )
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -78,14 +104,121 @@ impl StatusMatch {
     }
 }
 
-/// Filters and sort fields the templates translate for the upstream.
+/// What the upstream does exactly as AAP means it (`request.supports`; nothing when absent).
 #[derive(Debug, Clone, Default)]
 pub struct Supports {
-    pub filters: HashSet<String>,
-    pub sort: HashSet<String>,
+    /// Filter keys the templates translate → whether the upstream takes one value per call.
+    pub filters: HashMap<String, Values>,
+    /// Sort fields the templates translate → where the upstream puts units without a value.
+    pub sort: HashMap<String, Missing>,
     /// The separator the templates join list values with; a value containing it cannot be
     /// sent as one value, so such a request is completed in the gateway.
     pub list_separator: Option<String>,
+}
+
+/// How many values of a list filter the upstream takes in one call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Values {
+    #[default]
+    Many,
+    One,
+}
+
+/// Where an upstream sorts units without a value for the sort field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Missing {
+    /// Last in both orders (AAP's rule).
+    #[default]
+    Last,
+    /// First in both orders.
+    First,
+    /// As the smallest value: first ascending, last descending.
+    Low,
+    /// As the largest value: last ascending, first descending.
+    High,
+}
+
+impl Missing {
+    /// Whether units without a value come last in this order, as AAP wants.
+    fn last_when(self, descending: bool) -> bool {
+        match self {
+            Missing::Last => true,
+            Missing::First => false,
+            Missing::Low => descending,
+            Missing::High => !descending,
+        }
+    }
+}
+
+/// The range filters that no unit without a value for `field` can match: with one of them in
+/// the request, where the upstream sorts such units does not matter.
+fn range_filters(field: &str) -> &'static [&'static str] {
+    match field {
+        "price" => &["price_min", "price_max"],
+        "year" => &["year_min", "year_max"],
+        "mileage" => &["mileage_max"],
+        _ => &[],
+    }
+}
+
+/// Listings fetched to complete searches in the gateway, kept for `ttl` per set of upstream
+/// filters (a buyer paging through results, facets after a search).
+#[derive(Debug, Default)]
+pub struct ScanCache {
+    ttl: Duration,
+    entries: Mutex<Vec<(String, Instant, Arc<Inventory>)>>,
+}
+
+/// Distinct scans kept per mapping; the oldest goes first.
+const SCAN_CACHE_ENTRIES: usize = 32;
+
+impl ScanCache {
+    pub fn new(ttl: Duration) -> ScanCache {
+        ScanCache {
+            ttl,
+            entries: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<Arc<Inventory>> {
+        if self.ttl.is_zero() {
+            return None;
+        }
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.retain(|(_, at, _)| at.elapsed() < self.ttl);
+        entries
+            .iter()
+            .find(|(k, _, _)| k == key)
+            .map(|(_, _, inventory)| Arc::clone(inventory))
+    }
+
+    fn put(&self, key: String, inventory: &Arc<Inventory>) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.retain(|(k, at, _)| *k != key && at.elapsed() < self.ttl);
+        if entries.len() >= SCAN_CACHE_ENTRIES {
+            entries.remove(0);
+        }
+        entries.push((key, Instant::now(), Arc::clone(inventory)));
+    }
+}
+
+/// One upstream page of a list skill.
+struct Fetched {
+    /// The records mapped to AAP vehicles, whatever their status.
+    vehicles: Vec<Arc<Value>>,
+    /// Records in the upstream's page (mapped or not): what paging decisions count.
+    records: usize,
+    /// The upstream's total, when the mapping reads one.
+    total: Option<usize>,
+}
+
+/// What a call produced: the reply to map, or a rule's verdict on it.
+enum Called<'a> {
+    Body(JqValue),
+    Rule(&'a RuleOutcome, JqValue),
 }
 
 /// Where calls go: the real upstream, or a canned reply (examples, `test-mappings`).
@@ -120,8 +253,12 @@ pub struct Mapped {
     pub response: ResponseSpec,
     pub errors: Vec<ErrorRule>,
     pub shared: Shared,
-    pub supports: Option<Supports>,
+    pub supports: Supports,
+    /// Every record the upstream lists is one a buyer may see: the mapping declares
+    /// `listing: listable`, or its item program gives every record the same listable status.
+    pub listable_only: bool,
     pub scan_limit: usize,
+    pub scan_cache: ScanCache,
 }
 
 impl Mapped {
@@ -218,18 +355,27 @@ impl Mapped {
         });
         let rendered = rendered.map_err(|e| self.render_error(e))?;
         let vars = self.vars(request, lead);
-        let doc = self.call(transport, rendered, &vars).await?;
-        let out = debug_span!("extract").in_scope(|| jq.run_one(&doc, &vars));
+        let (program, doc) = match self.call(transport, rendered, &vars).await? {
+            Called::Body(doc) | Called::Rule(RuleOutcome::Response, doc) => (jq, doc),
+            Called::Rule(RuleOutcome::Jq(own), doc) => (own, doc),
+            Called::Rule(other, _) => {
+                return Err(AapError::Internal(format!(
+                    "{}: error rule outcome {other:?} on a single-object skill",
+                    self.file
+                )));
+            }
+        };
+        let out = debug_span!("extract").in_scope(|| program.run_one(&doc, &vars));
         Ok(out
             .map_err(|e| self.extract_error(e.to_string()))?
             .to_json())
     }
 
-    /// `inventory.search`: straight through the upstream when it can express the request,
-    /// else completed in the gateway.
+    /// `inventory.search`: straight through the upstream when its pages are exactly AAP's
+    /// answer, else completed in the gateway.
     async fn search(&self, transport: Transport<'_>, request: &Value) -> Result<Value, AapError> {
         let (skip, limit) = window(request);
-        if !self.translatable(request) {
+        if !self.direct(request) {
             let inventory = self.scan(transport, request).await?;
             let page = inventory.search(request);
             return Ok(page_json(page.total, page.skip, page.limit, page.vehicles));
@@ -245,60 +391,101 @@ impl Mapped {
         let mut listings: Vec<Arc<Value>> = Vec::new();
         let mut total = None;
         for page in pages {
-            let (mut items, page_total) = self.fetch_page(transport, &values, &vars, page).await?;
-            total = total.or(page_total);
-            let exhausted = (items.len() as u64) < page.size;
-            listings.append(&mut items);
+            let fetched = self.fetch_page(transport, &values, &vars, page).await?;
+            total = total.or(fetched.total);
+            let exhausted = (fetched.records as u64) < page.size;
+            for vehicle in fetched.vehicles {
+                if is_listable(&vehicle) {
+                    listings.push(vehicle);
+                } else {
+                    // The declaration is wrong: this page and the total count a unit AAP
+                    // never shows. It is still dropped; the operator must fix `supports`.
+                    self.event("unlisted_in_listable_page");
+                    let status = vehicle.get("status").and_then(Value::as_str);
+                    tracing::warn!(
+                        mapping = %self.file,
+                        status = status.unwrap_or("(none)"),
+                        "the upstream listed a unit a buyer may not see although the mapping \
+                         declares `supports.listing: listable`; pages and totals may be off"
+                    );
+                }
+            }
             if exhausted {
                 break;
             }
         }
         let vehicles: Vec<Arc<Value>> = listings.into_iter().skip(start).take(limit).collect();
-        let total = total.unwrap_or(skip + vehicles.len());
+        let total = total.unwrap_or(skip.saturating_add(vehicles.len()));
         Ok(page_json(total, skip, limit, vehicles))
+    }
+
+    /// Whether the upstream's own pages, order and total answer `request` exactly.
+    fn direct(&self, request: &Value) -> bool {
+        self.listable_only && self.translatable(request)
     }
 
     /// Whether the templates can send filter `key` with `value` to the upstream as is.
     fn sendable(&self, key: &str, value: &Value) -> bool {
-        let Some(supports) = &self.supports else {
-            return true;
+        let supports = &self.supports;
+        let Some(values) = supports.filters.get(key) else {
+            return false;
         };
         let separator = supports.list_separator.as_deref().filter(|s| !s.is_empty());
-        let splits = match (value, separator) {
-            (Value::Array(items), Some(sep)) => items
-                .iter()
-                .filter_map(Value::as_str)
-                .any(|s| s.contains(sep)),
-            _ => false,
-        };
-        supports.filters.contains(key) && !splits
+        match value {
+            Value::Array(items) => {
+                let splits = separator.is_some_and(|sep| {
+                    items
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .any(|s| s.contains(sep))
+                });
+                !splits && (*values == Values::Many || items.len() <= 1)
+            }
+            _ => true,
+        }
     }
 
-    /// Whether every filter and the sort of `request` are translated by the templates.
+    /// Whether every filter and the sort of `request` are translated by the templates with
+    /// AAP's meaning.
     fn translatable(&self, request: &Value) -> bool {
-        let Some(supports) = &self.supports else {
-            return true;
+        let supports = &self.supports;
+        let filters = request.get("filters").and_then(Value::as_object);
+        let filters_ok = filters.is_none_or(|f| f.iter().all(|(k, v)| self.sendable(k, v)));
+        let sort_ok = match request.pointer("/sort/field").and_then(Value::as_str) {
+            None => true,
+            Some(field) => supports.sort.get(field).is_some_and(|missing| {
+                let descending =
+                    request.pointer("/sort/order").and_then(Value::as_str) == Some("desc");
+                missing.last_when(descending)
+                    || range_filters(field)
+                        .iter()
+                        .any(|k| filters.is_some_and(|f| f.contains_key(*k)))
+            }),
         };
-        let filters_ok = request
-            .get("filters")
-            .and_then(Value::as_object)
-            .is_none_or(|f| f.iter().all(|(k, v)| self.sendable(k, v)));
-        let sort_ok = request
-            .pointer("/sort/field")
-            .and_then(Value::as_str)
-            .is_none_or(|f| supports.sort.contains(f));
         filters_ok && sort_ok
     }
 
-    /// Fetches up to `scan_limit` listings matching the translatable part of `request`.
-    async fn scan(&self, transport: Transport<'_>, request: &Value) -> Result<Inventory, AapError> {
-        let mut narrowed = request.clone();
-        if let Some(filters) = narrowed.get_mut("filters").and_then(Value::as_object_mut) {
-            filters.retain(|k, v| self.sendable(k, v));
+    /// Every listing matching the filters the upstream takes (at most `scan_limit` records),
+    /// searchable with AAP semantics; reused for `scan_cache`.
+    async fn scan(
+        &self,
+        transport: Transport<'_>,
+        request: &Value,
+    ) -> Result<Arc<Inventory>, AapError> {
+        let mut narrowed = json!({ "type": "inventory.search.request" });
+        if let Some(filters) = request.get("filters").and_then(Value::as_object) {
+            let sent: Map<String, Value> = filters
+                .iter()
+                .filter(|(k, v)| self.sendable(k, v))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            narrowed["filters"] = Value::Object(sent);
         }
-        if let Some(obj) = narrowed.as_object_mut() {
-            obj.remove("sort");
-            obj.remove("pagination");
+        // Canned transports (examples) always run, so that what they record is every call.
+        let key = narrowed.to_string();
+        let live = matches!(transport, Transport::Live(_));
+        if live && let Some(inventory) = self.scan_cache.get(&key) {
+            return Ok(inventory);
         }
         let values = self.template_values(&narrowed, None);
         let vars = self.vars(&narrowed, None);
@@ -308,33 +495,58 @@ impl Mapped {
             .as_ref()
             .map_or(self.scan_limit as u64, |p| p.max_size());
         let mut listings = Vec::new();
+        let mut records = 0usize;
         let mut index = 0;
         loop {
             let page = PageRef { index, size };
-            let (items, total) = self.fetch_page(transport, &values, &vars, page).await?;
-            let fetched = items.len();
-            listings.extend(items.into_iter().map(Listing::from_arc));
-            let done = self.request.pagination.is_none()
-                || (fetched as u64) < size
-                || total.is_some_and(|t| listings.len() >= t)
-                || listings.len() >= self.scan_limit;
-            if done {
+            let fetched = self.fetch_page(transport, &values, &vars, page).await?;
+            records += fetched.records;
+            listings.extend(fetched.vehicles.into_iter().map(Listing::from_arc));
+            let exhausted = self.request.pagination.is_none()
+                || (fetched.records as u64) < size
+                || fetched.total.is_some_and(|t| records >= t);
+            if exhausted {
                 break;
+            }
+            if records >= self.scan_limit {
+                self.event("scan_limit_reached");
+                tracing::warn!(
+                    mapping = %self.file,
+                    scan_limit = self.scan_limit,
+                    "a search the gateway completes needs more upstream listings than \
+                     `scan_limit`; it is refused rather than answered from part of the stock"
+                );
+                return Err(AapError::Internal(format!(
+                    "{}: the search needs more than scan_limit ({}) upstream listings; raise \
+                     `scan_limit` or declare more of what the upstream does in `supports`",
+                    self.file, self.scan_limit
+                )));
             }
             index += 1;
         }
-        listings.truncate(self.scan_limit);
-        Ok(Inventory::new(listings))
+        let inventory = Arc::new(Inventory::new(listings));
+        if live {
+            self.scan_cache.put(key, &inventory);
+        }
+        Ok(inventory)
     }
 
-    /// One upstream page: its listable vehicles and the reported total.
+    /// Counts a mapping event on the dealer's upstream metrics.
+    fn event(&self, event: &'static str) {
+        if let Some(meter) = self.upstream.meter() {
+            meter.mapping_event(event);
+        }
+    }
+
+    /// One upstream page: every record mapped (a record the item mapping fails on is skipped
+    /// and counted), the number of records, and the reported total.
     async fn fetch_page(
         &self,
         transport: Transport<'_>,
         values: &TplValue,
         vars: &JqVars,
         page: PageRef,
-    ) -> Result<(Vec<Arc<Value>>, Option<usize>), AapError> {
+    ) -> Result<Fetched, AapError> {
         let ResponseSpec::List { items, total, item } = &self.response else {
             return Err(AapError::Internal(format!(
                 "{}: not a list mapping",
@@ -345,25 +557,53 @@ impl Mapped {
         let rendered = debug_span!("render")
             .in_scope(|| self.request.render(values, paged))
             .map_err(|e| self.render_error(e))?;
-        let doc = self.call(transport, rendered, vars).await?;
+        let doc = match self.call(transport, rendered, vars).await? {
+            Called::Body(doc) | Called::Rule(RuleOutcome::Response, doc) => doc,
+            Called::Rule(RuleOutcome::Empty, _) => {
+                return Ok(Fetched {
+                    vehicles: Vec::new(),
+                    records: 0,
+                    total: Some(0),
+                });
+            }
+            Called::Rule(other, _) => {
+                return Err(AapError::Internal(format!(
+                    "{}: error rule outcome {other:?} on a list skill",
+                    self.file
+                )));
+            }
+        };
         let extracting = debug_span!("extract");
         let _extracting = extracting.enter(); // no await below
         let records = items
             .run(&doc, vars)
             .map_err(|e| self.extract_error(e.to_string()))?;
         let mut vehicles = Vec::with_capacity(records.len());
+        let mut failed = None;
+        let mut skipped = 0usize;
         for record in &records {
-            let vehicle = item
-                .run_one(record, vars)
-                .map_err(|e| self.extract_error(e.to_string()))?
-                .to_json();
-            if vehicle
-                .get("status")
-                .and_then(Value::as_str)
-                .is_some_and(|s| LISTABLE.contains(&s))
-            {
-                vehicles.push(Arc::new(vehicle));
+            match item.run_one(record, vars) {
+                Ok(vehicle) => vehicles.push(Arc::new(vehicle.to_json())),
+                Err(e) => {
+                    skipped += 1;
+                    failed.get_or_insert(e);
+                }
             }
+        }
+        if let Some(error) = failed {
+            if vehicles.is_empty() {
+                // Not one bad record: the mapping does not fit the upstream's records.
+                return Err(self.extract_error(error.to_string()));
+            }
+            for _ in 0..skipped {
+                self.event("record_skipped");
+            }
+            tracing::warn!(
+                mapping = %self.file,
+                skipped,
+                error = %error,
+                "upstream records the item mapping could not map were skipped"
+            );
         }
         let total = match total {
             Some(jq) => {
@@ -377,21 +617,26 @@ impl Mapped {
             }
             None => None,
         };
-        Ok((vehicles, total))
+        Ok(Fetched {
+            vehicles,
+            records: records.len(),
+            total,
+        })
     }
 
-    /// Sends one call, applies the error rules, decodes the body.
+    /// Sends one call, applies the error rules, decodes the body. An answer an error rule
+    /// recognises (a domain error, or a reply) tells the breaker the upstream works.
     async fn call(
         &self,
         transport: Transport<'_>,
         rendered: Rendered,
         vars: &JqVars,
-    ) -> Result<JqValue, AapError> {
+    ) -> Result<Called<'_>, AapError> {
         let soap = self.upstream.soap().is_some();
         // Reads are safe to retry, SOAP reads included; a lead is never sent twice by the client.
         let idempotent = matches!(rendered.method, http::Method::GET | http::Method::HEAD)
             || (soap && self.skill != Skill::LeadSubmit);
-        let response = send(transport, &self.upstream, rendered, idempotent).await?;
+        let mut response = send(transport, &self.upstream, rendered, idempotent).await?;
         let (doc, fault) = self.decode(&response);
         for rule in &self.errors {
             let status_ok = rule
@@ -410,13 +655,29 @@ impl Mapped {
                 (Some(jq), Ok(doc)) => jq.run_bool(doc, vars).unwrap_or(false),
                 (Some(_), Err(_)) => false,
             };
-            if status_ok && fault_ok && jq_ok {
-                return Err(AapError::Domain {
-                    code: rule.code,
-                    message: rule.message.clone(),
-                    details: None,
-                });
+            if !(status_ok && fault_ok && jq_ok) {
+                continue;
             }
+            if rule.outcome.is_answer()
+                && let Some(verdict) = response.verdict.take()
+            {
+                verdict.answered();
+            }
+            return match &rule.outcome {
+                RuleOutcome::Error { code, message } => Err(AapError::Domain {
+                    code: *code,
+                    message: message.clone(),
+                    details: None,
+                }),
+                RuleOutcome::Empty => Ok(Called::Rule(&rule.outcome, JqValue::null())),
+                outcome => match doc {
+                    Ok(doc) => Ok(Called::Rule(outcome, doc)),
+                    Err(e) => Err(AapError::InvalidUpstreamResponse {
+                        upstream: self.upstream.name().to_owned(),
+                        cause: format!("{e} ({})", self.file),
+                    }),
+                },
+            };
         }
         let upstream = self.upstream.name().to_owned();
         if let Some(fault) = fault {
@@ -453,10 +714,11 @@ impl Mapped {
                 AapError::InvalidUpstreamResponse { upstream, cause }
             });
         }
-        doc.map_err(|e| AapError::InvalidUpstreamResponse {
-            upstream,
-            cause: format!("{e} ({})", self.file),
-        })
+        doc.map(Called::Body)
+            .map_err(|e| AapError::InvalidUpstreamResponse {
+                upstream,
+                cause: format!("{e} ({})", self.file),
+            })
     }
 
     /// The reply body for jq, and the SOAP fault it carries. A SOAP fault is seen by jq
@@ -580,6 +842,7 @@ pub async fn send(
                 headers,
                 body: canned.body.clone(),
                 elapsed: Instant::now().elapsed(),
+                verdict: None,
             })
         }
     }
@@ -601,10 +864,17 @@ pub fn window(request: &Value) -> (usize, usize) {
     (skip, limit)
 }
 
+/// Whether a buyer may see this vehicle: its `status` (docs/protocol.md §Listing status).
+pub fn is_listable(vehicle: &Value) -> bool {
+    vehicle
+        .get("status")
+        .and_then(Value::as_str)
+        .is_some_and(|s| search::SERVABLE_STATUSES.contains(&s))
+}
+
 /// `inventory.vehicle` must not answer a unit that left stock (docs/protocol.md §Listing status).
 pub fn check_listable(vehicle: &Value) -> Result<(), AapError> {
-    let status = vehicle.get("status").and_then(Value::as_str);
-    if status.is_some_and(|s| LISTABLE.contains(&s)) {
+    if is_listable(vehicle) {
         Ok(())
     } else {
         Err(AapError::domain(

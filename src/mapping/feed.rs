@@ -152,8 +152,11 @@ impl Feed {
                 tracing::debug!(feed = %self.file, vehicles = s.all.len(), "feed refreshed");
                 self.store(Arc::new(s));
             }
-            Err(e) => {
+            Err(e) if self.current().is_some() => {
                 tracing::warn!(feed = %self.file, error = %e, "feed refresh failed; serving the previous copy")
+            }
+            Err(e) => {
+                tracing::warn!(feed = %self.file, error = %e, "feed load failed; no copy to serve yet")
             }
         }
     }
@@ -286,13 +289,17 @@ impl Snapshot {
         }
     }
 
-    /// The most specific identifier wins: VIN, then stock number, then vehicle id.
+    /// The most specific identifier given decides: VIN, else stock number, else vehicle id. A
+    /// VIN that misses is not retried as a stock number: that would answer another unit.
     fn find(&self, request: &Value) -> Option<&Arc<Value>> {
         let field = |name: &str| request.get(name).and_then(Value::as_str);
-        let index = field("vin")
-            .and_then(|v| self.by_vin.get(&v.to_ascii_uppercase()))
-            .or_else(|| field("stock").and_then(|s| self.by_stock.get(s)))
-            .or_else(|| field("vehicle_id").and_then(|id| self.by_id.get(id)))?;
+        let index = if let Some(vin) = field("vin") {
+            self.by_vin.get(&vin.to_ascii_uppercase())
+        } else if let Some(stock) = field("stock") {
+            self.by_stock.get(stock)
+        } else {
+            field("vehicle_id").and_then(|id| self.by_id.get(id))
+        }?;
         self.all.get(*index)
     }
 }

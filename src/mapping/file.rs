@@ -54,6 +54,11 @@ pub struct FileSkill {
     /// (unsupported filter or sort, derived facets).
     #[serde(default = "default_scan_limit")]
     pub scan_limit: usize,
+    /// How long the listings of a search completed in the gateway (and of derived facets) are
+    /// reused for the same upstream filters, so buyers paging through results or asking for
+    /// facets do not rescan a fragile DMS each time. `0s` turns the cache off.
+    #[serde(default = "default_scan_cache")]
+    pub scan_cache: String,
     /// `lead.submit` only: the dealer's lead policy (consent channels, checks, time zone).
     #[serde(default)]
     pub lead: Option<FileLead>,
@@ -105,7 +110,11 @@ pub struct FileMail {
 }
 
 fn default_scan_limit() -> usize {
-    1000
+    5000
+}
+
+fn default_scan_cache() -> String {
+    "30s".to_owned()
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -188,19 +197,93 @@ fn default_max_size() -> u64 {
     100
 }
 
+/// What the upstream does itself, so that the engine lets it (docs/mappings.md, "Searching").
+/// Everything declared here must give exactly AAP's answer; what is not declared the gateway
+/// completes itself.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileSupports {
-    /// AAP filter keys the templates translate.
+    /// What the upstream's pages hold: `all` (the default: sold and held units too, as most
+    /// DMSs list them) or `listable` (only units a buyer may see: available, in transit,
+    /// pending). Only with `listable` can the upstream's pages and total be used as they are.
     #[serde(default)]
-    pub filters: Vec<String>,
-    /// AAP sort fields the templates translate.
+    pub listing: FileListing,
+    /// AAP filter keys the templates translate: a name, or `{name, values: one}` when the
+    /// upstream takes one value per call.
     #[serde(default)]
-    pub sort: Vec<String>,
+    pub filters: Vec<FileFilterSupport>,
+    /// AAP sort fields the templates translate: a name, or `{field, missing: …}` saying where
+    /// the upstream puts units without a value (AAP: last in both orders).
+    #[serde(default)]
+    pub sort: Vec<FileSortSupport>,
     /// The separator list values are joined with (e.g. `,`); a buyer value containing it is
     /// filtered in the gateway instead, since the upstream would split it.
     #[serde(default)]
     pub list_separator: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileListing {
+    #[default]
+    All,
+    Listable,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum FileFilterSupport {
+    Name(String),
+    Detailed(FileFilterDetail),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileFilterDetail {
+    /// The AAP filter key.
+    pub name: String,
+    /// `many` (the default: a list is sent joined) or `one` (one value per call: a search with
+    /// several values is completed in the gateway).
+    #[serde(default)]
+    pub values: FileValues,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileValues {
+    #[default]
+    Many,
+    One,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum FileSortSupport {
+    Field(String),
+    Detailed(FileSortDetail),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSortDetail {
+    /// The AAP sort field.
+    pub field: String,
+    /// Where the upstream sorts units without a value: `last` (AAP's rule, the default),
+    /// `first` (in both orders), `low` (as the smallest value: first ascending) or `high`
+    /// (as the largest: first descending). Where that differs from AAP for the requested
+    /// order, the search is completed in the gateway.
+    #[serde(default)]
+    pub missing: FileMissing,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileMissing {
+    #[default]
+    Last,
+    First,
+    Low,
+    High,
 }
 
 /// How an upstream reply becomes AAP data.
@@ -235,11 +318,33 @@ pub struct FileResponse {
 #[serde(deny_unknown_fields)]
 pub struct FileErrorRule {
     pub when: FileWhen,
-    /// The AAP code to answer, e.g. `VEHICLE_NOT_FOUND`.
-    pub code: String,
+    /// The AAP code to answer, e.g. `VEHICLE_NOT_FOUND`. Give `code` or `reply`.
+    #[serde(default)]
+    pub code: Option<String>,
+    /// The answer is an error on the wire but a success in meaning (a CRM's 409 with the lead
+    /// it already has, a DMS's 404 for "no results"): `response` maps it with the skill's
+    /// `response` as if it were a 2xx, `empty` (list skills) answers no listings, `{jq: …}`
+    /// (single-object skills) maps it with its own program.
+    #[serde(default)]
+    pub reply: Option<FileRuleReply>,
     /// Message for the buyer; defaults to a standard one per code.
     #[serde(default)]
     pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum FileRuleReply {
+    /// `response` or `empty`.
+    Named(String),
+    /// `{jq: "…"}`.
+    Jq(FileRuleJq),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileRuleJq {
+    pub jq: String,
 }
 
 /// All given conditions must hold.

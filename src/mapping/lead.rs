@@ -25,11 +25,11 @@ use minijinja::value::Value as TplValue;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::Handler;
 use super::adf::{self, AdfContext};
 use super::execute::{Canned, Mapped, Shared, Transport};
 use super::extract::{Jq, JqValue, JqVars};
 use super::template::{Context, Templates};
+use super::{Answer, Handler};
 use crate::error::{AapCode, AapError};
 use crate::idempotency::Fingerprint;
 use crate::protocol::{Call, Reply, Skill, SkillRef};
@@ -101,17 +101,18 @@ impl LeadMapping {
 
     /// Looks the vehicle of interest up with the dealer's `inventory.vehicle` handler when the
     /// policy asks for it: unknown and sold units stop the lead; a lookup that fails for
-    /// another reason does not (a lead is worth more than the check).
+    /// another reason does not (a lead is worth more than the check), and says so in the log.
+    /// The unit found, if any, fills what the buyer left out of the lead's vehicle (ADF).
     pub async fn verify_vehicle(
         &self,
         inventory: Option<&Handler>,
         request: &Value,
-    ) -> Result<(), AapError> {
+    ) -> Result<Option<Value>, AapError> {
         if !self.policy.check_vehicle {
-            return Ok(());
+            return Ok(None);
         }
         let (Some(handler), Some(lookup)) = (inventory, vehicle_lookup(request)) else {
-            return Ok(());
+            return Ok(None);
         };
         let call = Call {
             skill: SkillRef::Known(Skill::InventoryVehicle),
@@ -120,7 +121,8 @@ impl LeadMapping {
             context_id: None,
         };
         match handler.execute(&call).await {
-            Ok(_) => Ok(()),
+            Ok(Answer::Data(vehicle)) => Ok(Some(vehicle)),
+            Ok(Answer::Prebuilt(_)) => Ok(None),
             Err(
                 e @ AapError::Domain {
                     code: AapCode::VehicleNotFound | AapCode::VehicleUnavailable,
@@ -131,18 +133,27 @@ impl LeadMapping {
                 tracing::warn!(
                     dealer = %self.policy.dealer_id,
                     error = %e,
-                    "vehicle check failed; delivering the lead without it"
+                    "vehicle check failed (the inventory system did not answer); delivering \
+                     the lead without it, as `lead.check_vehicle` documents"
                 );
-                Ok(())
+                Ok(None)
             }
         }
     }
 
-    /// The facts the templates (`lead`) and jq programs (`$lead`) see.
-    pub fn facts(&self, request: &Value, fingerprint: &Fingerprint, now: Timestamp) -> Value {
+    /// The facts the templates (`lead`) and jq programs (`$lead`) see. `checked`: the unit the
+    /// vehicle check found; its fields fill what the buyer's `vehicle_of_interest` leaves out.
+    pub fn facts(
+        &self,
+        request: &Value,
+        fingerprint: &Fingerprint,
+        now: Timestamp,
+        checked: Option<&Value>,
+    ) -> Value {
         let reference = reference(&self.policy.dealer_id, request, fingerprint);
+        let completed = checked.map(|unit| with_checked_vehicle(request, unit));
         let adf = adf::render(
-            request,
+            completed.as_ref().unwrap_or(request),
             &AdfContext {
                 vendor_name: &self.policy.dealer_name,
                 reference: &reference,
@@ -372,6 +383,36 @@ fn message(data: &Value, request: &Value) -> String {
         _ => String::new(),
     };
     format!("{lead}{appt}")
+}
+
+/// The lead with its `vehicle_of_interest` completed from the unit the vehicle check found:
+/// the buyer's own values win; only the identifying and descriptive fields a CRM shows are added.
+fn with_checked_vehicle(request: &Value, unit: &Value) -> Value {
+    const FILLED: [&str; 9] = [
+        "vin",
+        "stock",
+        "year",
+        "make",
+        "model",
+        "trim",
+        "condition",
+        "mileage",
+        "vehicle_type",
+    ];
+    let mut completed = request.clone();
+    if let Some(voi) = completed
+        .get_mut("vehicle_of_interest")
+        .and_then(Value::as_object_mut)
+    {
+        for key in FILLED {
+            if let Some(value) = unit.get(key).filter(|v| !v.is_null())
+                && !voi.contains_key(key)
+            {
+                voi.insert(key.to_owned(), value.clone());
+            }
+        }
+    }
+    completed
 }
 
 #[cfg(test)]

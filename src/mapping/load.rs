@@ -2,7 +2,7 @@
 //! and jq program, builds the upstream clients, and reports every problem located as
 //! `file:line:col: message`. Nothing is compiled after load.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -14,10 +14,16 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use super::decode::{self, Format};
-use super::execute::{ErrorRule, Mapped, ResponseSpec, Shared, StatusMatch, Supports};
+use super::execute::{
+    ErrorRule, Mapped, Missing, ResponseSpec, RuleOutcome, ScanCache, Shared, StatusMatch,
+    Supports, Values,
+};
 use super::extract::{Jq, JqValue};
 use super::feed::Feed;
-use super::file::{FileCommon, FileFeed, FileLead, FileMode, FileRequest, FileSkill};
+use super::file::{
+    FileCommon, FileFeed, FileFilterSupport, FileLead, FileListing, FileMissing, FileMode,
+    FileRequest, FileRuleReply, FileSkill, FileSortSupport, FileValues,
+};
 use super::lead::{Delivery, LeadMapping, LeadPolicy, MailDelivery};
 use super::request::{Pagination, RequestSpec};
 use super::template::{Context, Templates};
@@ -46,6 +52,8 @@ pub struct DealerMappings {
     pub handlers: BTreeMap<Skill, Handler>,
     pub feeds: Vec<Arc<Feed>>,
     pub examples: Vec<Example>,
+    /// What the mappings cost or risk (e.g. searches completed in the gateway), for `check`.
+    pub notes: Vec<Problem>,
 }
 
 /// An upstream of `upstreams.yaml`, built.
@@ -114,6 +122,8 @@ struct Loader<'a> {
     ctx: &'a LoadContext<'a>,
     dir: PathBuf,
     problems: Vec<Problem>,
+    /// What a valid mapping costs or risks, for `check` (not problems).
+    notes: Vec<Problem>,
 }
 
 /// Loads `dir`. Every problem is collected before returning.
@@ -122,9 +132,12 @@ pub fn load_folder(dir: &Path, ctx: &LoadContext<'_>) -> Result<DealerMappings, 
         ctx,
         dir: dir.to_path_buf(),
         problems: Vec::new(),
+        notes: Vec::new(),
     };
-    let out = loader.load();
+    let mut out = loader.load();
     if loader.problems.is_empty() {
+        crate::settings::sort_problems(&mut loader.notes);
+        out.notes = loader.notes;
         Ok(out)
     } else {
         crate::settings::sort_problems(&mut loader.problems);
@@ -580,43 +593,76 @@ impl Loader<'_> {
             Some(p) => {
                 let at = format!("{pointer}/pagination");
                 let max_size = p.max_size.max(1);
-                match (p.style.as_str(), &p.page, &p.size, &p.offset, &p.limit) {
-                    ("page", Some(page), Some(size), None, None) => Some(Pagination::Page {
-                        page: page.clone(),
-                        size: size.clone(),
-                        first: p.first,
-                        max_size,
-                    }),
-                    ("offset", None, None, Some(offset), Some(limit)) => Some(Pagination::Offset {
-                        offset: offset.clone(),
-                        limit: limit.clone(),
-                        max_size,
-                    }),
+                let named = |a: &Option<String>, b: &Option<String>| a.is_some() && b.is_some();
+                let pagination = match (p.style.as_str(), &p.page, &p.size, &p.offset, &p.limit) {
+                    ("page", page, size, None, None) if page.is_some() == size.is_some() => {
+                        Some(Pagination::Page {
+                            page: page.clone(),
+                            size: size.clone(),
+                            first: p.first,
+                            max_size,
+                        })
+                    }
+                    ("offset", None, None, offset, limit)
+                        if offset.is_some() == limit.is_some() =>
+                    {
+                        Some(Pagination::Offset {
+                            offset: offset.clone(),
+                            limit: limit.clone(),
+                            max_size,
+                        })
+                    }
                     ("page", ..) => {
                         self.problems.push(src.problem(
                             &at,
-                            "style `page` takes `page` and `size` (the query parameter names)",
+                            "style `page` takes both `page` and `size` (the query parameter \
+                             names) or neither (then `{{ page.number }}` and `{{ page.size }}` \
+                             carry the page in the path, headers or body)",
                         ));
-                        ok = false;
                         None
                     }
                     ("offset", ..) => {
                         self.problems.push(src.problem(
                             &at,
-                            "style `offset` takes `offset` and `limit` (the query parameter names)",
+                            "style `offset` takes both `offset` and `limit` (the query parameter \
+                             names) or neither (then `{{ page.offset }}` and `{{ page.size }}` \
+                             carry the page in the path, headers or body)",
                         ));
-                        ok = false;
                         None
                     }
                     (other, ..) => {
                         self.problems.push(src.problem(
                             &format!("{at}/style"),
-                            format!("`{other}` is not one of page, offset"),
+                            format!("`{other}` is not a paging style; use `page` or `offset`"),
                         ));
-                        ok = false;
                         None
                     }
+                };
+                let in_query = named(&p.page, &p.size) || named(&p.offset, &p.limit);
+                let in_templates = std::iter::once(file.path.as_str())
+                    .chain(file.query.values().map(String::as_str))
+                    .chain(file.headers.values().map(String::as_str))
+                    .chain(file.body.as_deref())
+                    .any(|t| t.contains("page."));
+                if pagination.is_some() && soap && in_query {
+                    self.problems.push(src.problem(
+                        &at,
+                        "a SOAP service reads the envelope, not the URL's query: leave the \
+                         parameter names out and put `{{ page.number }}` / `{{ page.offset }}` \
+                         and `{{ page.size }}` in `body`",
+                    ));
+                    ok = false;
+                } else if pagination.is_some() && !in_query && !in_templates {
+                    self.problems.push(src.problem(
+                        &at,
+                        "the page never reaches the upstream: name its query parameters, or use \
+                         `{{ page.number }}` / `{{ page.offset }}` and `{{ page.size }}` in the \
+                         path, a header or the body",
+                    ));
+                    ok = false;
                 }
+                ok &= pagination.is_some();
+                pagination
             }
         };
         ok.then_some(RequestSpec {
@@ -628,6 +674,7 @@ impl Loader<'_> {
             content_type,
             pagination,
             action: file.action.is_some(),
+            path_ends_open: file.path.trim_end().ends_with('/'),
         })
     }
 
@@ -828,6 +875,8 @@ impl Loader<'_> {
                     skill,
                     feed: Arc::clone(f),
                 }),
+                // A feed.yaml that exists but failed to load has said why already.
+                None if self.dir.join("feed.yaml").exists() => None,
                 None => {
                     self.problems.push(
                         src.problem("/mode", "mode `feed` needs a feed.yaml in the same folder"),
@@ -1156,12 +1205,35 @@ impl Loader<'_> {
         let mut errors = Vec::new();
         for (i, rule) in file.errors.iter().enumerate() {
             let at = format!("/errors/{i}");
-            let code = match AapCode::parse(&rule.code) {
-                Some(c) => c,
-                None => {
+            let outcome = match (&rule.code, &rule.reply) {
+                (Some(code), None) => match AapCode::parse(code) {
+                    Some(code) => RuleOutcome::Error {
+                        code,
+                        message: rule
+                            .message
+                            .clone()
+                            .unwrap_or_else(|| default_message(code).to_owned()),
+                    },
+                    None => {
+                        self.problems.push(src.problem(
+                            &format!("{at}/code"),
+                            format!(
+                                "`{code}` is not an AAP error code; use one of {}",
+                                AapCode::ALL.map(|c| c.as_str()).join(", ")
+                            ),
+                        ));
+                        continue;
+                    }
+                },
+                (None, Some(reply)) => match self.rule_reply(src, &at, reply, list, common) {
+                    Some(outcome) => outcome,
+                    None => continue,
+                },
+                (Some(_), Some(_)) | (None, None) => {
                     self.problems.push(src.problem(
-                        &format!("{at}/code"),
-                        format!("`{}` is not an AAP error code", rule.code),
+                        &at,
+                        "give `code` (the AAP error to answer) or `reply` (the answer is a \
+                         success: `response`, `empty` or `{jq: …}`), not both",
                     ));
                     continue;
                 }
@@ -1200,27 +1272,85 @@ impl Loader<'_> {
                 ));
                 continue;
             }
-            let message = rule
-                .message
-                .clone()
-                .unwrap_or_else(|| default_message(code).to_owned());
             errors.push(ErrorRule {
                 status,
                 fault: rule.when.fault.clone(),
                 jq,
-                code,
-                message,
+                outcome,
             });
         }
-        let supports = file
-            .request
-            .as_ref()
-            .and_then(|r| r.supports.as_ref())
+        let declared = file.request.as_ref().and_then(|r| r.supports.as_ref());
+        let supports = declared
             .map(|s| Supports {
-                filters: s.filters.iter().cloned().collect::<HashSet<_>>(),
-                sort: s.sort.iter().cloned().collect::<HashSet<_>>(),
+                filters: s
+                    .filters
+                    .iter()
+                    .map(|f| match f {
+                        FileFilterSupport::Name(name) => (name.clone(), Values::Many),
+                        FileFilterSupport::Detailed(d) => (
+                            d.name.clone(),
+                            match d.values {
+                                FileValues::Many => Values::Many,
+                                FileValues::One => Values::One,
+                            },
+                        ),
+                    })
+                    .collect(),
+                sort: s
+                    .sort
+                    .iter()
+                    .map(|f| match f {
+                        FileSortSupport::Field(field) => (field.clone(), Missing::Last),
+                        FileSortSupport::Detailed(d) => (
+                            d.field.clone(),
+                            match d.missing {
+                                FileMissing::Last => Missing::Last,
+                                FileMissing::First => Missing::First,
+                                FileMissing::Low => Missing::Low,
+                                FileMissing::High => Missing::High,
+                            },
+                        ),
+                    })
+                    .collect(),
                 list_separator: s.list_separator.clone(),
-            });
+            })
+            .unwrap_or_default();
+        let constant_status = response_file
+            .item
+            .as_deref()
+            .is_some_and(|item| constant_listable_status(item, common.jq_defs.as_deref()));
+        let listable_only =
+            constant_status || declared.is_some_and(|s| s.listing == FileListing::Listable);
+        if list {
+            self.check_supports(src, &file, listable_only);
+        }
+        if response.is_some() && matches!(skill, Skill::InventorySearch | Skill::InventoryVehicle) {
+            let program = match (&response_file.item, &response_file.jq) {
+                (Some(item), _) if list => Some(("/response/item", item.as_str())),
+                (_, Some(jq)) if !list => Some(("/response/jq", jq.as_str())),
+                _ => None,
+            };
+            if let Some((pointer, program)) = program {
+                self.check_status(src, pointer, program, common);
+            }
+        }
+        let scan_cache = if list {
+            match humantime::parse_duration(file.scan_cache.trim()) {
+                Ok(ttl) => Some(ScanCache::new(ttl)),
+                Err(_) => {
+                    self.problems.push(src.problem(
+                        "/scan_cache",
+                        format!(
+                            "`{}` is not a duration like 30s or 2m (0s turns the cache off)",
+                            file.scan_cache
+                        ),
+                    ));
+                    None
+                }
+            }
+        } else {
+            Some(ScanCache::default())
+        };
         let shared = self.shared(Self::merged_tables(common, &file.tables));
         Some(Mapped {
             skill,
@@ -1233,9 +1363,129 @@ impl Loader<'_> {
             errors,
             shared,
             supports,
+            listable_only,
             scan_limit: file.scan_limit.max(1),
+            scan_cache: scan_cache?,
         })
     }
+
+    /// An error rule's `reply`: what the engine makes of an answer that is a success in meaning.
+    fn rule_reply(
+        &mut self,
+        src: &Source,
+        at: &str,
+        reply: &FileRuleReply,
+        list: bool,
+        common: &FileCommon,
+    ) -> Option<RuleOutcome> {
+        let pointer = format!("{at}/reply");
+        match reply {
+            FileRuleReply::Named(name) => match (name.as_str(), list) {
+                ("response", _) => Some(RuleOutcome::Response),
+                ("empty", true) => Some(RuleOutcome::Empty),
+                ("empty", false) => {
+                    self.problems.push(src.problem(
+                        &pointer,
+                        "`empty` answers a search with no listings; this skill answers one \
+                         object: use `response` or `{jq: …}`",
+                    ));
+                    None
+                }
+                (other, _) => {
+                    self.problems.push(src.problem(
+                        &pointer,
+                        format!(
+                            "`{other}` is not a reply; use `response` (map it with `response`), \
+                             `empty` (no listings) or `{{jq: …}}` (map it with this program)"
+                        ),
+                    ));
+                    None
+                }
+            },
+            FileRuleReply::Jq(own) if !list => self
+                .jq(src, &format!("{pointer}/jq"), &own.jq, common)
+                .map(RuleOutcome::Jq),
+            FileRuleReply::Jq(_) => {
+                self.problems.push(src.problem(
+                    &pointer,
+                    "a search maps replies with `items`/`item`: use `response` or `empty`",
+                ));
+                None
+            }
+        }
+    }
+
+    /// What a search mapping's `supports` costs, said by `check` as notes.
+    fn check_supports(&mut self, src: &Source, file: &FileSkill, listable_only: bool) {
+        let supports = file.request.as_ref().and_then(|r| r.supports.as_ref());
+        let paged = file
+            .request
+            .as_ref()
+            .is_some_and(|r| r.pagination.is_some());
+        let scan = format!(
+            "up to scan_limit ({}) upstream listings{}",
+            file.scan_limit,
+            if paged { ", page by page" } else { "" }
+        );
+        match supports {
+            _ if listable_only && supports.is_some() => {}
+            Some(_) => self.notes.push(src.problem(
+                "/request/supports",
+                format!(
+                    "every search is completed in the gateway and scans {scan}: the upstream's \
+                     pages may hold sold or held units (declare `listing: listable` if it lists \
+                     only units a buyer may see)"
+                ),
+            )),
+            None => self.notes.push(src.problem(
+                "/request",
+                format!(
+                    "no `supports`: nothing is sent to the upstream as a filter or sort, and \
+                     every search is completed in the gateway and scans {scan} (declare what \
+                     the upstream filters, sorts and lists in `request.supports`)"
+                ),
+            )),
+        }
+    }
+
+    /// A listing without a listable `status` is never shown: a program that cannot produce one
+    /// hides every unit.
+    fn check_status(&mut self, src: &Source, pointer: &str, program: &str, common: &FileCommon) {
+        let mentions = |text: &str| text.contains("status");
+        let defs = common.jq_defs.as_deref().unwrap_or_default();
+        if !mentions(program) && !mentions(defs) {
+            self.problems.push(src.problem(
+                pointer,
+                "the mapping never sets `status`, so every vehicle would be hidden (AAP shows \
+                 only `available`, `intransit` and `pending` units): map the upstream's status, \
+                 e.g. `status: (.Status | lookup($tables.status_in))`, or write \
+                 `status: \"available\"` if the upstream lists only units in stock",
+            ));
+        }
+    }
+}
+
+/// Whether an item program (with the folder's jq definitions) gives every record one listable
+/// status, written as a literal: `status: "available"` and no other mention of `status`. Then
+/// every record the upstream lists is one a buyer may see, whatever the upstream holds.
+fn constant_listable_status(item: &str, defs: Option<&str>) -> bool {
+    let text = format!("{}\n{item}", defs.unwrap_or_default());
+    let mut mentions = text.match_indices("status");
+    let (Some((at, _)), None) = (mentions.next(), mentions.next()) else {
+        return false;
+    };
+    let rest = text[at + "status".len()..]
+        .trim_start_matches('"')
+        .trim_start();
+    let Some(rest) = rest.strip_prefix(':') else {
+        return false;
+    };
+    let Some(literal) = rest.trim_start().strip_prefix('"') else {
+        return false;
+    };
+    literal
+        .split_once('"')
+        .is_some_and(|(value, _)| super::search::SERVABLE_STATUSES.contains(&value))
 }
 
 /// `items` selects an array; the engine iterates it.
@@ -1331,6 +1581,29 @@ mod tests {
         let vars = |n: &str| (n == "A").then(|| "x".to_owned());
         assert_eq!(expand("${A}/${B:-y}", &vars).unwrap(), "x/y");
         assert_eq!(expand("${C}", &vars).unwrap_err(), "C");
+    }
+
+    #[test]
+    fn a_literal_listable_status_is_recognised_and_nothing_else_is() {
+        assert!(constant_listable_status(
+            r#"{vin: .VIN, status: "available"}"#,
+            None
+        ));
+        assert!(constant_listable_status(r#"{"status": "pending"}"#, None));
+        assert!(constant_listable_status(
+            "vehicle",
+            Some(r#"def vehicle: {status: "intransit"};"#)
+        ));
+        assert!(!constant_listable_status(r#"{status: "sold"}"#, None));
+        assert!(!constant_listable_status(
+            r#"{status: (.Status | lookup($tables.s))}"#,
+            None
+        ));
+        assert!(!constant_listable_status(
+            r#"{status: "available"} | if .x then .status = "sold" else . end"#,
+            None
+        ));
+        assert!(!constant_listable_status("{vin: .VIN}", None));
     }
 
     #[test]

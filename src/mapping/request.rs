@@ -20,20 +20,22 @@ const QUERY: &AsciiSet = &NON_ALPHANUMERIC
 /// segment, a line break in a header), as opposed to a defect in the mapping.
 pub const UNSENDABLE: &str = "unsendable value: ";
 
-/// How an upstream pages a list.
+/// How an upstream pages a list. The engine owns the arithmetic; the page reaches the upstream
+/// as query parameters (when their names are given) and as the template variable `page`
+/// (`page.number`, `page.index`, `page.offset`, `page.size`) for a path, header or body.
 #[derive(Debug, Clone)]
 pub enum Pagination {
-    /// `?page=N&pageSize=S`, the first page being `first`.
+    /// Page numbers, the first page being `first`: `?page=N&pageSize=S` when named.
     Page {
-        page: String,
-        size: String,
+        page: Option<String>,
+        size: Option<String>,
         first: u64,
         max_size: u64,
     },
-    /// `?offset=N&limit=S`.
+    /// Offsets: `?offset=N&limit=S` when named.
     Offset {
-        offset: String,
-        limit: String,
+        offset: Option<String>,
+        limit: Option<String>,
         max_size: u64,
     },
 }
@@ -42,6 +44,20 @@ impl Pagination {
     pub fn max_size(&self) -> u64 {
         match self {
             Pagination::Page { max_size, .. } | Pagination::Offset { max_size, .. } => *max_size,
+        }
+    }
+
+    /// The template variable `page` for one page.
+    fn variable(&self, page: PageRef) -> TplValue {
+        let first = match self {
+            Pagination::Page { first, .. } => *first,
+            Pagination::Offset { .. } => 1,
+        };
+        minijinja::context! {
+            number => page.index.saturating_add(first),
+            index => page.index,
+            offset => page.index.saturating_mul(page.size),
+            size => page.size,
         }
     }
 }
@@ -58,7 +74,8 @@ pub struct PageRef {
 pub fn plan(skip: u64, limit: u64, max_size: u64) -> (Vec<PageRef>, usize) {
     let size = limit.clamp(1, max_size.max(1));
     let first = skip / size;
-    let last = (skip + limit.max(1) - 1) / size;
+    // Saturating: a `skip` near u64::MAX asks for pages past any stock, never a wrapped one.
+    let last = skip.saturating_add(limit.max(1) - 1) / size;
     let pages = (first..=last)
         .map(|index| PageRef { index, size })
         .collect();
@@ -97,12 +114,23 @@ pub struct RequestSpec {
     pub pagination: Option<Pagination>,
     /// Whether an `action` template (SOAP) was compiled.
     pub action: bool,
+    /// Whether the path template itself ends with `/`; otherwise a rendered path ending with
+    /// `/` (or holding `//`) means a value in it rendered empty.
+    pub path_ends_open: bool,
 }
 
 impl RequestSpec {
     /// Renders the call for `values` (`request`, `dealer`, `tables`); `page` adds the paging
     /// parameters of one page.
     pub fn render(&self, values: &TplValue, page: Option<PageRef>) -> Result<Rendered, String> {
+        let paged;
+        let values = match (&self.pagination, page) {
+            (Some(p), Some(page)) => {
+                paged = minijinja::context! { page => p.variable(page), ..values.clone() };
+                &paged
+            }
+            _ => values,
+        };
         let path = self.templates.render("path", Context::Path, values)?;
         // URL parsers collapse `.` and `..` segments (even percent-encoded), which would move
         // the call to another resource: such a value is never sent.
@@ -111,6 +139,11 @@ impl RequestSpec {
             seg == "." || seg == ".."
         }) {
             return Err(format!("{UNSENDABLE}a path segment would be `.` or `..`"));
+        }
+        // `/v2/stock/{{ request.stock }}` with an empty stock number would ask for the whole
+        // collection: a value that renders empty is never sent.
+        if path.contains("//") || (path.len() > 1 && path.ends_with('/') && !self.path_ends_open) {
+            return Err(format!("{UNSENDABLE}a value in the path rendered empty"));
         }
         // An empty path is the base URL itself (a SOAP endpoint).
         if !path.is_empty() && !path.starts_with('/') {
@@ -130,18 +163,29 @@ impl RequestSpec {
         if let (Some(p), Some(page)) = (&self.pagination, page) {
             match p {
                 Pagination::Page {
-                    page: name,
-                    size,
+                    page: Some(name),
+                    size: Some(size),
                     first,
                     ..
                 } => {
-                    push_param(&mut query, name, &(page.index + first).to_string());
+                    push_param(
+                        &mut query,
+                        name,
+                        &page.index.saturating_add(*first).to_string(),
+                    );
                     push_param(&mut query, size, &page.size.to_string());
                 }
-                Pagination::Offset { offset, limit, .. } => {
-                    push_param(&mut query, offset, &(page.index * page.size).to_string());
+                Pagination::Offset {
+                    offset: Some(offset),
+                    limit: Some(limit),
+                    ..
+                } => {
+                    let at = page.index.saturating_mul(page.size);
+                    push_param(&mut query, offset, &at.to_string());
                     push_param(&mut query, limit, &page.size.to_string());
                 }
+                // Carried by the templates (`page.*`).
+                Pagination::Page { .. } | Pagination::Offset { .. } => {}
             }
         }
         let mut headers = Vec::with_capacity(self.headers.len() + 1);
@@ -215,6 +259,14 @@ mod tests {
                 5
             )
         );
+    }
+
+    #[test]
+    fn a_skip_near_the_end_of_u64_does_not_wrap() {
+        let (pages, start) = plan(u64::MAX - 3, 100, 100);
+        assert_eq!(pages.first().map(|p| p.index), Some((u64::MAX - 3) / 100));
+        assert!(pages.len() <= 2);
+        assert!(start < 100);
     }
 
     #[test]

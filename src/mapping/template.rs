@@ -132,7 +132,12 @@ fn format_value(
     value: &TplValue,
 ) -> Result<(), Error> {
     if value.is_undefined() || value.is_none() {
-        return Ok(());
+        // In a JSON body an absent value is `null`, so the body stays JSON
+        // (`"comments": {{ request.message }}` without a message); elsewhere it is empty.
+        return match state.auto_escape() {
+            AutoEscape::Json => out.write_str("null").map_err(fmt_error),
+            _ => Ok(()),
+        };
     }
     let custom = match state.auto_escape() {
         AutoEscape::Custom(name) => Some(name.to_string()),
@@ -259,6 +264,18 @@ mod tests {
         );
         let parsed: serde_json::Value = serde_json::from_str(&out.unwrap()).unwrap();
         assert_eq!(parsed["name"], "a\"b</x>");
+    }
+
+    #[test]
+    fn json_bodies_render_absent_values_as_null() {
+        let out = render(
+            r#"{"vin": {{ request.vin }}, "comments": {{ request.message }}, "n": {{ none }}}"#,
+            Context::JsonBody,
+            json!({"request": {"vin": "1HG"}, "none": null}),
+        )
+        .unwrap();
+        let parsed: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(parsed, json!({"vin": "1HG", "comments": null, "n": null}));
     }
 
     #[test]

@@ -83,6 +83,13 @@ struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MappingEventLabels {
+    dealer: Arc<str>,
+    upstream: Arc<str>,
+    event: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabels {
     version: &'static str,
 }
@@ -94,6 +101,7 @@ pub struct Metrics {
     request_seconds: Family<RouteLabels, Histogram, Buckets>,
     upstream_seconds: Family<UpstreamLabels, Histogram, Buckets>,
     upstream_errors: Family<UpstreamErrorLabels, Counter>,
+    mapping_events: Family<MappingEventLabels, Counter>,
     rate_limited: Family<SkillLabels, Counter>,
     replays: Family<DealerLabels, Counter>,
     conflicts: Family<DealerLabels, Counter>,
@@ -133,6 +141,13 @@ impl Metrics {
             "aap_gateway_upstream_errors",
             "Failed calls to dealer systems by kind",
             upstream_errors.clone(),
+        );
+        let mapping_events = Family::default();
+        registry.register(
+            "aap_gateway_mapping_events",
+            "What mappings met in dealer systems' replies: records skipped, scans refused at \
+             scan_limit, unlisted units in pages declared listable",
+            mapping_events.clone(),
         );
         let rate_limited = Family::default();
         registry.register(
@@ -181,6 +196,7 @@ impl Metrics {
             request_seconds,
             upstream_seconds,
             upstream_errors,
+            mapping_events,
             rate_limited,
             replays,
             conflicts,
@@ -247,16 +263,29 @@ impl Metrics {
                 outcome,
             })
             .observe(elapsed.as_secs_f64());
-        let kind = match result {
-            Ok(status) if status >= 500 => "status",
-            Ok(_) => return,
-            Err(error) => error_kind(error),
-        };
+        if let Err(error) = result {
+            self.upstream_error(dealer, upstream, error_kind(error));
+        }
+    }
+
+    /// One upstream failure of `kind`. A 5xx reply (`status`) is counted once its caller has
+    /// judged it a failure (`upstream::Verdict`): a fault a mapping handles is an answer.
+    pub fn upstream_error(&self, dealer: &Arc<str>, upstream: &Arc<str>, kind: &'static str) {
         self.upstream_errors
             .get_or_create(&UpstreamErrorLabels {
                 dealer: Arc::clone(dealer),
                 upstream: Arc::clone(upstream),
                 kind,
+            })
+            .inc();
+    }
+
+    pub fn mapping_event(&self, dealer: &Arc<str>, upstream: &Arc<str>, event: &'static str) {
+        self.mapping_events
+            .get_or_create(&MappingEventLabels {
+                dealer: Arc::clone(dealer),
+                upstream: Arc::clone(upstream),
+                event,
             })
             .inc();
     }
@@ -335,6 +364,19 @@ impl Meter {
     pub fn observe(&self, result: Result<u16, &UpstreamError>, elapsed: Duration) {
         self.metrics
             .upstream(&self.dealer, &self.upstream, result, elapsed);
+    }
+
+    /// A 5xx reply judged a failure.
+    pub fn status_failure(&self) {
+        self.metrics
+            .upstream_error(&self.dealer, &self.upstream, "status");
+    }
+
+    /// Something a mapping met in the upstream's replies (`record_skipped`,
+    /// `scan_limit_reached`, `unlisted_in_listable_page`).
+    pub fn mapping_event(&self, event: &'static str) {
+        self.metrics
+            .mapping_event(&self.dealer, &self.upstream, event);
     }
 }
 

@@ -7,7 +7,9 @@
 //! (half-open): its success closes the breaker, its failure opens it for another `cool_down`.
 //!
 //! Failures are timeouts, connect errors, malformed replies and 5xx statuses. Any other answer
-//! (2xx–4xx, or a reply too large to accept) proves the system is up and counts as success.
+//! (2xx–4xx, or a reply too large to accept) proves the system is up and counts as success. A
+//! 5xx reply is judged by its caller ([`super::Verdict`]): a SOAP fault a mapping turns into
+//! "no such unit" is an answer, not a failure.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -97,7 +99,7 @@ impl Breaker {
         })
     }
 
-    fn record(&self, trial: bool, success: bool) {
+    pub(crate) fn record(&self, trial: bool, success: bool) {
         let mut state = self.lock();
         match (&mut *state, trial, success) {
             (State::Closed { failures }, false, true) => *failures = 0,
@@ -148,6 +150,13 @@ impl Permit<'_> {
     pub(crate) fn record(mut self, success: bool) {
         self.recorded = true;
         self.breaker.record(self.trial, success);
+    }
+
+    /// Leaves the report to whoever will judge the reply (see [`super::Verdict`]); returns
+    /// whether this try is the half-open trial.
+    pub(crate) fn defer(mut self) -> bool {
+        self.recorded = true;
+        self.trial
     }
 }
 

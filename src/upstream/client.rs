@@ -29,6 +29,35 @@ use super::config::{FileUpstream, RESERVED_HEADERS, UpstreamConfigProblem, Upstr
 use super::retry::{RetryBudget, backoff};
 use super::{UpstreamError, UpstreamRequest, UpstreamResponse};
 
+/// The breaker's (and the error metric's) report of a 5xx reply, left to the caller, who knows
+/// what the reply means: a SOAP 1.1 fault arrives as HTTP 500 and may mean "no such unit".
+/// Dropped unjudged, the reply counts as an upstream failure, as any 5xx did before.
+#[derive(Debug)]
+pub struct Verdict {
+    upstream: Upstream,
+    trial: bool,
+    settled: bool,
+}
+
+impl Verdict {
+    /// The reply is an answer (a mapping's error rule recognised it): the upstream works.
+    pub fn answered(mut self) {
+        self.settled = true;
+        self.upstream.inner.breaker.record(self.trial, true);
+    }
+}
+
+impl Drop for Verdict {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.upstream.inner.breaker.record(self.trial, false);
+            if let Some(meter) = self.upstream.inner.meter.get() {
+                meter.status_failure();
+            }
+        }
+    }
+}
+
 /// Idle pooled connections are closed after this long. Legacy servers often drop idle
 /// keep-alive connections after 5–60 s; closing ours first avoids sending on a dead one.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -145,6 +174,11 @@ impl Upstream {
         self.inner.breaker.state()
     }
 
+    /// Where this upstream's calls are counted, once the app attached it.
+    pub fn meter(&self) -> Option<&crate::telemetry::metrics::Meter> {
+        self.inner.meter.get()
+    }
+
     /// Calls the upstream. Any HTTP reply is returned (non-2xx included, after retries of
     /// 502/503/504 for idempotent calls); `Err` means no usable reply.
     ///
@@ -174,6 +208,24 @@ impl Upstream {
             );
         }
         result
+    }
+
+    /// Attaches the breaker report of a returned 5xx reply to it, for the caller to judge.
+    fn with_verdict(
+        &self,
+        outcome: Result<UpstreamResponse, UpstreamError>,
+        deferred: Option<bool>,
+    ) -> Result<UpstreamResponse, UpstreamError> {
+        outcome.map(|mut response| {
+            if let Some(trial) = deferred {
+                response.verdict = Some(Verdict {
+                    upstream: self.clone(),
+                    trial,
+                    settled: false,
+                });
+            }
+            response
+        })
     }
 
     /// Records this upstream's calls in `meter` from now on (set once, by the app).
@@ -221,12 +273,15 @@ impl Upstream {
             };
             let credential = inner.auth.credential().await?;
             let attempt_started = Instant::now();
+            // A 5xx try's breaker report, until it is known whether it is retried or returned.
+            let mut deferred: Option<bool> = None;
             let outcome = self.attempt(&url, &req, credential.as_ref()).await.map(
                 |(status, headers, body)| UpstreamResponse {
                     status,
                     headers,
                     body,
                     elapsed: started.elapsed(),
+                    verdict: None,
                 },
             );
             let elapsed_ms = attempt_started.elapsed().as_millis() as u64;
@@ -241,7 +296,11 @@ impl Upstream {
                         elapsed_ms,
                         "upstream attempt"
                     );
-                    permit.record(!response.status.is_server_error());
+                    if response.status.is_server_error() {
+                        deferred = Some(permit.defer());
+                    } else {
+                        permit.record(true);
+                    }
                 }
                 Err(error) => {
                     tracing::debug!(
@@ -282,11 +341,17 @@ impl Upstream {
                 ),
             };
             if !(retryable && worth_retrying && attempt < inner.settings.attempts) {
-                return outcome;
+                return self.with_verdict(outcome, deferred);
             }
             if !inner.budget.try_withdraw() {
                 tracing::debug!(upstream = %inner.name, path, "retry budget spent; not retrying");
-                return outcome;
+                return self.with_verdict(outcome, deferred);
+            }
+            if let Some(trial) = deferred {
+                inner.breaker.record(trial, false);
+                if let Some(meter) = inner.meter.get() {
+                    meter.status_failure();
+                }
             }
             tokio::time::sleep(backoff(
                 attempt,

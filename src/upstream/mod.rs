@@ -56,7 +56,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 
 pub use breaker::BreakerState;
-pub use client::Upstream;
+pub use client::{Upstream, Verdict};
 pub use config::{
     AuthSettings, EndpointSettings, FileAuth, FileCircuitBreaker, FileClientAuth, FilePasswordType,
     FileRetries, FileSmtp, FileSoap, FileSoapVersion, FileStartTls, FileTimeouts, FileTls,
@@ -143,7 +143,7 @@ impl UpstreamRequest {
 }
 
 /// The upstream's reply, whatever its status.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct UpstreamResponse {
     pub status: StatusCode,
     /// Reply headers (`Content-Encoding`/`Content-Length` removed when the body was
@@ -153,6 +153,9 @@ pub struct UpstreamResponse {
     pub body: Bytes,
     /// Time spent in [`Upstream::call`], retries and waits included.
     pub elapsed: Duration,
+    /// A 5xx reply's judgement, left to the caller: dropped, it counts as an upstream failure
+    /// (circuit breaker, error metric); [`Verdict::answered`] counts it as an answer.
+    pub verdict: Option<Verdict>,
 }
 
 /// Why a call produced no usable reply.

@@ -1,6 +1,7 @@
 //! Test harness: the real gateway, in-process, on 127.0.0.1 ephemeral ports.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod http_server;
 pub mod parity;
 pub mod process;
 pub mod redis;
