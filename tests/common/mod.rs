@@ -71,6 +71,18 @@ pub async fn demo_with_simulators_unlimited() -> (Gateway, Simulators) {
     (gw, sims)
 }
 
+/// `demo_with_simulators` with environment overrides (`AAP_GATEWAY__…`) of the configuration.
+pub async fn demo_with_simulators_env(env: &[(&str, &str)]) -> (Gateway, Simulators) {
+    let sims = Simulators::start().await.expect("simulators start");
+    let env = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let config = repo_path("config/demo.yaml");
+    let gw = start_gateway(&config, None, simulator_vars(&sims), env, false).await;
+    (gw, sims)
+}
+
 /// The `${NAME}`s of running simulators (`DMS_URL`, `CRM_URL`, …).
 pub fn simulator_vars(sims: &Simulators) -> HashMap<String, String> {
     Simulators::VARS
