@@ -35,9 +35,9 @@ const VICTIM: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 /// A generous bound: normal latency here is about a millisecond.
 const P99_BOUND: Duration = Duration::from_millis(500);
 
-/// The attacks below are about what held requests cost, so the per-address quota lets every
-/// attacking request in (it is tested on its own at the end).
-const EVERY_REQUEST_IN: &str = "rate_limit: { per_ip: { rate: 100000/s, burst: 100000 } }";
+/// The attacks below are about what held requests cost, so the quotas let every request in:
+/// the per-address one is tested on its own at the end, the victim's own is not the subject.
+const EVERY_REQUEST_IN: &str = "rate_limit: { per_ip: { rate: 100000/s, burst: 100000 }, default: { rate: 1000/s, burst: 1000 } }";
 
 fn attacker(n: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 0, 10 + n)
@@ -767,7 +767,10 @@ fn the_defaults_are_the_documented_ones() {
         aap_gateway::settings::ClientIpHeader::XForwardedFor
     );
     assert_eq!(
-        (settings.rate_limit.per_ip.count, settings.rate_limit.per_ip.burst),
+        (
+            settings.rate_limit.per_ip.count,
+            settings.rate_limit.per_ip.burst
+        ),
         (100, 200)
     );
 }

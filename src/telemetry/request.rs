@@ -49,14 +49,18 @@ struct Sampler {
     skipped: AtomicU64,
 }
 
-static SAMPLER: LazyLock<Sampler> = LazyLock::new(|| Sampler {
-    lines: governor::RateLimiter::direct(governor::Quota::per_second(
-        NonZeroU32::new(REFUSAL_LINES_PER_SECOND).unwrap_or(NonZeroU32::MIN),
-    )),
-    skipped: AtomicU64::new(0),
-});
+static SAMPLER: LazyLock<Sampler> = LazyLock::new(|| Sampler::new(REFUSAL_LINES_PER_SECOND));
 
 impl Sampler {
+    fn new(per_second: u32) -> Sampler {
+        Sampler {
+            lines: governor::RateLimiter::direct(governor::Quota::per_second(
+                NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN),
+            )),
+            skipped: AtomicU64::new(0),
+        }
+    }
+
     /// `Some(skipped so far)` when this refusal gets its line, `None` when it is only counted.
     fn admit(&self) -> Option<u64> {
         if self.lines.check().is_ok() {
@@ -228,6 +232,23 @@ mod tests {
             let log = RequestLog::start("jsonrpc", "d", &headers(&[("traceparent", bad)]));
             assert_eq!(log.trace_id, None, "{bad}");
         }
+    }
+
+    #[tokio::test]
+    async fn refusal_lines_are_sampled_and_the_skipped_ones_reported_with_the_next() {
+        let sampler = Sampler::new(20);
+        let written = (0..1000).filter(|_| sampler.admit().is_some()).count();
+        assert!(
+            (20..=22).contains(&written),
+            "{written} lines for 1000 refusals"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let skipped = sampler.admit().expect("a line again after a while");
+        assert_eq!(
+            skipped as usize,
+            1000 - written,
+            "every refusal is accounted for"
+        );
     }
 
     #[test]
