@@ -10,7 +10,8 @@
 //! - connections beyond `connections.max_per_ip` and `connections.max` are closed on accept,
 //!   while the admin listener and established victims still answer;
 //! - a connection that stays silent, stalls in its preface, or idles is closed on time;
-//! - a flood from one address is refused before any work (`rate_limit.per_ip`).
+//! - a flood from one address is refused before any work (`rate_limit.per_ip`), counted
+//!   exactly, and logged by sample (the real binary's log).
 //!
 //! Attackers and victim use different loopback addresses (127.0.0.0/8 is all loopback on
 //! Linux), so per-address caps tell them apart. The long variants are `#[ignore]`d:
@@ -773,4 +774,62 @@ fn the_defaults_are_the_documented_ones() {
         ),
         (100, 200)
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_of_refusals_is_counted_exactly_and_logged_by_sample_by_the_binary() {
+    let demo = common::process::DemoProcess::start(&[
+        ("AAP_GATEWAY__RATE_LIMIT__PER_IP__RATE", "1/min"),
+        ("AAP_GATEWAY__RATE_LIMIT__PER_IP__BURST", "1"),
+    ])
+    .await;
+    let url = |key: &str| demo.endpoints[key].as_str().expect("url").to_owned();
+    let (gateway, admin) = (url("gateway"), url("admin"));
+    let flooder = client_from(attacker(5));
+    const FLOOD: usize = 300;
+    for _ in 0..FLOOD {
+        flooder
+            .post(format!("{gateway}/a2a"))
+            .headers(headers())
+            .body("not json")
+            .send()
+            .await
+            .expect("answered");
+    }
+    let text = flooder
+        .get(format!("{admin}/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("metrics");
+    let series = |outcome: &str| {
+        sample(
+            &text,
+            &format!(
+                "aap_gateway_requests_total{{dealer=\"demo_toyota\",skill=\"none\",binding=\"jsonrpc\",outcome=\"{outcome}\"}}"
+            ),
+        )
+    };
+    // The first is parsed (and refused as JSON); every other is refused before any work.
+    assert_eq!(series("JSON_PARSE_ERROR"), 1.0, "{text}");
+    assert_eq!(series("RATE_LIMITED"), (FLOOD - 1) as f64, "{text}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lines = demo.log_lines();
+    let refusal_lines = lines
+        .iter()
+        .filter(|l| l["message"] == "request" && l["outcome"] == "RATE_LIMITED")
+        .count();
+    let skipped: u64 = lines.iter().filter_map(|l| l["skipped"].as_u64()).sum();
+    println!(
+        "refusal flood: {} refused, {refusal_lines} request lines, {skipped} reported skipped",
+        FLOOD - 1
+    );
+    assert!(
+        (20..FLOOD / 2).contains(&refusal_lines),
+        "{refusal_lines} lines for {FLOOD} refusals"
+    );
+    // The lines not written are reported (all but those after the last written line).
+    assert!(skipped > 0 && refusal_lines + (skipped as usize) < FLOOD);
 }
