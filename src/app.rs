@@ -207,7 +207,8 @@ impl App {
             Some(auth) => auth
                 .authenticate(caller.presented, dealer.id())
                 .map(Client::Key),
-            None => Ok(Client::Ip(caller.ip)),
+            // An IPv6 client by its /64: one host holds the whole block.
+            None => Ok(Client::Ip(crate::rate_limit::bucket_ip(caller.ip))),
         }
     }
 

@@ -140,6 +140,10 @@ pub enum AapError {
     },
     #[error("rate limited; retry after {retry_after:?}")]
     RateLimited { retry_after: Duration },
+    /// Every `limits.max_concurrency` slot is taken: shed at once. `RATE_LIMITED` on the wire,
+    /// but HTTP 503 on the HTTP+JSON binding: the gateway is full, not the caller over quota.
+    #[error("overloaded; retry after {retry_after:?}")]
+    Overloaded { retry_after: Duration },
     /// No API key, or one the gateway does not know (`invalid`), when `auth.mode: api_key`.
     #[error("unauthenticated ({})", if *invalid { "unknown key" } else { "no key" })]
     Unauthenticated { invalid: bool },

@@ -3,10 +3,15 @@
 //! authentication and before any schema work or upstream call, so a client that bursts is
 //! told `RATE_LIMITED` before the dealer's legacy systems feel it.
 //!
-//! - **Client**: the authenticated API key when there is one, else the peer's IP address.
-//!   `X-Forwarded-For` / `Forwarded` are believed only when the peer is a configured trusted
-//!   proxy, and then only up to the first address that is not itself trusted (anyone can write
-//!   those headers; only our own proxies' entries are true).
+//! - **Client**: the authenticated API key when there is one, else the peer's IP address (an
+//!   IPv6 client by its /64: one host holds a whole /64, so per-address buckets would be free
+//!   to multiply). The forwarding header named by `client_ip_header` — only that one — is
+//!   believed only when the peer is a configured trusted proxy, and then only up to the first
+//!   address that is not itself trusted (anyone can write those headers; only our own proxies'
+//!   entries are true).
+//! - **Per address** ([`Limiter::check_address`]): one cheap bucket per client address for
+//!   every public request, checked before routing, body reads, auth or parsing, so that
+//!   unauthenticated, failing or malformed floods are refused before they cost anything.
 //! - **Quota**: the skill's own quota when configured, else the key's quota, else the default.
 //!   Each (dealer, client, skill) has its own bucket.
 //! - **Memory** (`governor`, keyed GCRA): keys whose bucket is full again carry no information
@@ -37,7 +42,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::error::AapError;
 use crate::protocol::Skill;
 use crate::redis_backend::RedisBackend;
-use crate::settings::{OnBackendError, Quota, RateLimitSettings};
+use crate::settings::{ClientIpHeader, OnBackendError, Quota, RateLimitSettings};
 
 /// Distinct keys held in memory before a sweep runs inline (besides the periodic one).
 pub const MAX_KEYS: usize = 1_000_000;
@@ -67,37 +72,65 @@ impl std::fmt::Display for Client {
 }
 
 /// The client's address: the peer, or — when the peer is a trusted proxy — the right-most
-/// forwarded address that is not itself a trusted proxy.
-pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[ipnet::IpNet]) -> IpAddr {
+/// address in `header` that is not itself a trusted proxy. Other forwarding headers are
+/// ignored: the proxy writes one, and a client could write any of the others.
+pub fn client_ip(
+    peer: IpAddr,
+    headers: &HeaderMap,
+    trusted: &[ipnet::IpNet],
+    header: ClientIpHeader,
+) -> IpAddr {
+    let peer = peer.to_canonical();
     let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
     if !is_trusted(&peer) {
         return peer;
     }
     let mut hops: Vec<IpAddr> = Vec::new();
-    for value in headers.get_all("forwarded").iter() {
-        let Ok(text) = value.to_str() else { continue };
-        for element in text.split(',') {
-            for pair in element.split(';') {
-                if let Some((k, v)) = pair.trim().split_once('=')
-                    && k.trim().eq_ignore_ascii_case("for")
-                    && let Some(ip) = parse_node(v)
-                {
-                    hops.push(ip);
+    let mut values = headers
+        .get_all(header.name())
+        .iter()
+        .filter_map(|v| v.to_str().ok());
+    match header {
+        ClientIpHeader::Forwarded => {
+            for text in values {
+                for element in text.split(',') {
+                    for pair in element.split(';') {
+                        if let Some((k, v)) = pair.trim().split_once('=')
+                            && k.trim().eq_ignore_ascii_case("for")
+                            && let Some(ip) = parse_node(v)
+                        {
+                            hops.push(ip);
+                        }
+                    }
                 }
             }
         }
-    }
-    if hops.is_empty() {
-        for value in headers.get_all("x-forwarded-for").iter() {
-            let Ok(text) = value.to_str() else { continue };
-            hops.extend(text.split(',').filter_map(parse_node));
+        ClientIpHeader::XForwardedFor => {
+            for text in values {
+                hops.extend(text.split(',').filter_map(parse_node));
+            }
         }
+        // Set (not appended) by the proxy: the last one is the proxy's.
+        ClientIpHeader::XRealIp => hops.extend(values.next_back().and_then(parse_node)),
     }
     // Walk back from the proxy nearest to us; the first untrusted hop is the client.
     hops.into_iter()
+        .map(|ip| ip.to_canonical())
         .rev()
         .find(|ip| !is_trusted(ip))
         .unwrap_or(peer)
+}
+
+/// The address a client is counted by: IPv4 as is, IPv6 by its /64 (the smallest block a
+/// host is given; counting single addresses would hand each host 2^64 buckets).
+pub fn bucket_ip(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(prefix.into())
+        }
+        v4 @ IpAddr::V4(_) => v4,
+    }
 }
 
 /// An address from `Forwarded: for=` or `X-Forwarded-For`: `1.2.3.4`, `"[2001:db8::1]:443"`,
@@ -120,6 +153,10 @@ type Key = (u16, Skill, Client);
 type Keyed<C> =
     RateLimiter<Key, DefaultKeyedStateStore<Key>, C, NoOpMiddleware<<C as Clock>::Instant>>;
 
+/// The per-address limiter, keyed by [`bucket_ip`].
+type PerAddress<C> =
+    RateLimiter<IpAddr, DefaultKeyedStateStore<IpAddr>, C, NoOpMiddleware<<C as Clock>::Instant>>;
+
 /// The limits of one configuration.
 pub struct Limiter<C: Clock + Clone = DefaultClock> {
     clock: C,
@@ -130,6 +167,8 @@ pub struct Limiter<C: Clock + Clone = DefaultClock> {
     skills: HashMap<Skill, (Keyed<C>, Quota)>,
     /// Per-key quotas (`auth.keys[].quota`), by key id.
     keys: HashMap<Arc<str>, (Keyed<C>, Quota)>,
+    /// `rate_limit.per_ip`, for every public request (memory only: it must cost nothing).
+    per_address: PerAddress<C>,
     redis: Option<RedisBackend>,
     on_backend_error: OnBackendError,
     backend_errors: AtomicU64,
@@ -213,6 +252,10 @@ impl<C: Clock + Clone> Limiter<C> {
                 .iter()
                 .map(|(id, q)| (Arc::clone(id), (keyed(*q), *q)))
                 .collect(),
+            per_address: RateLimiter::dashmap_with_clock(
+                governor_quota(settings.per_ip),
+                clock.clone(),
+            ),
             redis,
             on_backend_error: settings.on_backend_error,
             backend_errors: AtomicU64::new(0),
@@ -234,8 +277,32 @@ impl<C: Clock + Clone> Limiter<C> {
     pub fn admit(&self) -> Result<Slot, AapError> {
         Arc::clone(&self.slots)
             .try_acquire_owned()
-            .map_err(|_| AapError::RateLimited {
+            .map_err(|_| AapError::Overloaded {
                 retry_after: OVERLOAD_RETRY_AFTER,
+            })
+    }
+
+    /// Slots of `limits.max_concurrency` taken now (for the in-flight gauge).
+    pub fn in_flight(&self, max_concurrency: usize) -> usize {
+        max_concurrency
+            .max(1)
+            .saturating_sub(self.slots.available_permits())
+    }
+
+    /// Counts one public request from `ip` (a client address, see [`bucket_ip`]) against
+    /// `rate_limit.per_ip`; `RATE_LIMITED` with the time to wait when the address floods.
+    pub fn check_address(&self, ip: IpAddr) -> Result<(), AapError> {
+        if !self.enabled {
+            return Ok(());
+        }
+        let limiter = &self.per_address;
+        if limiter.len() >= self.max_keys {
+            limiter.retain_recent();
+        }
+        limiter
+            .check_key(&bucket_ip(ip))
+            .map_err(|not_until| AapError::RateLimited {
+                retry_after: not_until.wait_time_from(self.clock.now()),
             })
     }
 
@@ -308,6 +375,8 @@ impl<C: Clock + Clone> Limiter<C> {
             limiter.retain_recent();
             limiter.shrink_to_fit();
         }
+        self.per_address.retain_recent();
+        self.per_address.shrink_to_fit();
     }
 
     /// Buckets held in memory.
@@ -316,7 +385,8 @@ impl<C: Clock + Clone> Limiter<C> {
             .chain(self.skills.values().map(|(l, _)| l))
             .chain(self.keys.values().map(|(l, _)| l))
             .map(RateLimiter::len)
-            .sum()
+            .sum::<usize>()
+            + self.per_address.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -362,6 +432,12 @@ mod tests {
             on_backend_error: OnBackendError::Local,
             redis_timeout: Duration::from_millis(50),
             trusted_proxies: Vec::new(),
+            client_ip_header: ClientIpHeader::XForwardedFor,
+            per_ip: Quota {
+                count: 1000,
+                period: Duration::from_secs(1),
+                burst: 1000,
+            },
             default: Quota {
                 count: rate,
                 period: per,
@@ -511,35 +587,86 @@ mod tests {
     }
 
     #[test]
-    fn forwarded_addresses_count_only_from_trusted_proxies() {
+    fn only_the_configured_header_names_the_client_and_only_from_trusted_proxies() {
+        use ClientIpHeader::{Forwarded, XForwardedFor, XRealIp};
         let trusted: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         let mut h = HeaderMap::new();
         h.insert(
             "x-forwarded-for",
             "203.0.113.9, 198.51.100.7, 10.1.1.1".parse().unwrap(),
         );
-        let proxy: IpAddr = "10.0.0.5".parse().unwrap();
-        let stranger: IpAddr = "192.0.2.44".parse().unwrap();
-        // Via our proxy: the right-most untrusted hop (the left one could be forged).
+        // A client-written `Forwarded` the proxy passed along untouched.
+        h.insert("forwarded", "for=192.0.2.200".parse().unwrap());
+        h.insert("x-real-ip", "198.51.100.50".parse().unwrap());
+        let proxy = ip("10.0.0.5");
+        let stranger = ip("192.0.2.44");
+        // Via our proxy: the right-most untrusted hop (the left one could be forged), and the
+        // forged `Forwarded` is not read.
         assert_eq!(
-            client_ip(proxy, &h, &trusted),
-            "198.51.100.7".parse::<IpAddr>().unwrap()
+            client_ip(proxy, &h, &trusted, XForwardedFor),
+            ip("198.51.100.7")
         );
-        // From anyone else the header is ignored.
-        assert_eq!(client_ip(stranger, &h, &trusted), stranger);
-        // `Forwarded` wins over X-Forwarded-For; quoted IPv6 with a port.
+        // From anyone else every header is ignored.
+        for header in [XForwardedFor, Forwarded, XRealIp] {
+            assert_eq!(client_ip(stranger, &h, &trusted, header), stranger);
+        }
+        // A proxy that writes `Forwarded`: quoted IPv6 with a port.
         h.insert(
             "forwarded",
-            "for=\"[2001:db8::7]:4711\";proto=https".parse().unwrap(),
+            "for=192.0.2.1, for=\"[2001:db8::7]:4711\";proto=https"
+                .parse()
+                .unwrap(),
         );
-        assert_eq!(
-            client_ip(proxy, &h, &trusted),
-            "2001:db8::7".parse::<IpAddr>().unwrap()
-        );
+        assert_eq!(client_ip(proxy, &h, &trusted, Forwarded), ip("2001:db8::7"));
+        // One that sets `X-Real-IP`.
+        assert_eq!(client_ip(proxy, &h, &trusted, XRealIp), ip("198.51.100.50"));
         // Only trusted hops: the peer itself.
         let mut only_proxies = HeaderMap::new();
         only_proxies.insert("x-forwarded-for", "10.2.2.2".parse().unwrap());
-        assert_eq!(client_ip(proxy, &only_proxies, &trusted), proxy);
+        assert_eq!(
+            client_ip(proxy, &only_proxies, &trusted, XForwardedFor),
+            proxy
+        );
+    }
+
+    #[test]
+    fn an_ipv6_client_is_counted_by_its_64_and_a_mapped_ipv4_as_ipv4() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(bucket_ip(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1:2::"));
+        assert_eq!(
+            bucket_ip(ip("2001:db8:1:2:ffff:ffff:ffff:ffff")),
+            bucket_ip(ip("2001:db8:1:2::9"))
+        );
+        assert_ne!(
+            bucket_ip(ip("2001:db8:1:3::1")),
+            bucket_ip(ip("2001:db8:1:2::1"))
+        );
+        assert_eq!(bucket_ip(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(bucket_ip(ip("192.0.2.7")), ip("192.0.2.7"));
+    }
+
+    #[test]
+    fn the_per_address_quota_counts_a_whole_ipv6_64_as_one_client() {
+        let clock = FakeRelativeClock::default();
+        let mut s = settings(10, Duration::from_secs(1), 20);
+        s.per_ip = Quota {
+            count: 1,
+            period: Duration::from_secs(60),
+            burst: 3,
+        };
+        let l = Limiter::with_fake_clock(&s, &[], clock);
+        let host = |n: u16| IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, n]);
+        assert!((1..=3).all(|n| l.check_address(host(n)).is_ok()));
+        assert!(matches!(
+            l.check_address(host(4)),
+            Err(AapError::RateLimited { .. })
+        ));
+        // Another /64, another client.
+        assert!(
+            l.check_address(IpAddr::from([0x2001, 0xdb8, 0, 2, 0, 0, 0, 1]))
+                .is_ok()
+        );
     }
 
     #[test]
@@ -549,7 +676,7 @@ mod tests {
         let a = l.admit().expect("slot");
         let _b = l.admit().expect("slot");
         assert!(
-            matches!(l.admit(), Err(AapError::RateLimited { retry_after }) if retry_after == OVERLOAD_RETRY_AFTER)
+            matches!(l.admit(), Err(AapError::Overloaded { retry_after }) if retry_after == OVERLOAD_RETRY_AFTER)
         );
         drop(a);
         assert!(l.admit().is_ok());

@@ -48,7 +48,7 @@ fn broken_config_reports_every_problem_with_its_location() {
             "{f}:14:5: `a2a/` must be a path like /a2a (leading `/`, no trailing `/`, no query)"
         ),
         format!(
-            "{f}:15:1: unknown key `colour`; expected one of listen, admin_listen, aap, bindings, limits, telemetry, idempotency, rate_limit, auth, provider, dealers"
+            "{f}:15:1: unknown key `colour`; expected one of listen, admin_listen, aap, bindings, limits, connections, telemetry, idempotency, rate_limit, auth, provider, dealers"
         ),
         format!("{f}:17:5: `bad id!` must be letters, digits, `_` or `-`"),
         format!("{f}:18:13: `name` must not be empty"),

@@ -44,8 +44,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_aap-gateway");
 const MAPPING_FOLDER: &str = "example-toyota";
 
 /// Metric names: the original six, the four that issue 7 asks for (upstream errors, idempotency
-/// replays and conflicts, feed-cache age), and mapping events (issue 13). docs/operations.md
-/// §Metrics lists them with their labels; the dashboard uses nothing else.
+/// replays and conflicts, feed-cache age), mapping events (issue 13) and the front door's of
+/// issue 15 (requests in flight and waiting, connections open, refused and timed out).
+/// docs/operations.md §Metrics lists them with their labels; the dashboard uses nothing else.
 const METRICS: &[(&str, MetricKind)] = &[
     ("aap_gateway_requests_total", MetricKind::Counter),
     (
@@ -67,6 +68,14 @@ const METRICS: &[(&str, MetricKind)] = &[
     ("aap_gateway_feed_cache_age_seconds", MetricKind::Gauge),
     ("aap_gateway_config_reloads_total", MetricKind::Counter),
     ("aap_gateway_build_info", MetricKind::Gauge),
+    ("aap_gateway_requests_in_flight", MetricKind::Gauge),
+    ("aap_gateway_requests_waiting", MetricKind::Gauge),
+    ("aap_gateway_connections_open", MetricKind::Gauge),
+    ("aap_gateway_connections_refused_total", MetricKind::Counter),
+    (
+        "aap_gateway_connections_timed_out_total",
+        MetricKind::Counter,
+    ),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! Rate limits and API keys through the real gateway: `RATE_LIMITED` in the protocol's own shape
 //! (JSON-RPC -32000, HTTP 200, `Retry-After`, `retryable`, `details.retry_after_ms`), separate
-//! quotas per skill and per client, forwarded addresses believed only from trusted proxies,
+//! quotas per skill and per client, forwarded addresses believed only from trusted proxies and
+//! only in the header they write (IPv6 per /64),
 //! and authentication: 401 with `WWW-Authenticate`, 403 for a key not allowed at the dealer,
 //! the card declaring its security only when keys are required, cards and health public.
 
@@ -132,6 +133,41 @@ async fn forwarded_addresses_count_only_from_trusted_proxies() {
     )
     .await;
     assert_eq!(reply.aap_code(), "RATE_LIMITED");
+}
+
+#[tokio::test]
+async fn only_the_header_the_proxy_writes_names_the_client() {
+    let limits =
+        "rate_limit:\n  default: { rate: 1/min, burst: 1 }\n  trusted_proxies: [127.0.0.1/32]";
+    // The proxy writes X-Forwarded-For (the default): a client-written `Forwarded` is ignored.
+    let xff = gateway(limits).await;
+    let via = |forged: &'static str| [("x-forwarded-for", "203.0.113.5"), ("forwarded", forged)];
+    assert!(ok(&call(&xff, "/a2a", &via("for=198.51.100.1")).await));
+    let reply = call(&xff, "/a2a", &via("for=198.51.100.2")).await;
+    assert_eq!(reply.aap_code(), "RATE_LIMITED", "still 203.0.113.5");
+
+    // A proxy that writes `Forwarded`: now X-Forwarded-For is the one ignored.
+    let forwarded = gateway(&format!("{limits}\n  client_ip_header: forwarded")).await;
+    let via = |forged: &'static str| {
+        [
+            ("forwarded", "for=203.0.113.5"),
+            ("x-forwarded-for", forged),
+        ]
+    };
+    assert!(ok(&call(&forwarded, "/a2a", &via("198.51.100.1")).await));
+    let reply = call(&forwarded, "/a2a", &via("198.51.100.2")).await;
+    assert_eq!(reply.aap_code(), "RATE_LIMITED", "still 203.0.113.5");
+
+    // IPv6 clients count per /64: another address in the same /64 is the same client.
+    let v6 = gateway(limits).await;
+    let from = |ip: &'static str| [("x-forwarded-for", ip)];
+    assert!(ok(&call(&v6, "/a2a", &from("2001:db8:1:2::1")).await));
+    let reply = call(&v6, "/a2a", &from("2001:db8:1:2:ffff::9")).await;
+    assert_eq!(reply.aap_code(), "RATE_LIMITED", "same /64");
+    assert!(
+        ok(&call(&v6, "/a2a", &from("2001:db8:1:3::1")).await),
+        "another /64"
+    );
 }
 
 #[tokio::test]

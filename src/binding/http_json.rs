@@ -137,22 +137,41 @@ pub async fn serve(
     let extension = activated.then_some(dealer.extension_uri());
     match outcome {
         Ok(body) => respond(StatusCode::OK, body, media_type, extension),
-        Err(error) => {
-            let wire = super::report(&error, dealer);
-            log.outcome = wire.reason;
-            let status = json!({
-                "error": {
-                    "code": wire.http_status.as_u16(),
-                    "status": wire_error::status_name(wire.http_status),
-                    "message": wire.message,
-                    "details": wire.details,
-                }
-            });
-            let mut response = respond(wire.http_status, encode(&status), media_type, extension);
-            headers::error_headers(response.headers_mut(), wire.http_status, wire.retry_after);
-            response
-        }
+        Err(error) => error_response(dealer, &error, media_type, extension, log),
     }
+}
+
+/// The reply to a request refused before its body was read.
+pub fn refusal(
+    dealer: &Dealer,
+    headers: &HeaderMap,
+    error: &AapError,
+    log: &mut RequestLog,
+) -> Response<Full<Bytes>> {
+    error_response(dealer, error, reply_media_type(headers), None, log)
+}
+
+/// An error as a `google.rpc.Status` body with its HTTP status; notes its outcome in `log`.
+fn error_response(
+    dealer: &Dealer,
+    error: &AapError,
+    media_type: &'static str,
+    extension: Option<&str>,
+    log: &mut RequestLog,
+) -> Response<Full<Bytes>> {
+    let wire = super::report(error, dealer);
+    log.outcome = wire.reason;
+    let status = json!({
+        "error": {
+            "code": wire.http_status.as_u16(),
+            "status": wire_error::status_name(wire.http_status),
+            "message": wire.message,
+            "details": wire.details,
+        }
+    });
+    let mut response = respond(wire.http_status, encode(&status), media_type, extension);
+    headers::error_headers(response.headers_mut(), wire.http_status, wire.retry_after);
+    response
 }
 
 /// `message:send`, in the JSON-RPC binding's order of checks (docs/protocol.md §Order of checks).

@@ -52,26 +52,47 @@ pub async fn serve(
             result,
         }),
         Err(error) => {
-            let wire = super::report(&error, dealer);
-            log.outcome = wire.reason;
-            status = wire.rpc_status;
-            retry_after = wire.retry_after;
-            let error = RpcErrorObject {
-                code: wire.jsonrpc_code,
-                message: &wire.message,
-                data: &wire.details,
-            };
-            encode(&RpcError {
-                jsonrpc: "2.0",
-                id: &id,
-                error,
-            })
+            let (body, wire_status, wire_retry_after) = error_body(dealer, &id, &error, log);
+            status = wire_status;
+            retry_after = wire_retry_after;
+            body
         }
     };
     let mut response = respond(body, activated.then_some(dealer.extension_uri()));
     *response.status_mut() = status;
     headers::error_headers(response.headers_mut(), status, retry_after);
     response
+}
+
+/// The reply to a request refused before its body was read: a JSON-RPC error whose `id` is
+/// null (it was never seen).
+pub fn refusal(dealer: &Dealer, error: &AapError, log: &mut RequestLog) -> Response<Full<Bytes>> {
+    let (body, status, retry_after) = error_body(dealer, &Value::Null, error, log);
+    let mut response = respond(body, None);
+    *response.status_mut() = status;
+    headers::error_headers(response.headers_mut(), status, retry_after);
+    response
+}
+
+/// An error's JSON-RPC body, HTTP status and retry hint; notes its outcome in `log`.
+fn error_body(
+    dealer: &Dealer,
+    id: &Id,
+    error: &AapError,
+    log: &mut RequestLog,
+) -> (Vec<u8>, StatusCode, Option<std::time::Duration>) {
+    let wire = super::report(error, dealer);
+    log.outcome = wire.reason;
+    let body = encode(&RpcError {
+        jsonrpc: "2.0",
+        id,
+        error: RpcErrorObject {
+            code: wire.jsonrpc_code,
+            message: &wire.message,
+            data: &wire.details,
+        },
+    });
+    (body, wire.rpc_status, wire.retry_after)
 }
 
 enum Success {

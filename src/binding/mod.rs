@@ -31,7 +31,8 @@ pub(crate) async fn send_message(
     request: Value,
     log: &mut RequestLog,
 ) -> Result<SendMessageResponse, AapError> {
-    // Over `limits.max_concurrency`: shed now (RATE_LIMITED) rather than queue without bound.
+    // The body is read: only now does the call need capacity. Over `limits.max_concurrency` it
+    // is shed at once (RATE_LIMITED; 503 on HTTP+JSON) rather than queued without bound.
     let _slot = app.limits.admit()?;
     let call = tracing::debug_span!("decode").in_scope(|| send_message::decode(request))?;
     log.skill(&call.skill);

@@ -361,24 +361,20 @@ pub fn to_wire(error: &AapError, stamp: &ErrorStamp) -> WireError {
                 stamp,
             )
         }
-        AapError::RateLimited { retry_after } => {
-            let ms = u64::try_from(retry_after.as_millis())
-                .unwrap_or(u64::MAX)
-                .max(1);
-            let message = format!("Rate limit exceeded; retry after {ms} ms.");
-            aap(
-                AapParts {
-                    code: AapCode::RateLimited,
-                    summary: message.clone(),
-                    message,
-                    retryable: true,
-                    details: Some(json!({ "retry_after_ms": ms })),
-                    violations: None,
-                    retry_after: Some(*retry_after),
-                },
-                stamp,
-            )
-        }
+        AapError::RateLimited { retry_after } => rate_limited(
+            *retry_after,
+            "Rate limit exceeded",
+            StatusCode::TOO_MANY_REQUESTS,
+            stamp,
+        ),
+        // Shedding: the same RATE_LIMITED error, but 503 where HTTP statuses are visible, so
+        // proxies and clients tell "the gateway is full" from "you are over your quota".
+        AapError::Overloaded { retry_after } => rate_limited(
+            *retry_after,
+            "The gateway is at capacity",
+            StatusCode::SERVICE_UNAVAILABLE,
+            stamp,
+        ),
         // A2A defines no authentication error; the reply keeps the A2A shape (ErrorInfo, no
         // `aap.error`) with the HTTP status clients and proxies understand.
         AapError::Unauthenticated { invalid } => {
@@ -412,6 +408,33 @@ pub fn to_wire(error: &AapError, stamp: &ErrorStamp) -> WireError {
         | AapError::InvalidReply { .. }
         | AapError::Internal(_) => internal(stamp),
     }
+}
+
+/// `RATE_LIMITED` with its retry hint, sent with `status` on the HTTP+JSON binding.
+fn rate_limited(
+    retry_after: Duration,
+    why: &str,
+    status: StatusCode,
+    stamp: &ErrorStamp,
+) -> WireError {
+    let ms = u64::try_from(retry_after.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    let message = format!("{why}; retry after {ms} ms.");
+    let mut wire = aap(
+        AapParts {
+            code: AapCode::RateLimited,
+            summary: message.clone(),
+            message,
+            retryable: true,
+            details: Some(json!({ "retry_after_ms": ms })),
+            violations: None,
+            retry_after: Some(retry_after),
+        },
+        stamp,
+    );
+    wire.http_status = status;
+    wire
 }
 
 /// The `google.rpc.Code` name of an HTTP status, for the `status` of a `google.rpc.Status`

@@ -280,7 +280,7 @@ fn error_code(error: &AapError) -> Option<&'static str> {
         | AapError::InvalidUpstreamResponse { .. }
         | AapError::InvalidReply { .. }
         | AapError::Internal(_) => Some("INTERNAL_ERROR"),
-        AapError::RateLimited { .. } => Some("RATE_LIMITED"),
+        AapError::RateLimited { .. } | AapError::Overloaded { .. } => Some("RATE_LIMITED"),
         AapError::Parse { .. }
         | AapError::InvalidRequest { .. }
         | AapError::MethodNotFound { .. }

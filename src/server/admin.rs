@@ -1,13 +1,48 @@
 //! The admin listener: liveness and readiness for orchestrators, Prometheus metrics. Kept off
 //! the public port so probes and scrapes never compete with (or leak to) buyer traffic.
 
+use std::convert::Infallible;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
 
 use super::{Running, plain};
+
+/// Probes and scrapes send their request head at once; a peer that does not is cut off.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accepts admin connections until the task is aborted (after the drain).
+pub async fn serve(listener: TcpListener, state: Arc<Running>) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    loop {
+        let accepted = listener.accept().await;
+        let Some((stream, _)) = super::accepted_or_log(accepted).await else {
+            continue;
+        };
+        let state = Arc::clone(&state);
+        let service = hyper::service::service_fn(move |req| {
+            let state = Arc::clone(&state);
+            async move { Ok::<_, Infallible>(route(&state, &req)) }
+        });
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
+}
 
 pub fn route<B>(state: &Running, req: &Request<B>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
@@ -36,6 +71,8 @@ fn metrics(app: &crate::app::App) -> Response<Full<Bytes>> {
         let oldest = dealer.feeds().iter().filter_map(|f| f.age()).max();
         app.metrics.feed_age(&dealer.label, oldest);
     }
+    app.metrics
+        .in_flight(app.limits.in_flight(app.settings.limits.max_concurrency));
     let mut response = Response::new(Full::new(Bytes::from(app.metrics.encode())));
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,

@@ -1,7 +1,13 @@
 //! Listeners and the one tower stack. `run` accepts connections on the gateway and admin
 //! listeners until shutdown, then drains in-flight requests (bounded by `limits.shutdown_grace`).
+//!
+//! The public listener admits connections through `conn` (caps, deadlines); requests are not
+//! queued anywhere: a request takes a concurrency slot only once its body is read, and is shed
+//! at once when none is free (`binding::send_message`). The admin listener runs in a task of its
+//! own, so nothing on the public side (a flood, an accept back-off) can delay a probe.
 
 pub mod admin;
+pub mod conn;
 pub mod reload;
 pub mod routes;
 
@@ -12,20 +18,17 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tower::ServiceBuilder;
-use tower::limit::GlobalConcurrencyLimitLayer;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::app::App;
@@ -34,8 +37,9 @@ use crate::app::App;
 #[derive(Debug, Clone, Copy)]
 pub struct PeerAddr(pub SocketAddr);
 
-/// Slow clients may take this long to send request headers before the connection is closed.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// When the request's head had arrived, set on every request: latency counts from here.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival(pub Instant);
 
 /// Shared state of a running server.
 #[derive(Debug)]
@@ -79,8 +83,11 @@ async fn serve(
         ready: AtomicBool::new(true),
         app: ArcSwap::from(Arc::clone(&app)),
     });
-    // Sized once: a reload does not resize the listener's concurrency cap.
-    let limit = Arc::new(Semaphore::new(app.settings.limits.max_concurrency));
+    // Read once: a reload does not resize the caps or change the deadlines of the listener.
+    let connections = app.settings.connections.clone();
+    let gate = conn::Gate::new(connections.max);
+    let builder = conn::builder(&connections);
+    let metrics = Arc::clone(&app.metrics);
     let grace = app.settings.limits.shutdown_grace;
     let background: reload::Background = Arc::new(std::sync::Mutex::new(app.start_background()));
     let reloader = reload.map(|source| {
@@ -91,44 +98,48 @@ async fn serve(
         ))
     });
     drop(app);
+    // Probes are short and not part of the drain: the admin listener lives until the end.
+    let admin_task = tokio::spawn(admin::serve(admin, Arc::clone(&state)));
     let graceful = GracefulShutdown::new();
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
     tokio::pin!(shutdown);
 
     loop {
         tokio::select! {
             accepted = gateway.accept() => {
                 let Some((stream, peer)) = accepted_or_log(accepted).await else { continue };
+                // Over a cap: dropping the socket closes it before a byte is read.
+                let admitted = {
+                    let current = state.app.load();
+                    let trusted = &current.settings.rate_limit.trusted_proxies;
+                    gate.admit(peer.ip(), connections.max_per_ip, trusted, &metrics)
+                };
+                let Some(admitted) = admitted else { continue };
+                let watch = conn::Watch::new(&connections);
+                let io = conn::Watched::new(stream, Arc::clone(&watch), Arc::clone(&metrics));
                 let state = Arc::clone(&state);
                 let service = ServiceBuilder::new()
                     // A panic in any handler becomes a bare 500: no stack trace, no dropped
                     // connection, and the rest of the server keeps going.
                     .layer(CatchPanicLayer::custom(panic_response))
-                    // The process and the dealers' legacy systems have finite capacity: at most
-                    // `limits.max_concurrency` requests run at once across all connections.
-                    .layer(GlobalConcurrencyLimitLayer::with_semaphore(Arc::clone(&limit)))
                     .service_fn(move |mut req: Request<Incoming>| {
+                        let in_flight = watch.request_started();
                         let app = state.app.load_full();
                         req.extensions_mut().insert(PeerAddr(peer));
-                        async move { Ok::<_, Infallible>(routes::route(&app, req).await) }
+                        req.extensions_mut().insert(Arrival(Instant::now()));
+                        async move {
+                            let response = routes::route(&app, req).await;
+                            drop(in_flight);
+                            Ok::<_, Infallible>(response)
+                        }
                     });
-                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service)).into_owned();
+                let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service)).into_owned();
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
+                    let _admitted = admitted;
                     if let Err(e) = conn.await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
                 });
-            }
-            accepted = admin.accept() => {
-                let Some((stream, _)) = accepted_or_log(accepted).await else { continue };
-                // Probes are short; they are not part of the drain.
-                let conn = admin_connection(&builder, stream, &state);
-                tokio::spawn(async move { let _ = conn.await; });
             }
             () = &mut shutdown => break,
         }
@@ -148,44 +159,17 @@ async fn serve(
     }
     drop(gateway);
     tracing::info!(grace = ?grace, "shutting down: draining in-flight requests");
-    let drained = graceful.shutdown();
-    let deadline = tokio::time::sleep(grace);
-    tokio::pin!(drained, deadline);
-    loop {
-        tokio::select! {
-            () = &mut drained => {
-                tracing::info!("all connections drained");
-                break;
-            }
-            () = &mut deadline => {
-                tracing::warn!("shutdown grace elapsed; closing remaining connections");
-                break;
-            }
-            accepted = admin.accept() => {
-                let Some((stream, _)) = accepted_or_log(accepted).await else { continue };
-                let conn = admin_connection(&builder, stream, &state);
-                tokio::spawn(async move { let _ = conn.await; });
-            }
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("all connections drained"),
+        () = tokio::time::sleep(grace) => {
+            tracing::warn!("shutdown grace elapsed; closing remaining connections");
         }
     }
+    admin_task.abort();
 }
 
-/// One admin connection: health and readiness only.
-fn admin_connection(
-    builder: &auto::Builder<TokioExecutor>,
-    stream: tokio::net::TcpStream,
-    state: &Arc<Running>,
-) -> impl Future<Output = Result<(), Box<dyn std::error::Error + Send + Sync>>> + Send + 'static {
-    let state = Arc::clone(state);
-    let service = hyper::service::service_fn(move |req| {
-        let state = Arc::clone(&state);
-        async move { Ok::<_, Infallible>(admin::route(&state, &req)) }
-    });
-    builder
-        .serve_connection(TokioIo::new(stream), service)
-        .into_owned()
-}
-
+/// The accepted connection, or `None` after logging a failed accept and backing off (usually
+/// EMFILE: sleeping beats spinning, and only this listener's loop sleeps).
 async fn accepted_or_log(
     accepted: std::io::Result<(tokio::net::TcpStream, SocketAddr)>,
 ) -> Option<(tokio::net::TcpStream, SocketAddr)> {
@@ -195,7 +179,6 @@ async fn accepted_or_log(
             Some((stream, peer))
         }
         Err(e) => {
-            // Usually EMFILE: back off briefly instead of spinning.
             tracing::warn!(error = %e, "accept failed");
             tokio::time::sleep(Duration::from_millis(50)).await;
             None

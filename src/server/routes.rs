@@ -1,5 +1,10 @@
 //! Routes of the public listener: pick the dealer, then its card, its JSON-RPC endpoint, or
 //! (when enabled) the HTTP+JSON routes below that endpoint.
+//!
+//! Every request is first counted against its client address's quota (`rate_limit.per_ip`)
+//! and refused before any other work when over it. Bodies are read under their own short
+//! deadline (`limits.body_read_timeout`) before any concurrency slot is taken; requests
+//! answered early (408, 413, 400, refused) are logged and counted like the others.
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -12,107 +17,200 @@ use crate::app::{App, Dealer};
 use crate::auth::Presented;
 use crate::binding;
 use crate::binding::http_json;
+use crate::error::AapError;
 use crate::protocol::Caller;
-use crate::telemetry::request::RequestLog;
+use crate::telemetry::request::{self, RequestLog};
+use std::sync::Arc;
+use std::time::Instant;
 use tracing::Instrument as _;
 
 pub const CARD_PATH: &str = "/.well-known/agent-card.json";
 
-pub async fn route(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
+/// What a request on the public listener asks for, decided from its head alone.
+enum Target<'a> {
+    Card(&'a Dealer),
+    JsonRpc(&'a Dealer),
+    HttpJson(&'a Dealer, http_json::Route),
+    /// Under a dealer, but no route of it.
+    Unknown(&'a Dealer, &'static str),
+    NoDealer,
+}
+
+impl Target<'_> {
+    /// The `binding` label of its logs and metrics.
+    fn binding(&self) -> &'static str {
+        match self {
+            Target::JsonRpc(_) => "jsonrpc",
+            Target::HttpJson(..) => "http_json",
+            Target::Card(_) => "card",
+            Target::Unknown(..) | Target::NoDealer => "other",
+        }
+    }
+}
+
+fn target<'a, B>(app: &'a App, req: &Request<B>) -> Target<'a> {
     let host = req
         .headers()
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .or_else(|| req.uri().host());
-    let path = req.uri().path().to_owned();
-    let Some((dealer, rest)) = crate::router::select(&app.dealers, host, &path) else {
-        return plain(
-            StatusCode::NOT_FOUND,
-            "no dealer agent is served at this address",
-        );
+    let Some((dealer, rest)) = crate::router::select(&app.dealers, host, req.uri().path()) else {
+        return Target::NoDealer;
     };
     let jsonrpc = app.settings.jsonrpc_path.as_str();
     if rest == CARD_PATH {
-        return match *req.method() {
-            Method::GET | Method::HEAD => card(dealer, &req),
-            _ => not_allowed("GET, HEAD"),
-        };
+        return Target::Card(dealer);
     }
     if rest == jsonrpc || rest.strip_suffix('/') == Some(jsonrpc) {
-        if req.method() != Method::POST {
-            return not_allowed("POST");
-        }
-        let (parts, body) = req.into_parts();
-        let caller = caller(app, &parts);
-        let mut log = RequestLog::start("jsonrpc", dealer.id(), &parts.headers);
-        let response = match read_body(app, &parts.headers, body).await {
-            Ok(bytes) => {
-                let span = log.span.clone();
-                binding::jsonrpc::serve(app, dealer, &caller, &parts.headers, &bytes, &mut log)
-                    .instrument(span)
-                    .await
-            }
-            Err(response) => return response,
-        };
-        return finish(app, dealer, log, response);
+        return Target::JsonRpc(dealer);
     }
     if app.settings.http_json
         && let Some(below) = rest.strip_prefix(jsonrpc).and_then(|r| r.strip_prefix('/'))
     {
-        let Some(route) = http_json::Route::of(below) else {
-            return plain(StatusCode::NOT_FOUND, "not an A2A HTTP+JSON route");
+        return match http_json::Route::of(below) {
+            Some(route) => Target::HttpJson(dealer, route),
+            None => Target::Unknown(dealer, "not an A2A HTTP+JSON route"),
         };
-        if !route.allows(req.method()) {
-            return not_allowed(route.allow());
-        }
-        let (parts, body) = req.into_parts();
-        let caller = caller(app, &parts);
-        let bytes = if route == http_json::Route::SendMessage {
-            match read_body(app, &parts.headers, body).await {
-                Ok(bytes) => bytes,
-                Err(response) => return response,
-            }
-        } else {
-            Bytes::new()
-        };
-        let mut log = RequestLog::start("http_json", dealer.id(), &parts.headers);
-        let span = log.span.clone();
-        let response = http_json::serve(app, dealer, &caller, route, &parts, &bytes, &mut log)
-            .instrument(span)
-            .await;
-        return finish(app, dealer, log, response);
     }
-    plain(StatusCode::NOT_FOUND, "not found")
+    Target::Unknown(dealer, "not found")
+}
+
+pub async fn route(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let arrived = req
+        .extensions()
+        .get::<super::Arrival>()
+        .map_or_else(Instant::now, |a| a.0);
+    let target = target(app, &req);
+    // Before any other work: one cheap bucket per client address, whoever it claims to be.
+    let caller = caller(app, req.extensions(), req.headers());
+    if let Err(error) = app.limits.check_address(caller.ip) {
+        return refuse(app, &target, req.headers(), &error, arrived);
+    }
+    match target {
+        Target::NoDealer => plain(
+            StatusCode::NOT_FOUND,
+            "no dealer agent is served at this address",
+        ),
+        Target::Unknown(_, message) => plain(StatusCode::NOT_FOUND, message),
+        Target::Card(dealer) => match *req.method() {
+            Method::GET | Method::HEAD => card(dealer, &req),
+            _ => not_allowed("GET, HEAD"),
+        },
+        Target::JsonRpc(dealer) => {
+            if req.method() != Method::POST {
+                return not_allowed("POST");
+            }
+            let (parts, body) = req.into_parts();
+            let mut log = RequestLog::arrived("jsonrpc", dealer.id(), &parts.headers, arrived);
+            let bytes = match read_body(app, &parts.headers, body).await {
+                Ok(bytes) => bytes,
+                Err((response, outcome)) => {
+                    log.outcome = outcome;
+                    return finish(app, &dealer.label, log, response);
+                }
+            };
+            let span = log.span.clone();
+            let response =
+                binding::jsonrpc::serve(app, dealer, &caller, &parts.headers, &bytes, &mut log)
+                    .instrument(span)
+                    .await;
+            finish(app, &dealer.label, log, response)
+        }
+        Target::HttpJson(dealer, route) => {
+            if !route.allows(req.method()) {
+                return not_allowed(route.allow());
+            }
+            let (parts, body) = req.into_parts();
+            let mut log = RequestLog::arrived("http_json", dealer.id(), &parts.headers, arrived);
+            let bytes = if route == http_json::Route::SendMessage {
+                match read_body(app, &parts.headers, body).await {
+                    Ok(bytes) => bytes,
+                    Err((response, outcome)) => {
+                        log.outcome = outcome;
+                        return finish(app, &dealer.label, log, response);
+                    }
+                }
+            } else {
+                Bytes::new()
+            };
+            let span = log.span.clone();
+            let response = http_json::serve(app, dealer, &caller, route, &parts, &bytes, &mut log)
+                .instrument(span)
+                .await;
+            finish(app, &dealer.label, log, response)
+        }
+    }
+}
+
+/// The answer to a request over its address's quota, in the shape its target speaks: a
+/// JSON-RPC error (`id` null: the body is never read), an HTTP+JSON status, or a plain 429.
+/// Logged (sampled) and counted like any other request.
+fn refuse(
+    app: &App,
+    target: &Target<'_>,
+    headers: &http::HeaderMap,
+    error: &AapError,
+    arrived: Instant,
+) -> Response<Full<Bytes>> {
+    let dealer = match target {
+        Target::Card(d) | Target::JsonRpc(d) | Target::HttpJson(d, _) | Target::Unknown(d, _) => {
+            Some(*d)
+        }
+        Target::NoDealer => None,
+    };
+    let id = dealer.map_or("none", Dealer::id);
+    let mut log = RequestLog::arrived(target.binding(), id, headers, arrived);
+    let response = match (target, dealer) {
+        (Target::JsonRpc(_), Some(d)) => binding::jsonrpc::refusal(d, error, &mut log),
+        (Target::HttpJson(..), Some(d)) => http_json::refusal(d, headers, error, &mut log),
+        _ => {
+            log.outcome = "RATE_LIMITED";
+            let mut r = plain(StatusCode::TOO_MANY_REQUESTS, "too many requests");
+            let retry_after = match error {
+                AapError::RateLimited { retry_after } => Some(*retry_after),
+                _ => None,
+            };
+            binding::headers::error_headers(
+                r.headers_mut(),
+                StatusCode::TOO_MANY_REQUESTS,
+                retry_after,
+            );
+            r
+        }
+    };
+    let label = dealer.map_or_else(|| Arc::from("none"), |d| Arc::clone(&d.label));
+    finish(app, &label, log, response)
 }
 
 /// Logs and counts a request the binding answered, and tells the caller its request id.
 fn finish(
     app: &App,
-    dealer: &Dealer,
+    dealer: &Arc<str>,
     log: RequestLog,
     mut response: Response<Full<Bytes>>,
 ) -> Response<Full<Bytes>> {
     if let Ok(id) = HeaderValue::from_str(&log.request_id) {
         response.headers_mut().insert("x-request-id", id);
     }
-    log.finish(&app.metrics, &dealer.label, response.status());
+    log.finish(&app.metrics, dealer, response.status());
     response
 }
 
-/// Who is calling: the client address (forwarded headers believed from trusted proxies only)
-/// and the API key presented, if any.
-fn caller(app: &App, parts: &http::request::Parts) -> Caller {
-    let peer = parts
-        .extensions
+/// Who is calling: the client address (the configured forwarding header believed from trusted
+/// proxies only) and the API key presented, if any.
+fn caller(app: &App, extensions: &http::Extensions, headers: &http::HeaderMap) -> Caller {
+    let peer = extensions
         .get::<super::PeerAddr>()
         .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.0.ip());
+    let limits = &app.settings.rate_limit;
     Caller {
         ip: crate::rate_limit::client_ip(
             peer,
-            &parts.headers,
-            &app.settings.rate_limit.trusted_proxies,
+            headers,
+            &limits.trusted_proxies,
+            limits.client_ip_header,
         ),
-        presented: Presented::from_headers(&parts.headers),
+        presented: Presented::from_headers(headers),
     }
 }
 
@@ -161,31 +259,42 @@ fn card<B>(dealer: &Dealer, req: &Request<B>) -> Response<Full<Bytes>> {
     response
 }
 
-/// Reads the whole body within `limits.max_body_bytes` (413) and the request deadline (408).
+/// Reads the whole body within `limits.max_body_bytes` (413) and `limits.body_read_timeout`
+/// (408), or answers early with the outcome to log. No concurrency slot is held meanwhile: a
+/// slow sender costs a task and a buffer, never capacity.
 async fn read_body(
     app: &App,
     headers: &http::HeaderMap,
     body: Incoming,
-) -> Result<Bytes, Response<Full<Bytes>>> {
+) -> Result<Bytes, (Response<Full<Bytes>>, &'static str)> {
     let limit = app.settings.limits.max_body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
-        return Err(too_large(limit));
+        return Err((too_large(limit), request::BODY_TOO_LARGE));
     }
+    let _waiting = app.metrics.waiting();
     let collect = Limited::new(body, limit).collect();
-    match tokio::time::timeout(app.settings.limits.request_timeout, collect).await {
+    match tokio::time::timeout(app.settings.limits.body_read_timeout, collect).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(limit)),
-        Ok(Err(_)) => Err(plain(
-            StatusCode::BAD_REQUEST,
-            "the request body could not be read",
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            Err((too_large(limit), request::BODY_TOO_LARGE))
+        }
+        Ok(Err(_)) => Err((
+            plain(
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read",
+            ),
+            request::BODY_UNREADABLE,
         )),
-        Err(_) => Err(plain(
-            StatusCode::REQUEST_TIMEOUT,
-            "the request body did not arrive in time",
+        Err(_) => Err((
+            plain(
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body did not arrive in time",
+            ),
+            request::BODY_TIMEOUT,
         )),
     }
 }

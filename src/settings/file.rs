@@ -76,7 +76,10 @@ pub struct FileLimits {
     pub max_body_bytes: u64,
     /// Deadline for a whole request, upstream calls included (e.g. `15s`).
     pub request_timeout: String,
-    /// Requests handled at once; beyond this callers wait for a slot.
+    /// How long a request body may take to arrive (HTTP 408 after); short, because a request
+    /// reading its body is cheap to hold but an attacker can hold many.
+    pub body_read_timeout: String,
+    /// Requests handled at once (their body read); beyond this calls are shed at once.
     pub max_concurrency: u64,
     /// How long a graceful shutdown waits for in-flight requests (e.g. `20s`).
     pub shutdown_grace: String,
@@ -87,8 +90,47 @@ impl Default for FileLimits {
         FileLimits {
             max_body_bytes: 64 * 1024,
             request_timeout: "15s".to_owned(),
+            body_read_timeout: "5s".to_owned(),
             max_concurrency: 1024,
             shutdown_grace: "20s".to_owned(),
+        }
+    }
+}
+
+/// `connections`: how many connections the public listener holds, and for how long.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileConnections {
+    /// Open connections at most; further ones are closed as soon as they are accepted.
+    pub max: u64,
+    /// Open connections per client address (IPv6 per /64); trusted proxies are exempt.
+    pub max_per_ip: u64,
+    /// How long a new connection may stay silent before it is closed.
+    pub first_byte_timeout: String,
+    /// How long a connection may take from its first byte to its first complete request head
+    /// (HTTP/1 headers, or the HTTP/2 preface and first stream).
+    pub header_read_timeout: String,
+    /// How long a connection with no request in flight stays open.
+    pub idle_timeout: String,
+    /// Streams (requests) at once on one HTTP/2 connection.
+    pub http2_max_concurrent_streams: u32,
+    /// How often an HTTP/2 connection is pinged to detect a dead peer.
+    pub http2_keep_alive_interval: String,
+    /// How long a ping may go unanswered before the connection is closed.
+    pub http2_keep_alive_timeout: String,
+}
+
+impl Default for FileConnections {
+    fn default() -> Self {
+        FileConnections {
+            max: 4096,
+            max_per_ip: 128,
+            first_byte_timeout: "5s".to_owned(),
+            header_read_timeout: "10s".to_owned(),
+            idle_timeout: "60s".to_owned(),
+            http2_max_concurrent_streams: 100,
+            http2_keep_alive_interval: "30s".to_owned(),
+            http2_keep_alive_timeout: "10s".to_owned(),
         }
     }
 }
@@ -131,9 +173,15 @@ pub struct FileRateLimit {
     pub on_backend_error: String,
     /// How long a Redis command may take before it counts as a backend error.
     pub redis_timeout: String,
-    /// Proxies (CIDRs) whose `X-Forwarded-For` / `Forwarded` name the real client. From any
-    /// other peer those headers are ignored (anyone can send them).
+    /// Proxies (CIDRs) whose forwarding header names the real client. From any other peer the
+    /// header is ignored (anyone can send it).
     pub trusted_proxies: Vec<String>,
+    /// The one header the trusted proxies write: `x-forwarded-for`, `forwarded` or
+    /// `x-real-ip`. Only that header is read, so a client cannot slip in another.
+    pub client_ip_header: String,
+    /// Every client address's quota for all requests on the public listener, checked before
+    /// any other work (IPv6 per /64).
+    pub per_ip: FileQuota,
     /// The quota of each client for each skill of each dealer.
     pub default: FileQuota,
     /// Per-skill quotas replacing the default, e.g. `lead.submit: { rate: 10/min, burst: 3 }`.
@@ -149,6 +197,11 @@ impl Default for FileRateLimit {
             on_backend_error: "local".to_owned(),
             redis_timeout: "50ms".to_owned(),
             trusted_proxies: Vec::new(),
+            client_ip_header: "x-forwarded-for".to_owned(),
+            per_ip: FileQuota {
+                rate: "100/s".to_owned(),
+                burst: 200,
+            },
             default: FileQuota {
                 rate: "10/s".to_owned(),
                 burst: 20,

@@ -18,8 +18,9 @@ use serde_json::Value;
 
 pub use file::{DRAFT_EXTENSION_URI, DRAFT_SCHEMA_BASE_URL};
 use file::{
-    FileAap, FileApiKey, FileAuth, FileBindings, FileCard, FileDealer, FileIdempotency,
-    FileKeysFile, FileLimits, FileProvider, FileQuota, FileRateLimit, FileTelemetry,
+    FileAap, FileApiKey, FileAuth, FileBindings, FileCard, FileConnections, FileDealer,
+    FileIdempotency, FileKeysFile, FileLimits, FileProvider, FileQuota, FileRateLimit,
+    FileTelemetry,
 };
 pub use yaml::{Origin, Problem, SourceMap};
 
@@ -40,6 +41,7 @@ pub struct Settings {
     /// `bindings.http_json.enabled`: the HTTP+JSON binding at `{jsonrpc_path}/message:send`.
     pub http_json: bool,
     pub limits: Limits,
+    pub connections: ConnectionSettings,
     pub telemetry: TelemetrySettings,
     pub idempotency: IdempotencySettings,
     pub rate_limit: RateLimitSettings,
@@ -111,8 +113,47 @@ pub struct RateLimitSettings {
     pub on_backend_error: OnBackendError,
     pub redis_timeout: Duration,
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The header the trusted proxies write; no other is read.
+    pub client_ip_header: ClientIpHeader,
+    /// Every address's quota for all public requests, before any other work.
+    pub per_ip: Quota,
     pub default: Quota,
     pub skills: HashMap<crate::protocol::Skill, Quota>,
+}
+
+/// The forwarding header a trusted proxy writes (`rate_limit.client_ip_header`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientIpHeader {
+    /// `X-Forwarded-For: client, proxy1, …` (appended to by each proxy).
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=…` (appended to by each proxy).
+    Forwarded,
+    /// `X-Real-IP: client` (set, not appended, by the proxy: one address).
+    XRealIp,
+}
+
+impl ClientIpHeader {
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientIpHeader::XForwardedFor => "x-forwarded-for",
+            ClientIpHeader::Forwarded => "forwarded",
+            ClientIpHeader::XRealIp => "x-real-ip",
+        }
+    }
+}
+
+/// `connections`: caps and deadlines of the public listener's connections.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConnectionSettings {
+    /// Sized at start: a reload does not change it.
+    pub max: usize,
+    pub max_per_ip: usize,
+    pub first_byte_timeout: Duration,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub http2_max_concurrent_streams: u32,
+    pub http2_keep_alive_interval: Duration,
+    pub http2_keep_alive_timeout: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -134,6 +175,8 @@ pub struct ApiKey {
 pub struct Limits {
     pub max_body_bytes: usize,
     pub request_timeout: Duration,
+    /// How long a request body may take to arrive (HTTP 408 after).
+    pub body_read_timeout: Duration,
     pub max_concurrency: usize,
     pub shutdown_grace: Duration,
 }
@@ -295,6 +338,7 @@ impl Loader {
             "aap",
             "bindings",
             "limits",
+            "connections",
             "telemetry",
             "idempotency",
             "rate_limit",
@@ -320,6 +364,8 @@ impl Loader {
         let aap: Option<FileAap> = self.optional_section("/aap", take("aap"));
         let bindings: Option<FileBindings> = self.optional_section("/bindings", take("bindings"));
         let limits: Option<FileLimits> = self.optional_section("/limits", take("limits"));
+        let connections: Option<FileConnections> =
+            self.optional_section("/connections", take("connections"));
         let telemetry: Option<FileTelemetry> =
             self.optional_section("/telemetry", take("telemetry"));
         let idempotency: Option<FileIdempotency> =
@@ -337,6 +383,7 @@ impl Loader {
         let bindings = bindings?;
         let jsonrpc_path = self.jsonrpc_path(&bindings.jsonrpc.path);
         let limits = self.limits(limits?);
+        let connections = self.connections(connections?);
         let telemetry = self.telemetry(telemetry?);
         let rate_limit = rate_limit?;
         let shared_redis_url = rate_limit.redis_url.clone();
@@ -368,6 +415,7 @@ impl Loader {
             jsonrpc_path: jsonrpc_path?,
             http_json: bindings.http_json.enabled,
             limits: limits?,
+            connections: connections?,
             telemetry: telemetry?,
             idempotency: idempotency?,
             rate_limit: rate_limit?,
@@ -498,6 +546,15 @@ impl Loader {
 
     fn limits(&mut self, file: FileLimits) -> Option<Limits> {
         let request_timeout = self.duration("/limits/request_timeout", &file.request_timeout);
+        let body_read_timeout = self.duration("/limits/body_read_timeout", &file.body_read_timeout);
+        if let (Some(body), Some(request)) = (body_read_timeout, request_timeout)
+            && body > request
+        {
+            self.problem(
+                "/limits/body_read_timeout",
+                "must not be longer than limits.request_timeout",
+            );
+        }
         let shutdown_grace = self.duration("/limits/shutdown_grace", &file.shutdown_grace);
         const MAX_BODY: u64 = 16 * 1024 * 1024;
         let max_body_bytes = if (1024..=MAX_BODY).contains(&file.max_body_bytes) {
@@ -517,9 +574,62 @@ impl Loader {
         };
         Some(Limits {
             max_body_bytes: max_body_bytes?,
+            body_read_timeout: body_read_timeout.filter(|b| Some(*b) <= request_timeout)?,
             request_timeout: request_timeout?,
             max_concurrency: max_concurrency?,
             shutdown_grace: shutdown_grace?,
+        })
+    }
+
+    fn connections(&mut self, file: FileConnections) -> Option<ConnectionSettings> {
+        let mut count = |pointer: &str, value: u64, low: u64, high: u64| {
+            if (low..=high).contains(&value) {
+                usize::try_from(value).ok()
+            } else {
+                self.problem(pointer, format!("must be between {low} and {high}"));
+                None
+            }
+        };
+        let max = count("/connections/max", file.max, 1, 1_000_000);
+        let max_per_ip = count("/connections/max_per_ip", file.max_per_ip, 1, 1_000_000);
+        let streams = count(
+            "/connections/http2_max_concurrent_streams",
+            u64::from(file.http2_max_concurrent_streams),
+            1,
+            1000,
+        );
+        if let (Some(max), Some(per_ip)) = (max, max_per_ip)
+            && per_ip > max
+        {
+            self.problem(
+                "/connections/max_per_ip",
+                "must not be more than connections.max",
+            );
+        }
+        let first_byte_timeout =
+            self.duration("/connections/first_byte_timeout", &file.first_byte_timeout);
+        let header_read_timeout = self.duration(
+            "/connections/header_read_timeout",
+            &file.header_read_timeout,
+        );
+        let idle_timeout = self.duration("/connections/idle_timeout", &file.idle_timeout);
+        let http2_keep_alive_interval = self.duration(
+            "/connections/http2_keep_alive_interval",
+            &file.http2_keep_alive_interval,
+        );
+        let http2_keep_alive_timeout = self.duration(
+            "/connections/http2_keep_alive_timeout",
+            &file.http2_keep_alive_timeout,
+        );
+        Some(ConnectionSettings {
+            max_per_ip: max_per_ip.filter(|p| Some(*p) <= max)?,
+            max: max?,
+            first_byte_timeout: first_byte_timeout?,
+            header_read_timeout: header_read_timeout?,
+            idle_timeout: idle_timeout?,
+            http2_max_concurrent_streams: u32::try_from(streams?).ok()?,
+            http2_keep_alive_interval: http2_keep_alive_interval?,
+            http2_keep_alive_timeout: http2_keep_alive_timeout?,
         })
     }
 
@@ -693,6 +803,22 @@ impl Loader {
                 ),
             }
         }
+        let client_ip_header = match file.client_ip_header.trim().to_ascii_lowercase().as_str() {
+            "x-forwarded-for" => Some(ClientIpHeader::XForwardedFor),
+            "forwarded" => Some(ClientIpHeader::Forwarded),
+            "x-real-ip" => Some(ClientIpHeader::XRealIp),
+            _ => {
+                self.problem(
+                    "/rate_limit/client_ip_header",
+                    format!(
+                        "`{}` is not one of x-forwarded-for, forwarded, x-real-ip",
+                        file.client_ip_header
+                    ),
+                );
+                None
+            }
+        };
+        let per_ip = self.quota("/rate_limit/per_ip", &file.per_ip);
         let default = self.quota("/rate_limit/default", &file.default);
         let mut skills = HashMap::new();
         for (name, quota) in &file.skills {
@@ -712,6 +838,8 @@ impl Loader {
             on_backend_error: on_backend_error?,
             redis_timeout: redis_timeout?,
             trusted_proxies,
+            client_ip_header: client_ip_header?,
+            per_ip: per_ip?,
             default: default?,
             skills,
         })

@@ -90,6 +90,16 @@ struct MappingEventLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabels {
     version: &'static str,
 }
@@ -107,6 +117,11 @@ pub struct Metrics {
     conflicts: Family<DealerLabels, Counter>,
     feed_age: Family<DealerLabels, Gauge<f64, AtomicU64>>,
     reloads: Family<ResultLabels, Counter>,
+    in_flight: Gauge,
+    waiting: Gauge,
+    connections_open: Gauge,
+    connections_refused: Family<ReasonLabels, Counter>,
+    connections_timed_out: Family<PhaseLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -179,6 +194,36 @@ impl Metrics {
             "Configuration reloads by result",
             reloads.clone(),
         );
+        let in_flight = Gauge::default();
+        registry.register(
+            "aap_gateway_requests_in_flight",
+            "Requests holding one of limits.max_concurrency slots (body read, being answered)",
+            in_flight.clone(),
+        );
+        let waiting = Gauge::default();
+        registry.register(
+            "aap_gateway_requests_waiting",
+            "Requests arrived whose body is still being read (no slot held yet)",
+            waiting.clone(),
+        );
+        let connections_open = Gauge::default();
+        registry.register(
+            "aap_gateway_connections_open",
+            "Open connections on the public listener",
+            connections_open.clone(),
+        );
+        let connections_refused = Family::default();
+        registry.register(
+            "aap_gateway_connections_refused",
+            "Connections closed on accept by a cap (reason: max, max_per_ip)",
+            connections_refused.clone(),
+        );
+        let connections_timed_out = Family::default();
+        registry.register(
+            "aap_gateway_connections_timed_out",
+            "Connections closed by a deadline (phase: first_byte, header, idle)",
+            connections_timed_out.clone(),
+        );
         let build_info = Family::<VersionLabels, Gauge>::default();
         build_info
             .get_or_create(&VersionLabels {
@@ -202,6 +247,11 @@ impl Metrics {
             conflicts,
             feed_age,
             reloads,
+            in_flight,
+            waiting,
+            connections_open,
+            connections_refused,
+            connections_timed_out,
         })
     }
 
@@ -325,12 +375,58 @@ impl Metrics {
         }
     }
 
+    /// Sets the in-flight gauge (read from the limiter at scrape time).
+    pub fn in_flight(&self, n: usize) {
+        self.in_flight.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// One request starts reading its body; the guard ends the wait.
+    pub fn waiting(&self) -> GaugeGuard {
+        GaugeGuard::inc(&self.waiting)
+    }
+
+    /// One accepted connection; the guard counts it closed.
+    pub fn connection_open(&self) -> GaugeGuard {
+        GaugeGuard::inc(&self.connections_open)
+    }
+
+    /// A connection closed on accept by the cap `reason` (`max`, `max_per_ip`).
+    pub fn connection_refused(&self, reason: &'static str) {
+        self.connections_refused
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// A connection closed by the deadline of `phase` (`first_byte`, `header`, `idle`).
+    pub fn connection_timed_out(&self, phase: &'static str) {
+        self.connections_timed_out
+            .get_or_create(&PhaseLabels { phase })
+            .inc();
+    }
+
     /// Everything, as OpenMetrics text.
     pub fn encode(&self) -> String {
         let mut out = String::with_capacity(16 * 1024);
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// Holds one unit of a gauge; gives it back when dropped, however the holder ends.
+#[derive(Debug)]
+pub struct GaugeGuard(Gauge);
+
+impl GaugeGuard {
+    fn inc(gauge: &Gauge) -> GaugeGuard {
+        gauge.inc();
+        GaugeGuard(gauge.clone())
+    }
+}
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

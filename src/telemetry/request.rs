@@ -3,8 +3,15 @@
 //!
 //! The log line never holds request content: ids, dealer, skill, binding, outcome, HTTP status
 //! and latency only, so no personal data can reach it.
+//!
+//! Latency runs from the request's arrival on its connection, so time spent waiting for the
+//! body counts. Refusals (quota, shedding, auth, malformed or slow requests) are what a flood is
+//! made of: their lines are sampled ([`REFUSAL_LINES_PER_SECOND`], the rest summed up in one
+//! line), while their metrics stay exact.
 
-use std::sync::Arc;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use http::HeaderMap;
@@ -15,6 +22,55 @@ use crate::protocol::SkillRef;
 
 /// The skill label before the request named one (an envelope or header error).
 pub const NO_SKILL: &str = "none";
+
+/// Outcomes of requests answered before their body was read (HTTP 408, 413, 400).
+pub const BODY_TIMEOUT: &str = "BODY_TIMEOUT";
+pub const BODY_TOO_LARGE: &str = "BODY_TOO_LARGE";
+pub const BODY_UNREADABLE: &str = "BODY_UNREADABLE";
+
+/// Outcomes whose log lines are sampled: refusals a client can provoke at will.
+const REFUSALS: &[&str] = &[
+    "RATE_LIMITED",
+    "UNAUTHENTICATED",
+    "PERMISSION_DENIED",
+    "JSON_PARSE_ERROR",
+    "INVALID_REQUEST",
+    BODY_TIMEOUT,
+    BODY_TOO_LARGE,
+    BODY_UNREADABLE,
+];
+
+/// Refusal lines written per second at most (process-wide, bursts of as many).
+pub const REFUSAL_LINES_PER_SECOND: u32 = 20;
+
+/// Which refusal lines are written, and how many were not since the last one.
+struct Sampler {
+    lines: governor::DefaultDirectRateLimiter,
+    skipped: AtomicU64,
+}
+
+static SAMPLER: LazyLock<Sampler> = LazyLock::new(|| Sampler::new(REFUSAL_LINES_PER_SECOND));
+
+impl Sampler {
+    fn new(per_second: u32) -> Sampler {
+        Sampler {
+            lines: governor::RateLimiter::direct(governor::Quota::per_second(
+                NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN),
+            )),
+            skipped: AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(skipped so far)` when this refusal gets its line, `None` when it is only counted.
+    fn admit(&self) -> Option<u64> {
+        if self.lines.check().is_ok() {
+            Some(self.skipped.swap(0, Ordering::Relaxed))
+        } else {
+            self.skipped.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
 
 /// One request on its way through a binding.
 #[derive(Debug)]
@@ -35,6 +91,16 @@ pub struct RequestLog {
 
 impl RequestLog {
     pub fn start(binding: &'static str, dealer: &str, headers: &HeaderMap) -> RequestLog {
+        RequestLog::arrived(binding, dealer, headers, Instant::now())
+    }
+
+    /// `start` for a request that arrived at `arrived` (its latency counts from then).
+    pub fn arrived(
+        binding: &'static str,
+        dealer: &str,
+        headers: &HeaderMap,
+        arrived: Instant,
+    ) -> RequestLog {
         let request_id = headers
             .get("x-request-id")
             .and_then(|v| v.to_str().ok())
@@ -62,7 +128,7 @@ impl RequestLog {
         // new trace), else the caller's.
         let trace_id = super::trace::trace_id(&span).or_else(|| trace_id(headers));
         RequestLog {
-            started: Instant::now(),
+            started: arrived,
             span,
             request_id,
             trace_id,
@@ -91,6 +157,17 @@ impl RequestLog {
             self.span.record("otel.status_code", "ERROR");
         }
         metrics.request(dealer, self.skill, self.binding, self.outcome, elapsed);
+        if REFUSALS.contains(&self.outcome) {
+            match SAMPLER.admit() {
+                None => return,
+                Some(0) => {}
+                Some(skipped) => tracing::warn!(
+                    target: "aap_gateway::request",
+                    skipped,
+                    "refused requests not logged one by one (counted in metrics)"
+                ),
+            }
+        }
         tracing::info!(
             target: "aap_gateway::request",
             request_id = %self.request_id,
@@ -155,6 +232,23 @@ mod tests {
             let log = RequestLog::start("jsonrpc", "d", &headers(&[("traceparent", bad)]));
             assert_eq!(log.trace_id, None, "{bad}");
         }
+    }
+
+    #[tokio::test]
+    async fn refusal_lines_are_sampled_and_the_skipped_ones_reported_with_the_next() {
+        let sampler = Sampler::new(20);
+        let written = (0..1000).filter(|_| sampler.admit().is_some()).count();
+        assert!(
+            (20..=22).contains(&written),
+            "{written} lines for 1000 refusals"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let skipped = sampler.admit().expect("a line again after a while");
+        assert_eq!(
+            skipped as usize,
+            1000 - written,
+            "every refusal is accounted for"
+        );
     }
 
     #[test]

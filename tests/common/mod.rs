@@ -50,6 +50,23 @@ pub async fn demo() -> Gateway {
     start_file(&repo_path("config/demo.yaml"), None).await
 }
 
+/// `demo` with the rate limiter off — per-client quotas and the per-address quota — for suites
+/// that post thousands of requests from one address (a fuzzer is one client flooding).
+pub async fn demo_unlimited() -> Gateway {
+    let env = HashMap::from([(
+        "AAP_GATEWAY__RATE_LIMIT__ENABLED".to_owned(),
+        "false".to_owned(),
+    )]);
+    start_gateway(
+        &repo_path("config/demo.yaml"),
+        None,
+        HashMap::new(),
+        env,
+        false,
+    )
+    .await
+}
+
 /// Starts the legacy simulators (REST DMS and CSV feed) and the gateway on the shipped demo
 /// configuration pointed at them (`${DMS_URL}`, `${FEED_URL}`).
 pub async fn demo_with_simulators() -> (Gateway, Simulators) {
@@ -68,6 +85,18 @@ pub async fn demo_with_simulators_unlimited() -> (Gateway, Simulators) {
         "AAP_GATEWAY__RATE_LIMIT__ENABLED".to_owned(),
         "false".to_owned(),
     )]);
+    let config = repo_path("config/demo.yaml");
+    let gw = start_gateway(&config, None, simulator_vars(&sims), env, false).await;
+    (gw, sims)
+}
+
+/// `demo_with_simulators` with environment overrides (`AAP_GATEWAY__…`) of the configuration.
+pub async fn demo_with_simulators_env(env: &[(&str, &str)]) -> (Gateway, Simulators) {
+    let sims = Simulators::start().await.expect("simulators start");
+    let env = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
     let config = repo_path("config/demo.yaml");
     let gw = start_gateway(&config, None, simulator_vars(&sims), env, false).await;
     (gw, sims)
