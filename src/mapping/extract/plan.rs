@@ -563,11 +563,7 @@ impl Node {
             Kind::Path(f, parts) => {
                 // jaq runs `f` first (its error wins), then all index terms (the first error
                 // among them wins), then applies the parts in turn.
-                let mut v = match &f.kind {
-                    Kind::Id => Cow::Borrowed(input),
-                    _ => Cow::Owned(f.eval1(input, env)?),
-                };
-                // Literal keys (`.a.b`) cannot fail: no need to compute them first.
+                // Literal keys (`.a.b`, `$tables.t`) cannot fail: no need to compute them first.
                 let literal = |(part, _): &(PathPart, Opt)| {
                     matches!(
                         part,
@@ -578,6 +574,11 @@ impl Node {
                     )
                 };
                 if parts.iter().all(literal) {
+                    let mut v = match &f.kind {
+                        Kind::Id => Cow::Borrowed(input),
+                        Kind::Var(slot) => Cow::Borrowed(&env.vars[*slot]),
+                        _ => Cow::Owned(f.eval1(input, env)?),
+                    };
                     for (part, _) in parts.iter() {
                         if let PathPart::Index(Node {
                             kind: Kind::Lit(k), ..
@@ -588,6 +589,10 @@ impl Node {
                     }
                     return Ok(v.into_owned());
                 }
+                let mut v = match &f.kind {
+                    Kind::Id => Cow::Borrowed(input),
+                    _ => Cow::Owned(f.eval1(input, env)?),
+                };
                 let mut idx = Vec::with_capacity(parts.len());
                 for (part, _) in parts.iter() {
                     if let PathPart::Index(i) = part {
@@ -604,7 +609,7 @@ impl Node {
             }
             Kind::Pipe(l, r) => {
                 let y = l.eval1(input, env)?;
-                r.eval1(&y, env)
+                r.eval1_owned(y, env)
             }
             Kind::Bind(l, slot, r) => {
                 let y = l.eval1(input, env)?;
@@ -685,6 +690,15 @@ impl Node {
             Kind::Empty | Kind::Comma(..) | Kind::Try(..) => {
                 unreachable!("terms with other than one output are streamed")
             }
+        }
+    }
+
+    /// [`Node::eval1`] on an input nothing else needs: a helper then gets it without a copy
+    /// (`{…} | compact` compacts the object just built in place).
+    fn eval1_owned(&self, input: Val, env: &mut Env) -> ValR<Val> {
+        match &self.kind {
+            Kind::Call(fun, args) if args.is_empty() => fun.call(input, None),
+            _ => self.eval1(&input, env),
         }
     }
 
