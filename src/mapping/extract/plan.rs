@@ -13,7 +13,10 @@
 //! case). [`compile`] returns `None` for anything outside the subset and the program then runs
 //! in jaq (see `Jq::is_native`). The helpers are the same Rust functions jaq calls.
 //!
-//! The subset: `.`, `..`-free paths (`.a`, `.[e]`, `.[]`, each optionally `?`), literals,
+//! Where jaq differs from jq, the plan follows jaq: `l // r` passes the errors of `l` on (only
+//! `null` and `false` are absent), and an object is indexed with any key (`{"a":1}[0]` is `null`).
+//!
+//! The subset: `.`, paths (`.a`, `.[e]`, `.[]`, each optionally `?`; no slices, no `..`), literals,
 //! `$request` `$tables` `$dealer` `$lead` and `as $x` bindings, `|`, `,`, `//`, `and`, `or`,
 //! arithmetic, comparisons, unary `-`, `if`, `try`/`?`, arrays, object literals and string
 //! interpolation whose parts give one value each, local `def`s without filter parameters, and
