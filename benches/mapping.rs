@@ -5,6 +5,9 @@
 //!   context + path, query, header templates + paging parameters).
 //! - `mapping/extract_20_vehicle_page`: a 20-record DMS page → AAP page data (JSON decode,
 //!   conversion for jq, `items`, `item` per record, listable filter, `total`, page assembly).
+//! - `mapping/extract_20_vehicle_page_jaq`: the same with every program run by jaq
+//!   (`Jq::compile_interpreted`), i.e. without native plans: the baseline they are measured
+//!   against.
 //! - `mapping/search_end_to_end_canned`: both, through `Mapped::execute_with` with a canned
 //!   upstream (`Transport::Canned`), i.e. everything the gateway does for one search between
 //!   the validated request and the response schema check, except the HTTP call itself.
@@ -21,7 +24,7 @@ use aap_gateway::mapping::decode::Declared;
 use aap_gateway::mapping::execute::{
     Canned, Mapped, ResponseSpec, Transport, is_listable, page_json,
 };
-use aap_gateway::mapping::extract::{JqValue, JqVars};
+use aap_gateway::mapping::extract::{Jq, JqValue, JqVars};
 use aap_gateway::mapping::load::{LoadContext, load_folder};
 use aap_gateway::mapping::request::PageRef;
 use aap_gateway::protocol::Skill;
@@ -112,6 +115,19 @@ fn extract_page(mapped: &Mapped, request: &Value, body: &[u8]) -> Value {
     let ResponseSpec::List { items, total, item } = &mapped.response else {
         panic!("not a list mapping");
     };
+    extract_page_with(mapped, (items, total.as_ref(), item), request, body)
+}
+
+/// The mapping's `items`, `total` and `item` programs.
+type Programs<'a> = (&'a Jq, Option<&'a Jq>, &'a Jq);
+
+/// [`extract_page`] with the given programs (the mapping's, or the same in jaq only).
+fn extract_page_with(
+    mapped: &Mapped,
+    (items, total, item): Programs<'_>,
+    request: &Value,
+    body: &[u8],
+) -> Value {
     let vars = jq_vars(mapped, request);
     let doc = mapped
         .format
@@ -125,9 +141,7 @@ fn extract_page(mapped: &Mapped, request: &Value, body: &[u8]) -> Value {
             vehicles.push(Arc::new(vehicle));
         }
     }
-    let total = total
-        .as_ref()
-        .map(|jq| jq.run_one(&doc, &vars).expect("total").to_json());
+    let total = total.map(|jq| jq.run_one(&doc, &vars).expect("total").to_json());
     let total = total
         .as_ref()
         .and_then(Value::as_u64)
@@ -211,6 +225,22 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("extract_20_vehicle_page", |b| {
         b.iter(|| extract_page(&mapped, black_box(&request), black_box(&body)))
+    });
+    // The same extraction with every program run by jaq, as before native plans.
+    let ResponseSpec::List { items, total, item } = &mapped.response else {
+        panic!("not a list mapping");
+    };
+    let interpreted = |jq: &Jq| Jq::compile_interpreted(jq.code()).expect("compiles");
+    let (items_jaq, item_jaq) = (interpreted(items), interpreted(item));
+    let total_jaq = total.as_ref().map(interpreted);
+    let jaq_programs = (&items_jaq, total_jaq.as_ref(), &item_jaq);
+    assert_eq!(
+        extract_page_with(&mapped, jaq_programs, &request, &body),
+        by_hand,
+        "jaq and the native plans disagree"
+    );
+    group.bench_function("extract_20_vehicle_page_jaq", |b| {
+        b.iter(|| extract_page_with(&mapped, jaq_programs, black_box(&request), black_box(&body)))
     });
     group.bench_function("search_end_to_end_canned", |b| {
         b.iter(|| {

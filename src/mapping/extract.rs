@@ -39,6 +39,7 @@
 //! (`24990.0` → `24990`, as jq prints them); NaN and infinities as `null`.
 
 use std::fmt;
+use std::ops::ControlFlow;
 use std::sync::{Arc, LazyLock};
 
 use jaq_core::compile::Undefined;
@@ -52,6 +53,8 @@ use jaq_json::{Num, Rc, Val};
 use jaq_std::ValT as _;
 use jiff::civil::{Date, DateTime, Time};
 use serde_json::Value;
+
+mod plan;
 
 /// Most outputs [`Jq::run`] collects before it gives up on a program as runaway.
 pub const MAX_OUTPUTS: usize = 100_000;
@@ -71,6 +74,8 @@ pub struct Jq {
 struct Compiled {
     code: Box<str>,
     filter: jaq_core::Filter<Data>,
+    /// The same program as a native plan, when it is within the plan's subset (`plan`).
+    plan: Option<plan::Plan>,
 }
 
 /// A value in jaq's representation, converted once and then shared (cloning is cheap).
@@ -128,7 +133,23 @@ impl Jq {
     /// Object literals are built left to right (see [`objects_left_assoc`]: same outputs,
     /// without jaq's quadratic copying). A program that does not compile that way is compiled
     /// again as written, so that errors are located in `code`.
+    ///
+    /// A program within the common subset of jq (paths, literals, object literals, `//`, `if`,
+    /// the helpers, …; see `plan`) also gets a native plan, which [`Jq::run`] and friends then
+    /// use: the same outputs, order and errors as jaq, without jaq's interpreter. Everything
+    /// else runs in jaq ([`Jq::is_native`] tells which).
     pub fn compile(code: &str) -> Result<Jq, JqCompileError> {
+        let mut jq = Jq::compile_interpreted(code)?;
+        let plan = load::parse(code, |p| p.term()).and_then(|term| plan::compile(&term));
+        if let Some(compiled) = Arc::get_mut(&mut jq.inner) {
+            compiled.plan = plan;
+        }
+        Ok(jq)
+    }
+
+    /// Compiles `code` for jaq only, without a native plan: the reference [`Jq::compile`]'s
+    /// plans are tested against, and the baseline of the mapping benchmarks.
+    pub fn compile_interpreted(code: &str) -> Result<Jq, JqCompileError> {
         let filter = match compile_left_assoc(code) {
             Some(filter) => filter,
             None => compile_as_written(code)?,
@@ -137,8 +158,14 @@ impl Jq {
             inner: Arc::new(Compiled {
                 code: code.into(),
                 filter,
+                plan: None,
             }),
         })
+    }
+
+    /// Whether the program runs as a native plan rather than in jaq.
+    pub fn is_native(&self) -> bool {
+        self.inner.plan.is_some()
     }
 
     /// The program text.
@@ -148,6 +175,9 @@ impl Jq {
 
     /// All outputs of the program, in order; more than [`MAX_OUTPUTS`] is an error.
     pub fn run(&self, input: &JqValue, vars: &JqVars) -> Result<Vec<JqValue>, JqRunError> {
+        if let Some(plan) = &self.inner.plan {
+            return run_plan(plan, input, vars);
+        }
         let mut out = Vec::new();
         for value in self.outputs(input, vars) {
             if out.len() == MAX_OUTPUTS {
@@ -176,6 +206,18 @@ impl Jq {
     /// jq truthiness (neither `null` nor `false`) of the first output; no output is `false`.
     /// Later outputs are not computed.
     pub fn run_bool(&self, input: &JqValue, vars: &JqVars) -> Result<bool, JqRunError> {
+        if let Some(plan) = &self.inner.plan {
+            let mut first = None;
+            let mut env = plan.env(globals(vars));
+            let _ = plan.run(&input.0, &mut env, &mut |_, y| {
+                first = Some(y);
+                ControlFlow::Break(())
+            });
+            return match first {
+                None => Ok(false),
+                Some(y) => Ok(y.map_err(error_message)?.as_bool()),
+            };
+        }
         match self.outputs(input, vars).next() {
             None => Ok(false),
             Some(value) => Ok(value?.0.as_bool()),
@@ -190,15 +232,49 @@ impl Jq {
     ) -> impl Iterator<Item = Result<JqValue, JqRunError>> + 'a {
         // `Vars` binds the last global variable first; `with_global_vars` looks them up in
         // reverse, so the order here matches `GLOBAL_VARS`.
-        let vars = Vars::new([
-            vars.request.0.clone(),
-            vars.tables.0.clone(),
-            vars.dealer.0.clone(),
-            vars.lead.0.clone(),
-        ]);
+        let vars = Vars::new(globals(vars));
         let ctx = Ctx::<Data>::new(&self.inner.filter.lut, vars);
         let outputs = self.inner.filter.id.run((ctx, input.0.clone()));
         outputs.map(|r| r.map(JqValue).map_err(run_error))
+    }
+}
+
+/// The values of the global variables, in [`GLOBAL_VARS`] order.
+fn globals(vars: &JqVars) -> [Val; 4] {
+    [
+        vars.request.0.clone(),
+        vars.tables.0.clone(),
+        vars.dealer.0.clone(),
+        vars.lead.0.clone(),
+    ]
+}
+
+/// [`Jq::run`] on a native plan: the same outputs, limit and first error as the jaq path.
+fn run_plan(plan: &plan::Plan, input: &JqValue, vars: &JqVars) -> Result<Vec<JqValue>, JqRunError> {
+    let mut out = Vec::new();
+    let mut failed = None;
+    let mut env = plan.env(globals(vars));
+    let _ = plan.run(&input.0, &mut env, &mut |_, y| {
+        if out.len() == MAX_OUTPUTS {
+            failed = Some(JqRunError(format!(
+                "produced more than {MAX_OUTPUTS} values"
+            )));
+            return ControlFlow::Break(());
+        }
+        match y {
+            Ok(y) => {
+                out.push(JqValue(y));
+                ControlFlow::Continue(())
+            }
+            Err(e) => {
+                failed = Some(error_message(e));
+                ControlFlow::Break(())
+            }
+        }
+    });
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(out),
     }
 }
 
@@ -314,15 +390,20 @@ fn float_to_json(f: f64) -> Value {
 /// Turns an exception from a running program into jq's message.
 fn run_error(e: Exn<'_, Val>) -> JqRunError {
     match e.get_err() {
-        Ok(e) => JqRunError(match e.into_val() {
-            Val::TStr(b) | Val::BStr(b) => String::from_utf8_lossy(&b).into_owned(),
-            other => other.to_string(),
-        }),
+        Ok(e) => error_message(e),
         Err(e) => match e.get_halt() {
             Ok(code) => JqRunError(format!("halt({code}) is not allowed in mappings")),
             Err(_) => JqRunError("internal jq error: unexpected control flow".into()),
         },
     }
+}
+
+/// jq's message for an error value.
+fn error_message(e: jaq_core::Error<Val>) -> JqRunError {
+    JqRunError(match e.into_val() {
+        Val::TStr(b) | Val::BStr(b) => String::from_utf8_lossy(&b).into_owned(),
+        other => other.to_string(),
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1618,6 +1699,7 @@ mod tests {
             inner: Arc::new(Compiled {
                 code: code.into(),
                 filter,
+                plan: None,
             }),
         }
     }
