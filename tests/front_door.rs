@@ -724,35 +724,20 @@ async fn a_flood_from_one_address_is_refused_before_auth_or_parsing_and_logged_b
 
 #[test]
 fn bad_front_door_settings_are_located() {
-    let dir = tempfile::tempdir().expect("dir");
-    let path = dir.path().join("gateway.yaml");
-    std::fs::write(
-        &path,
+    common::assert_settings_problems(
         "limits:\n  request_timeout: 2s\n  body_read_timeout: 5s\nconnections:\n  max: 10\n  max_per_ip: 20\n  first_byte_timeout: soon\n  http2_max_concurrent_streams: 5000\nrate_limit:\n  client_ip_header: x-client-ip\n  per_ip: { rate: often, burst: 1 }\ndealers:\n  - id: d\n    card: { name: D, description: D. }\n",
-    )
-    .expect("write");
-    let problems = aap_gateway::settings::load_with_env(&path, std::collections::HashMap::new())
-        .expect_err("problems");
-    let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
-    let all = text.join("\n");
-    for (line, message) in [
-        (3, "must not be longer than limits.request_timeout"),
-        (6, "must not be more than connections.max"),
-        (7, "`soon` is not a duration like 15s or 500ms"),
-        (8, "must be between 1 and 1000"),
-        (
-            10,
-            "`x-client-ip` is not one of x-forwarded-for, forwarded, x-real-ip",
-        ),
-        (11, "`often` is not a rate like 10/s, 600/min or 5/10s"),
-    ] {
-        let located = format!("gateway.yaml:{line}:");
-        assert!(
-            text.iter()
-                .any(|p| p.contains(&located) && p.contains(message)),
-            "missing {located} {message:?} in:\n{all}"
-        );
-    }
+        &[
+            (3, "must not be longer than limits.request_timeout"),
+            (6, "must not be more than connections.max"),
+            (7, "`soon` is not a duration like 15s or 500ms"),
+            (8, "must be between 1 and 1000"),
+            (
+                10,
+                "`x-client-ip` is not one of x-forwarded-for, forwarded, x-real-ip",
+            ),
+            (11, "`often` is not a rate like 10/s, 600/min or 5/10s"),
+        ],
+    );
 }
 
 #[test]

@@ -299,31 +299,16 @@ async fn the_card_declares_security_only_when_keys_are_required() {
     assert_eq!(health.status(), 200);
 }
 
-#[tokio::test]
-async fn bad_limit_and_auth_settings_are_located() {
-    let dir = tempfile::tempdir().expect("dir");
-    let path = dir.path().join("gateway.yaml");
-    std::fs::write(
-        &path,
+#[test]
+fn bad_limit_and_auth_settings_are_located() {
+    common::assert_settings_problems(
         "rate_limit:\n  backend: memcached\n  default: { rate: often, burst: 0 }\n  trusted_proxies: [not-an-ip]\n  skills:\n    inventory.teleport: { rate: 1/s, burst: 1 }\nauth:\n  mode: api_key\n  keys:\n    - id: x\n      sha256: abc\n      dealers: [nobody]\ndealers:\n  - id: d\n    card: { name: D, description: D. }\n",
-    )
-    .expect("write");
-    let problems = aap_gateway::settings::load_with_env(&path, std::collections::HashMap::new())
-        .expect_err("problems");
-    let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
-    let all = text.join("\n");
-    for (line, message) in [
-        (2, "`memcached` is not a backend; expected memory or redis"),
-        (3, "`often` is not a rate like 10/s, 600/min or 5/10s"),
-        (4, "`not-an-ip` is not an address or CIDR like 10.0.0.0/8"),
-        (6, "`inventory.teleport` is not an AAP skill"),
-        (11, "must be the 64 hex digits of the key's SHA-256"),
-    ] {
-        let located = format!("gateway.yaml:{line}:");
-        assert!(
-            text.iter()
-                .any(|p| p.contains(&located) && p.contains(message)),
-            "missing {located} {message:?} in:\n{all}"
-        );
-    }
+        &[
+            (2, "`memcached` is not a backend; expected memory or redis"),
+            (3, "`often` is not a rate like 10/s, 600/min or 5/10s"),
+            (4, "`not-an-ip` is not an address or CIDR like 10.0.0.0/8"),
+            (6, "`inventory.teleport` is not an AAP skill"),
+            (11, "must be the 64 hex digits of the key's SHA-256"),
+        ],
+    );
 }

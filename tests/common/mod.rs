@@ -496,6 +496,25 @@ pub fn sha256_hex(key: &str) -> String {
         .collect()
 }
 
+/// Asserts that loading the configuration `yaml` reports each `(line, message)` problem, located
+/// at that line of the file.
+pub fn assert_settings_problems(yaml: &str, expected: &[(usize, &str)]) {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(&path, yaml).expect("write");
+    let problems = settings::load_with_env(&path, HashMap::new()).expect_err("problems");
+    let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    let all = text.join("\n");
+    for (line, message) in expected {
+        let located = format!("gateway.yaml:{line}:");
+        assert!(
+            text.iter()
+                .any(|p| p.contains(&located) && p.contains(message)),
+            "missing {located} {message:?} in:\n{all}"
+        );
+    }
+}
+
 /// A `SendMessage` request carrying `data` as its one DataPart.
 pub fn send_message(data: Value) -> Value {
     json!({
