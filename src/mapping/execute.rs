@@ -400,7 +400,7 @@ impl Mapped {
                 } else {
                     // The declaration is wrong: this page and the total count a unit AAP
                     // never shows. It is still dropped; the operator must fix `supports`.
-                    self.event("unlisted_in_listable_page");
+                    self.event("unlisted_in_listable_page", 1);
                     let status = vehicle.get("status").and_then(Value::as_str);
                     tracing::warn!(
                         mapping = %self.file,
@@ -509,7 +509,7 @@ impl Mapped {
                 break;
             }
             if records >= self.scan_limit {
-                self.event("scan_limit_reached");
+                self.event("scan_limit_reached", 1);
                 tracing::warn!(
                     mapping = %self.file,
                     scan_limit = self.scan_limit,
@@ -531,10 +531,10 @@ impl Mapped {
         Ok(inventory)
     }
 
-    /// Counts a mapping event on the dealer's upstream metrics.
-    fn event(&self, event: &'static str) {
+    /// Counts `count` mapping events on the dealer's upstream metrics.
+    fn event(&self, event: &'static str, count: usize) {
         if let Some(meter) = self.upstream.meter() {
-            meter.mapping_event(event);
+            meter.mapping_event(event, count as u64);
         }
     }
 
@@ -595,9 +595,7 @@ impl Mapped {
                 // Not one bad record: the mapping does not fit the upstream's records.
                 return Err(self.extract_error(error.to_string()));
             }
-            for _ in 0..skipped {
-                self.event("record_skipped");
-            }
+            self.event("record_skipped", skipped);
             tracing::warn!(
                 mapping = %self.file,
                 skipped,

@@ -233,6 +233,9 @@ impl Feed {
         }
         if skipped > 0 {
             tracing::warn!(feed = %self.file, skipped, "feed records the item mapping could not map");
+            if let Some(meter) = self.upstream.meter() {
+                meter.mapping_event("record_skipped", skipped as u64);
+            }
         }
         let mut by_vin = HashMap::new();
         let mut by_stock = HashMap::new();

@@ -330,14 +330,20 @@ impl Metrics {
             .inc();
     }
 
-    pub fn mapping_event(&self, dealer: &Arc<str>, upstream: &Arc<str>, event: &'static str) {
+    pub fn mapping_event(
+        &self,
+        dealer: &Arc<str>,
+        upstream: &Arc<str>,
+        event: &'static str,
+        count: u64,
+    ) {
         self.mapping_events
             .get_or_create(&MappingEventLabels {
                 dealer: Arc::clone(dealer),
                 upstream: Arc::clone(upstream),
                 event,
             })
-            .inc();
+            .inc_by(count);
     }
 
     pub fn idempotency_replay(&self, dealer: &Arc<str>) {
@@ -470,9 +476,9 @@ impl Meter {
 
     /// Something a mapping met in the upstream's replies (`record_skipped`,
     /// `scan_limit_reached`, `unlisted_in_listable_page`).
-    pub fn mapping_event(&self, event: &'static str) {
+    pub fn mapping_event(&self, event: &'static str, count: u64) {
         self.metrics
-            .mapping_event(&self.dealer, &self.upstream, event);
+            .mapping_event(&self.dealer, &self.upstream, event, count);
     }
 }
 

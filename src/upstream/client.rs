@@ -212,18 +212,11 @@ impl Upstream {
 
     /// Attaches the breaker report of a returned 5xx reply to it, for the caller to judge.
     fn with_verdict(
-        &self,
         outcome: Result<UpstreamResponse, UpstreamError>,
-        deferred: Option<bool>,
+        verdict: Option<Verdict>,
     ) -> Result<UpstreamResponse, UpstreamError> {
         outcome.map(|mut response| {
-            if let Some(trial) = deferred {
-                response.verdict = Some(Verdict {
-                    upstream: self.clone(),
-                    trial,
-                    settled: false,
-                });
-            }
+            response.verdict = verdict;
             response
         })
     }
@@ -274,7 +267,7 @@ impl Upstream {
             let credential = inner.auth.credential().await?;
             let attempt_started = Instant::now();
             // A 5xx try's breaker report, until it is known whether it is retried or returned.
-            let mut deferred: Option<bool> = None;
+            let mut deferred: Option<Verdict> = None;
             let outcome = self.attempt(&url, &req, credential.as_ref()).await.map(
                 |(status, headers, body)| UpstreamResponse {
                     status,
@@ -297,7 +290,11 @@ impl Upstream {
                         "upstream attempt"
                     );
                     if response.status.is_server_error() {
-                        deferred = Some(permit.defer());
+                        deferred = Some(Verdict {
+                            upstream: self.clone(),
+                            trial: permit.defer(),
+                            settled: false,
+                        });
                     } else {
                         permit.record(true);
                     }
@@ -341,18 +338,14 @@ impl Upstream {
                 ),
             };
             if !(retryable && worth_retrying && attempt < inner.settings.attempts) {
-                return self.with_verdict(outcome, deferred);
+                return Self::with_verdict(outcome, deferred);
             }
             if !inner.budget.try_withdraw() {
                 tracing::debug!(upstream = %inner.name, path, "retry budget spent; not retrying");
-                return self.with_verdict(outcome, deferred);
+                return Self::with_verdict(outcome, deferred);
             }
-            if let Some(trial) = deferred {
-                inner.breaker.record(trial, false);
-                if let Some(meter) = inner.meter.get() {
-                    meter.status_failure();
-                }
-            }
+            // Retried: this try's 5xx is a failure (the verdict's drop reports it).
+            drop(deferred);
             tokio::time::sleep(backoff(
                 attempt,
                 inner.settings.backoff,
