@@ -312,6 +312,13 @@ enum Declared {
 
 const DECLARED: [Declared; 3] = [Declared::Shipped, Declared::Nothing, Declared::Listable];
 
+impl Declared {
+    /// The dealer id (and path prefix) of the gateway's dealer with this declaration.
+    fn id(self) -> String {
+        format!("{self:?}").to_lowercase()
+    }
+}
+
 fn fixture(name: &str) -> std::path::PathBuf {
     common::repo_path(&format!("tests/fixtures/mappings/{name}"))
 }
@@ -339,7 +346,9 @@ fn lakeside_folder(declared: Declared, to: &Path) {
     std::fs::write(&path, text).expect("write");
 }
 
-fn config(dealers: &[(&str, &Path)]) -> String {
+/// Writes `dir/gateway.yaml` with one dealer per `(id, mapping folder)`, each under
+/// `/dealers/{id}`; returns its path.
+fn write_config(dir: &Path, dealers: &[(&str, &Path)]) -> std::path::PathBuf {
     let mut yaml = String::from(
         "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\n\
          # One client calls flat out.\nrate_limit: { enabled: false }\ndealers:\n",
@@ -350,7 +359,17 @@ fn config(dealers: &[(&str, &Path)]) -> String {
             mappings.display()
         ));
     }
-    yaml
+    let path = dir.join("gateway.yaml");
+    std::fs::write(&path, yaml).expect("config");
+    path
+}
+
+/// A gateway on `dealers`, their `${var}` pointed at `url`.
+async fn start(dealers: &[(&str, &Path)], var: &str, url: String) -> Gateway {
+    let dir = tempfile::tempdir().expect("temp");
+    let path = write_config(dir.path(), dealers);
+    let vars = [(var.to_owned(), url)].into();
+    common::start_file_with_vars(&path, Some(dir), vars).await
 }
 
 struct Lakeside {
@@ -370,18 +389,15 @@ async fn start_lakeside() -> Lakeside {
     let folders = tempfile::tempdir().expect("temp");
     let mut dealers = Vec::new();
     for declared in DECLARED {
-        let dir = folders.path().join(format!("{declared:?}").to_lowercase());
+        let dir = folders.path().join(declared.id());
         lakeside_folder(declared, &dir);
-        dealers.push((format!("{declared:?}").to_lowercase(), dir));
+        dealers.push((declared.id(), dir));
     }
     let refs: Vec<(&str, &Path)> = dealers
         .iter()
         .map(|(id, d)| (id.as_str(), d.as_path()))
         .collect();
-    let path = folders.path().join("gateway.yaml");
-    std::fs::write(&path, config(&refs)).expect("config");
-    let vars = [("LAKESIDE_URL".to_owned(), server.url())].into();
-    let gw = common::start_file_with_vars(&path, None, vars).await;
+    let gw = start(&refs, "LAKESIDE_URL", server.url()).await;
     Lakeside {
         gw,
         server,
@@ -399,7 +415,7 @@ fn with_lakeside(body: impl std::future::Future<Output = ()>) {
 }
 
 fn a2a(declared: Declared) -> String {
-    format!("/dealers/{}/a2a", format!("{declared:?}").to_lowercase())
+    format!("/dealers/{}/a2a", declared.id())
 }
 
 /// The non-zero `makes` facet of facets data: make → count.
@@ -657,10 +673,7 @@ fn a_scan_past_scan_limit_is_refused_not_answered_from_part_of_the_stock() {
         let file = dir.join("inventory.search.yaml");
         let text = std::fs::read_to_string(&file).expect("read");
         std::fs::write(&file, format!("{text}scan_limit: 60\n")).expect("write");
-        let path = folders.path().join("gateway.yaml");
-        std::fs::write(&path, config(&[("small", &dir)])).expect("config");
-        let vars = [("LAKESIDE_URL".to_owned(), LAKESIDE.server.url())].into();
-        let gw = common::start_file_with_vars(&path, None, vars).await;
+        let gw = start(&[("small", &dir)], "LAKESIDE_URL", LAKESIDE.server.url()).await;
         // 130 records to scan: refused, and counted.
         let reply = gw
             .send("/dealers/small/a2a", Search::default().request())
@@ -746,10 +759,7 @@ fn a_lead_resent_after_a_restart_is_received_with_the_crms_existing_id() {
         let folders = tempfile::tempdir().expect("temp");
         let dir = folders.path().join("shipped");
         lakeside_folder(Declared::Shipped, &dir);
-        let path = folders.path().join("gateway.yaml");
-        std::fs::write(&path, config(&[("shipped", &dir)])).expect("config");
-        let vars = [("LAKESIDE_URL".to_owned(), LAKESIDE.server.url())].into();
-        let restarted = common::start_file_with_vars(&path, None, vars).await;
+        let restarted = start(&[("shipped", &dir)], "LAKESIDE_URL", LAKESIDE.server.url()).await;
         let again = restarted
             .send(
                 &a2a(Declared::Shipped),
@@ -880,11 +890,8 @@ static RIVERSIDE: LazyLock<Riverside> = LazyLock::new(|| {
             move |seen| riverside(seen, &calls)
         })
         .await;
-        let folders = tempfile::tempdir().expect("temp");
-        let path = folders.path().join("gateway.yaml");
-        std::fs::write(&path, config(&[("riverside", &fixture("riverside"))])).expect("config");
-        let vars = [("RIVERSIDE_URL".to_owned(), server.url())].into();
-        let gw = common::start_file_with_vars(&path, Some(folders), vars).await;
+        let riverside = fixture("riverside");
+        let gw = start(&[("riverside", &riverside)], "RIVERSIDE_URL", server.url()).await;
         Riverside {
             gw,
             calls,
@@ -1013,8 +1020,7 @@ fn soap_paging_in_the_query_is_refused_at_load() {
         ),
     )
     .expect("write");
-    let path = folders.path().join("gateway.yaml");
-    std::fs::write(&path, config(&[("riverside", &dir)])).expect("config");
+    let path = write_config(folders.path(), &[("riverside", &dir)]);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
         .args(["check", "--config"])
         .arg(&path)
