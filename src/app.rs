@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::auth::Authenticator;
 use crate::idempotency::Idempotency;
 use crate::mapping::feed::Feed;
-use crate::mapping::load::{LoadContext, load_folder};
+use crate::mapping::load::{Carried, LoadContext, load_folder};
 use crate::mapping::{Example, Handler};
 use crate::protocol::Caller;
 use crate::protocol::agent_card::{AgentCard, CardInput};
@@ -64,6 +64,8 @@ pub struct Dealer {
     /// Skill ids served, for `UNSUPPORTED_SKILL` details.
     served: Vec<&'static str>,
     extension_uri: String,
+    /// What the next reload may take over.
+    carried: Carried,
 }
 
 impl App {
@@ -82,13 +84,34 @@ impl App {
         App::build_with(settings, listen, vars, Metrics::new())
     }
 
-    /// Like `build_with_vars`, counting into `metrics` (a reload passes the running app's, so
-    /// counters carry on).
+    /// Like `build_with_vars`, counting into `metrics`.
     pub fn build_with(
         settings: Settings,
         listen: SocketAddr,
         vars: &dyn Fn(&str) -> Option<String>,
         metrics: Arc<Metrics>,
+    ) -> Result<App, Vec<Problem>> {
+        App::build_from(settings, listen, vars, metrics, None)
+    }
+
+    /// The configuration replacing `old` on a reload: counters carry on, and each dealer takes
+    /// over the upstreams and feed cache that did not change (see [`Carried`]); the rest of
+    /// the running state is taken by [`App::adopt_state`].
+    pub fn rebuild(
+        settings: Settings,
+        listen: SocketAddr,
+        vars: &dyn Fn(&str) -> Option<String>,
+        old: &App,
+    ) -> Result<App, Vec<Problem>> {
+        App::build_from(settings, listen, vars, Arc::clone(&old.metrics), Some(old))
+    }
+
+    fn build_from(
+        settings: Settings,
+        listen: SocketAddr,
+        vars: &dyn Fn(&str) -> Option<String>,
+        metrics: Arc<Metrics>,
+        old: Option<&App>,
     ) -> Result<App, Vec<Problem>> {
         let schemas = Schemas::load().map_err(|e| {
             vec![Problem {
@@ -102,9 +125,17 @@ impl App {
         let mut problems = Vec::new();
         let mut dealers = Vec::with_capacity(settings.dealers.len());
         for dealer in &settings.dealers {
-            match build_dealer(
-                &settings, &schemas, dealer, listen, loaded_at, vars, &metrics,
-            ) {
+            let previous = old
+                .and_then(|o| o.dealers.iter().find(|d| d.id() == dealer.id))
+                .map(|d| &d.carried);
+            let env = Env {
+                listen,
+                loaded_at,
+                vars,
+                metrics: &metrics,
+                previous,
+            };
+            match build_dealer(&settings, &schemas, dealer, &env) {
                 Ok(d) => dealers.push(d),
                 Err(mut p) => problems.append(&mut p),
             }
@@ -217,27 +248,39 @@ impl App {
     }
 }
 
+/// What every dealer of one build shares.
+struct Env<'a> {
+    listen: SocketAddr,
+    loaded_at: SystemTime,
+    vars: &'a dyn Fn(&str) -> Option<String>,
+    metrics: &'a Arc<Metrics>,
+    /// The dealer's state in the configuration being replaced, on a reload.
+    previous: Option<&'a Carried>,
+}
+
 fn build_dealer(
     settings: &Settings,
     schemas: &Schemas,
     dealer: &DealerSettings,
-    listen: SocketAddr,
-    loaded_at: SystemTime,
-    vars: &dyn Fn(&str) -> Option<String>,
-    metrics: &Arc<Metrics>,
+    env: &Env<'_>,
 ) -> Result<Dealer, Vec<Problem>> {
+    let Env {
+        listen, loaded_at, ..
+    } = *env;
     let mut problems = Vec::new();
     let mut handlers = BTreeMap::new();
     let mut feeds = Vec::new();
     let mut examples = Vec::new();
     let mut notes = Vec::new();
+    let mut carried = Carried::default();
     if let Some(dir) = &dealer.mappings {
         let ctx = LoadContext {
             schemas,
-            vars,
+            vars: env.vars,
             dealer_id: &dealer.id,
             dealer_name: &dealer.card.name,
-            metrics,
+            metrics: env.metrics,
+            previous: env.previous,
         };
         match load_folder(dir, &ctx) {
             Ok(m) => {
@@ -245,6 +288,7 @@ fn build_dealer(
                 feeds = m.feeds;
                 examples = m.examples;
                 notes = m.notes;
+                carried = m.carried;
             }
             Err(mut p) => problems.append(&mut p),
         }
@@ -340,6 +384,7 @@ fn build_dealer(
         feeds,
         examples,
         notes,
+        carried,
         extension_uri: settings.aap.extension_uri.clone(),
     })
 }

@@ -58,6 +58,7 @@ static LOADED: LazyLock<Loaded> =
             dealer_id: "demo_toyota",
             dealer_name: "Demo Toyota",
             metrics: &metrics,
+            previous: None,
         };
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let dir = root.join("mappings/demo-toyota");

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use aap_gateway::demo::Simulators;
+use aap_gateway::demo::sim::Mode;
 use common::process::DemoProcess;
 use common::{DemoCopy, Gateway, simulator_vars};
 use serde_json::json;
@@ -162,6 +163,85 @@ async fn a_broken_change_is_refused_and_the_old_configuration_keeps_serving() {
     })
     .await;
     assert!(is_ok(&gw.send("/a2a", search).await));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_keeps_breakers_and_feed_caches_of_what_did_not_change() {
+    let sims = Simulators::start().await.expect("simulators");
+    let files = DemoCopy::new();
+    let root = files.root().to_path_buf();
+    let gw = files.start_reloading(simulator_vars(&sims)).await;
+    let search = json!({ "type": "inventory.search.request", "pagination": { "limit": 2 } });
+    let honda = "/dealers/demo-honda/a2a";
+    let cached = gw.send(honda, search.clone()).await;
+    assert!(is_ok(&cached), "{}", cached.text);
+    let feed_fetches = sims.feed.received().len();
+
+    // Both sources go down. Toyota's DMS fails until its breaker opens: then a search no
+    // longer reaches it.
+    sims.feed.set_mode(Mode::Fail, 0);
+    sims.dms.set_mode(Mode::Fail, 0);
+    let mut calls = 0;
+    loop {
+        let before = sims.dms.received().len();
+        assert!(!is_ok(&gw.send("/a2a", search.clone()).await));
+        if sims.dms.received().len() == before {
+            break;
+        }
+        calls += 1;
+        assert!(calls < 10, "the breaker never opened");
+    }
+
+    // A change elsewhere: both dealers' upstreams are as they were.
+    let facets = root.join(FACETS);
+    let text = std::fs::read_to_string(&facets).expect("read");
+    std::fs::write(&facets, format!("{text}\n# reviewed\n")).expect("write");
+    eventually("the change is applied", || async {
+        reloads(&gw, "ok").await >= 1.0
+    })
+    .await;
+    let still = gw.send(honda, search.clone()).await;
+    assert!(
+        is_ok(&still),
+        "the feed's copy is still served: {}",
+        still.text
+    );
+    assert_eq!(still.payload(), cached.payload());
+    assert_eq!(
+        sims.feed.received().len(),
+        feed_fetches,
+        "the reload did not fetch the feed again"
+    );
+    let before = sims.dms.received().len();
+    assert!(!is_ok(&gw.send("/a2a", search.clone()).await));
+    assert_eq!(
+        sims.dms.received().len(),
+        before,
+        "the DMS's breaker is still open"
+    );
+
+    // The DMS's entry changes: a new client, a closed breaker, so the DMS is called again.
+    let upstreams = root.join("mappings/demo-toyota/upstreams.yaml");
+    let text = std::fs::read_to_string(&upstreams).expect("read");
+    assert!(
+        text.contains("max_concurrency: 16"),
+        "the demo file changed"
+    );
+    std::fs::write(
+        &upstreams,
+        text.replacen("max_concurrency: 16", "max_concurrency: 12", 1),
+    )
+    .expect("write");
+    eventually("the second change is applied", || async {
+        reloads(&gw, "ok").await >= 2.0
+    })
+    .await;
+    let before = sims.dms.received().len();
+    assert!(!is_ok(&gw.send("/a2a", search).await));
+    assert!(
+        sims.dms.received().len() > before,
+        "a changed upstream starts with a closed breaker"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

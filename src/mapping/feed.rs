@@ -161,8 +161,12 @@ impl Feed {
         }
     }
 
-    /// Keeps the cache warm: refreshes every `refresh` until the task is dropped.
+    /// Keeps the cache warm: refreshes every `refresh` until the task is dropped. A copy taken
+    /// over by a reload is refreshed when it is due, not at once.
     pub async fn keep_fresh(self: Arc<Self>) {
+        if let Some(age) = self.age() {
+            tokio::time::sleep(self.refresh.saturating_sub(age)).await;
+        }
         loop {
             self.refresh_now().await;
             tokio::time::sleep(self.refresh).await;

@@ -3,6 +3,7 @@
 //! `file:line:col: message`. Nothing is compiled after load.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -44,6 +45,18 @@ pub struct LoadContext<'a> {
     pub dealer_name: &'a str,
     /// Where the dealer's upstream calls are counted.
     pub metrics: &'a Arc<crate::telemetry::metrics::Metrics>,
+    /// The dealer's running state before a reload, if any: what did not change is taken over.
+    pub previous: Option<&'a Carried>,
+}
+
+/// What a reload takes over from a dealer's running configuration: every upstream whose
+/// `upstreams.yaml` entry (after `${NAME}` expansion) is unchanged keeps its circuit breaker,
+/// concurrency slots, retry budget and connection pool; a feed whose files, dealer name and
+/// upstream are unchanged keeps its cached copy, so a source that is down stays served stale.
+#[derive(Debug, Default, Clone)]
+pub struct Carried {
+    upstreams: HashMap<String, (Value, Target)>,
+    feed: Option<(u64, Arc<Feed>)>,
 }
 
 /// A dealer's compiled mappings.
@@ -54,10 +67,12 @@ pub struct DealerMappings {
     pub examples: Vec<Example>,
     /// What the mappings cost or risk (e.g. searches completed in the gateway), for `check`.
     pub notes: Vec<Problem>,
+    /// What the next reload may take over.
+    pub carried: Carried,
 }
 
 /// An upstream of `upstreams.yaml`, built.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 enum Target {
     Http(Arc<Upstream>),
     Smtp(Arc<Mailer>),
@@ -124,6 +139,7 @@ struct Loader<'a> {
     problems: Vec<Problem>,
     /// What a valid mapping costs or risks, for `check` (not problems).
     notes: Vec<Problem>,
+    carried: Carried,
 }
 
 /// Loads `dir`. Every problem is collected before returning.
@@ -133,11 +149,13 @@ pub fn load_folder(dir: &Path, ctx: &LoadContext<'_>) -> Result<DealerMappings, 
         dir: dir.to_path_buf(),
         problems: Vec::new(),
         notes: Vec::new(),
+        carried: Carried::default(),
     };
     let mut out = loader.load();
     if loader.problems.is_empty() {
         crate::settings::sort_problems(&mut loader.notes);
         out.notes = loader.notes;
+        out.carried = loader.carried;
         Ok(out)
     } else {
         crate::settings::sort_problems(&mut loader.problems);
@@ -244,7 +262,7 @@ impl Loader<'_> {
             }
         }
         let feed = if names.iter().any(|n| n == "feed.yaml") {
-            self.feed(&upstreams, &common)
+            self.feed(&upstreams, &common, common_src.as_ref())
         } else {
             None
         };
@@ -336,18 +354,40 @@ impl Loader<'_> {
             if self.problems.len() > before {
                 continue;
             }
+            let kept = self
+                .ctx
+                .previous
+                .and_then(|p| p.upstreams.get(&name))
+                .filter(|(was, _)| *was == entry)
+                .map(|(_, target)| target.clone());
+            if let Some(target) = kept {
+                self.carried
+                    .upstreams
+                    .insert(name.clone(), (entry, target.clone()));
+                out.insert(name, Some(target));
+                continue;
+            }
+            let settings = entry.clone();
             let Some(file) = self.deserialize::<FileUpstream>(&src, &pointer, entry) else {
                 continue;
             };
             let meter = Meter::new(self.ctx.metrics, self.ctx.dealer_id, &name);
             match crate::upstream::build(&name, file) {
-                Ok(Endpoint::Http(u)) => {
-                    u.attach_meter(meter);
-                    out.insert(name, Some(Target::Http(Arc::new(u))));
-                }
-                Ok(Endpoint::Smtp(m)) => {
-                    m.attach_meter(meter);
-                    out.insert(name, Some(Target::Smtp(Arc::new(m))));
+                Ok(endpoint) => {
+                    let target = match endpoint {
+                        Endpoint::Http(u) => {
+                            u.attach_meter(meter);
+                            Target::Http(Arc::new(u))
+                        }
+                        Endpoint::Smtp(m) => {
+                            m.attach_meter(meter);
+                            Target::Smtp(Arc::new(m))
+                        }
+                    };
+                    self.carried
+                        .upstreams
+                        .insert(name.clone(), (settings, target.clone()));
+                    out.insert(name, Some(target));
                 }
                 Err(problems) => {
                     for p in problems {
@@ -678,7 +718,12 @@ impl Loader<'_> {
         })
     }
 
-    fn feed(&mut self, upstreams: &Upstreams, common: &FileCommon) -> Option<Arc<Feed>> {
+    fn feed(
+        &mut self,
+        upstreams: &Upstreams,
+        common: &FileCommon,
+        common_src: Option<&Source>,
+    ) -> Option<Arc<Feed>> {
         let src = self.read("feed.yaml")?;
         let value = src.value.clone();
         let file: FileFeed = self.deserialize(&src, "", value)?;
@@ -718,9 +763,25 @@ impl Loader<'_> {
             return None;
         }
         let shared = self.shared(Self::merged_tables(common, &file.tables));
-        Some(Arc::new(Feed::new(
+        let upstream = upstream?;
+        // Everything the feed's snapshot is made from besides its upstream.
+        let definition = {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (&src.text, common_src.map(|c| &c.text), self.ctx.dealer_name).hash(&mut h);
+            h.finish()
+        };
+        let kept = self
+            .ctx
+            .previous
+            .and_then(|p| p.feed.as_ref())
+            .filter(|(was, feed)| *was == definition && Arc::ptr_eq(&feed.upstream, &upstream));
+        if let Some((_, feed)) = kept {
+            self.carried.feed = Some((definition, Arc::clone(feed)));
+            return Some(Arc::clone(feed));
+        }
+        let feed = Arc::new(Feed::new(
             src.path.display().to_string(),
-            upstream?,
+            upstream,
             request?,
             format?,
             charset?,
@@ -729,7 +790,9 @@ impl Loader<'_> {
             refresh?,
             max_stale?,
             shared,
-        )))
+        ));
+        self.carried.feed = Some((definition, Arc::clone(&feed)));
+        Some(feed)
     }
 
     /// A `charset:` label (at `pointer`): `Some(None)` when unset, `None` after a problem.

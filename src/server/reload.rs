@@ -93,15 +93,15 @@ async fn reload(
     trigger: &'static str,
 ) -> bool {
     let old = state.app.load_full();
-    let metrics = Arc::clone(&old.metrics);
     let (config, vars) = (source.config.clone(), Arc::clone(&source.vars));
     let (listen, admin_listen) = (old.settings.listen, old.settings.admin_listen);
     // Compiling schemas, templates and jq programs is CPU work: off the async workers.
+    let running = Arc::clone(&old);
     let built = tokio::task::spawn_blocking(move || {
         let mut settings = crate::settings::load(&config)?;
         settings.listen = listen;
         settings.admin_listen = admin_listen;
-        App::build_with(settings, listen, &*vars, metrics)
+        App::rebuild(settings, listen, &*vars, &running)
     })
     .await;
     let problems = match built {
