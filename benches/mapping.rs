@@ -205,6 +205,7 @@ fn bench(c: &mut Criterion) {
         content_type: None,
         body: body.clone(),
         seen: Mutex::new(Vec::new()),
+        records: std::sync::atomic::AtomicUsize::new(0),
     };
     let by_engine = runtime
         .block_on(mapped.execute_with(Transport::Canned(&canned), &request))

@@ -303,3 +303,62 @@ fn a_failing_example_shows_its_diff() {
         "{stdout}"
     );
 }
+
+/// Runs `test-mappings` on one dealer whose `inventory.search.yaml` is `search` (a REST
+/// upstream beside it); returns (success, stdout).
+fn test_search_mapping(search: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let mappings = dir.path().join("mappings");
+    std::fs::create_dir_all(&mappings).unwrap();
+    std::fs::write(
+        mappings.join("upstreams.yaml"),
+        "dms: { kind: rest, base_url: \"http://127.0.0.1:9\" }\n",
+    )
+    .unwrap();
+    std::fs::write(mappings.join("inventory.search.yaml"), search).unwrap();
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &config,
+        "dealers:\n  - id: d\n    card: { name: D, description: D, url: https://d.example.com/a2a }\n    mappings: mappings\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+        .args(["test-mappings", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// A search mapping whose status table knows `In Stock`, answered by `reply`, expecting `expect`.
+fn status_table_search(reply: &str, expect: &str) -> String {
+    format!(
+        "skill: inventory.search\nupstream: dms\nrequest: {{ path: /stock }}\n\
+         tables: {{ status_in: {{ In Stock: available }} }}\n\
+         response:\n  items: .units\n  item: '{{ vin: .vin, year: .year, make: .make, model: .model, \
+         status: (.status | lookup($tables.status_in)) }}'\n\
+         examples:\n  - name: the stock list\n    request: {{ type: inventory.search.request }}\n    \
+         upstream_reply: {{ status: 200, body: '{reply}' }}\n    expect: {expect}\n"
+    )
+}
+
+#[test]
+fn an_example_whose_every_unit_is_hidden_says_why() {
+    // The DMS writes statuses its own way: the table misses `INSTOCK`, so no unit is listable.
+    let units = r#"{"units": [{"vin": "1HGCY2F57RA000001", "year": 2024, "make": "Honda", "model": "Civic", "status": "INSTOCK"}]}"#;
+    let (ok, stdout) = test_search_mapping(&status_table_search(units, "{ total: 1 }"));
+    assert!(!ok, "{stdout}");
+    assert!(
+        stdout.contains("every listing was dropped") && stdout.contains("set `status`"),
+        "{stdout}"
+    );
+    // The same mapping over a DMS page with no units at all (however long its body) is fine.
+    let none = r#"{"units": [], "message": "No units match the requested criteria at this time."}"#;
+    let (ok, stdout) = test_search_mapping(&status_table_search(none, "{ vehicles: [] }"));
+    assert!(ok, "{stdout}");
+    let (ok, stdout) = test_search_mapping(&status_table_search(none, "{}"));
+    assert!(ok, "an empty upstream page hides nothing: {stdout}");
+}

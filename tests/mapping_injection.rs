@@ -166,6 +166,7 @@ fn rendered(
         content_type: None,
         body: Bytes::from_static(body.as_bytes()),
         seen: Mutex::new(Vec::new()),
+        records: std::sync::atomic::AtomicUsize::new(0),
     };
     // The outcome does not matter here (a 404 is VEHICLE_NOT_FOUND); the calls do.
     let _ = RUNTIME.block_on(mapped.execute_with(Transport::Canned(&canned), request));

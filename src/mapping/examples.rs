@@ -4,6 +4,7 @@
 //! the test suite.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -89,7 +90,7 @@ pub async fn run(example: &Example, handler: &Handler, schemas: &Schemas) -> Res
     }
     if let (Ok(data), Some(expected)) = (&outcome, &case.expect)
         && example.skill == crate::protocol::Skill::InventorySearch
-        && hides_everything(data, expected, &canned.body)
+        && hides_everything(data, expected, canned.records.load(Ordering::Relaxed))
     {
         return Err(Failure::InvalidMapping(vec![
             "the reply has no vehicles although the upstream's has records: every listing was \
@@ -205,12 +206,11 @@ fn xml_problem(text: &str) -> Option<String> {
 
 /// Whether a search example's reply has no vehicles while its canned upstream reply has records
 /// and the example does not say it expects none.
-fn hides_everything(data: &Value, expected: &Value, upstream_body: &Bytes) -> bool {
+fn hides_everything(data: &Value, expected: &Value, upstream_records: usize) -> bool {
     let empty = data["vehicles"].as_array().is_some_and(Vec::is_empty);
     let expects_none = expected.get("total") == Some(&json!(0))
         || expected["vehicles"].as_array().is_some_and(Vec::is_empty);
-    // A reply body of a few bytes (`[]`, `{"Items":[]}`) has no records to hide.
-    empty && !expects_none && upstream_body.len() > 64
+    empty && !expects_none && upstream_records > 0
 }
 
 /// A lead example: the gateway's consent and dealer rules, then delivery to the canned CRM; the
@@ -269,6 +269,7 @@ fn canned(example: &Example) -> Result<Canned, Failure> {
         content_type,
         body,
         seen: Mutex::new(Vec::new()),
+        records: AtomicUsize::new(0),
     })
 }
 

@@ -237,6 +237,8 @@ pub struct Canned {
     pub content_type: Option<http::HeaderValue>,
     pub body: Bytes,
     pub seen: Mutex<Vec<Rendered>>,
+    /// Upstream records the list mapping's `items` found in the replies, mapped or not.
+    pub records: std::sync::atomic::AtomicUsize,
 }
 
 /// A compiled proxy-mode skill.
@@ -578,6 +580,11 @@ impl Mapped {
         let records = items
             .run(&doc, vars)
             .map_err(|e| self.extract_error(e.to_string()))?;
+        if let Transport::Canned(canned) = transport {
+            canned
+                .records
+                .fetch_add(records.len(), std::sync::atomic::Ordering::Relaxed);
+        }
         let mut vehicles = Vec::with_capacity(records.len());
         let mut failed = None;
         let mut skipped = 0usize;

@@ -191,10 +191,16 @@ impl Feed {
                 cause: format!("feed answered HTTP {} ({})", response.status, self.file),
             });
         }
-        self.build(
+        let snapshot = self.build(
             &response.body,
             Declared::reply(self.charset, &response.headers),
-        )
+        )?;
+        if let Transport::Canned(canned) = transport {
+            canned
+                .records
+                .fetch_add(snapshot.all.len(), std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(snapshot)
     }
 
     /// Maps a fetched document into a snapshot; `declared` names its charset (the mapping's,
