@@ -307,26 +307,26 @@ fn a_failing_example_shows_its_diff() {
 /// Runs `test-mappings` on one dealer whose `inventory.search.yaml` is `search` (a REST
 /// upstream beside it); returns (success, stdout).
 fn test_search_mapping(search: &str) -> (bool, String) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("temp");
     let mappings = dir.path().join("mappings");
-    std::fs::create_dir_all(&mappings).unwrap();
+    std::fs::create_dir_all(&mappings).expect("write");
     std::fs::write(
         mappings.join("upstreams.yaml"),
         "dms: { kind: rest, base_url: \"http://127.0.0.1:9\" }\n",
     )
-    .unwrap();
-    std::fs::write(mappings.join("inventory.search.yaml"), search).unwrap();
+    .expect("write");
+    std::fs::write(mappings.join("inventory.search.yaml"), search).expect("write");
     let config = dir.path().join("gateway.yaml");
     std::fs::write(
         &config,
         "dealers:\n  - id: d\n    card: { name: D, description: D, url: https://d.example.com/a2a }\n    mappings: mappings\n",
     )
-    .unwrap();
+    .expect("write");
     let out = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
         .args(["test-mappings", "--config"])
         .arg(&config)
         .output()
-        .unwrap();
+        .expect("run aap-gateway");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
