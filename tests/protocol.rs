@@ -2012,20 +2012,93 @@ async fn agent_card_is_get_only() {
 
 // === admin listener ===
 
-#[tokio::test]
-async fn admin_healthz_and_readyz_are_200() {
-    let gw = demo().await;
-    for (path, status) in [("/healthz", "ok"), ("/readyz", "ready")] {
+/// `/readyz` until it answers 200 (at most 10 s): its body, and every non-200 body seen before.
+async fn ready_body(gw: &common::Gateway) -> (Value, Vec<Value>) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut waiting = Vec::new();
+    loop {
         let resp = gw
             .client()
-            .get(gw.admin_url(path))
+            .get(gw.admin_url("/readyz"))
             .send()
             .await
             .expect("request");
-        assert_eq!(resp.status().as_u16(), 200, "{path}");
+        let status = resp.status().as_u16();
         let body: Value = resp.json().await.expect("json body");
-        assert_eq!(body, json!({ "status": status }), "{path}");
+        if status == 200 {
+            return (body, waiting);
+        }
+        assert_eq!(status, 503, "{body}");
+        waiting.push(body);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never ready: {waiting:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test]
+async fn admin_healthz_and_readyz_are_200() {
+    let (gw, _sims) = common::demo_with_simulators().await;
+    let resp = gw
+        .client()
+        .get(gw.admin_url("/healthz"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(
+        resp.json::<Value>().await.expect("json"),
+        json!({ "status": "ok" })
+    );
+    let (ready, _) = ready_body(&gw).await;
+    assert_eq!(ready, json!({ "status": "ready" }));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_waits_for_the_first_load_of_each_feed() {
+    let sims = aap_gateway::demo::Simulators::start()
+        .await
+        .expect("simulators");
+    // Demo Honda's feed takes a while to answer.
+    sims.feed.set_mode(aap_gateway::demo::sim::Mode::Slow, 700);
+    let gw = common::start_file_with_vars(
+        &common::repo_path("config/demo.yaml"),
+        None,
+        common::simulator_vars(&sims),
+    )
+    .await;
+    let (ready, waiting) = ready_body(&gw).await;
+    assert!(!waiting.is_empty(), "ready before the feed was loaded");
+    assert!(
+        waiting.iter().all(|b| b["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("demo_honda") && m.contains("feed"))),
+        "{waiting:?}"
+    );
+    assert_eq!(ready, json!({ "status": "ready" }));
+    // Ready means loaded: the first search is answered from the cache at once.
+    let started = std::time::Instant::now();
+    let search = json!({ "type": "inventory.search.request", "pagination": { "limit": 1 } });
+    let reply = gw.send("/dealers/demo-honda/a2a", search).await;
+    assert!(reply.body.get("result").is_some(), "{}", reply.text);
+    assert!(
+        started.elapsed() < Duration::from_millis(600),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn readyz_names_a_feed_whose_first_load_failed_without_holding_the_others_back() {
+    // No simulators: Demo Honda's feed source does not answer.
+    let gw = demo().await;
+    let (ready, _) = ready_body(&gw).await;
+    assert_eq!(
+        ready,
+        json!({ "status": "ready", "feeds_without_copy": ["demo_honda"] })
+    );
 }
 
 #[tokio::test]

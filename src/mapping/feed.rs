@@ -39,6 +39,8 @@ pub struct Feed {
     state: RwLock<Option<Arc<Snapshot>>>,
     refreshing: tokio::sync::Mutex<()>,
     background: AtomicBool,
+    /// The first load has ended, with a copy or without: readiness waits for it.
+    attempted: AtomicBool,
 }
 
 /// One fetched feed, ready to search.
@@ -82,6 +84,7 @@ impl Feed {
             state: RwLock::new(None),
             refreshing: tokio::sync::Mutex::new(()),
             background: AtomicBool::new(false),
+            attempted: AtomicBool::new(false),
         }
     }
 
@@ -93,6 +96,16 @@ impl Feed {
         if let Ok(mut state) = self.state.write() {
             *state = Some(snapshot);
         }
+    }
+
+    /// Whether the first load has ended (with or without a copy to serve).
+    pub fn attempted(&self) -> bool {
+        self.attempted.load(Ordering::Acquire)
+    }
+
+    /// Whether a copy is cached.
+    pub fn loaded(&self) -> bool {
+        self.current().is_some()
     }
 
     /// Age of the cached copy, if any (for metrics and logs).
@@ -120,7 +133,9 @@ impl Feed {
         {
             return Ok(s);
         }
-        match self.fetch(Transport::Live(&self.upstream)).await {
+        let fetched = self.fetch(Transport::Live(&self.upstream)).await;
+        self.attempted.store(true, Ordering::Release);
+        match fetched {
             Ok(s) => {
                 let s = Arc::new(s);
                 self.store(Arc::clone(&s));
@@ -145,9 +160,11 @@ impl Feed {
     }
 
     /// Fetches and swaps in a new snapshot; keeps the old one on failure.
-    pub async fn refresh_now(&self) {
+    pub async fn refresh_now(self: &Arc<Self>) {
         let _one_at_a_time = self.refreshing.lock().await;
-        match self.fetch(Transport::Live(&self.upstream)).await {
+        let fetched = self.fetch(Transport::Live(&self.upstream)).await;
+        self.attempted.store(true, Ordering::Release);
+        match fetched {
             Ok(s) => {
                 tracing::debug!(feed = %self.file, vehicles = s.all.len(), "feed refreshed");
                 self.store(Arc::new(s));
@@ -173,8 +190,10 @@ impl Feed {
         }
     }
 
-    /// Fetches the document through `transport` and builds a snapshot.
-    pub async fn fetch(&self, transport: Transport<'_>) -> Result<Snapshot, AapError> {
+    /// Fetches the document through `transport` and builds a snapshot. Decoding, mapping and
+    /// indexing a whole inventory is CPU work of up to seconds: it runs on a blocking thread,
+    /// never on the async workers that serve buyers.
+    pub async fn fetch(self: &Arc<Self>, transport: Transport<'_>) -> Result<Snapshot, AapError> {
         let values = minijinja::context! {
             tables => self.shared.tables_tpl.clone(),
             dealer => self.shared.dealer_tpl.clone(),
@@ -191,10 +210,15 @@ impl Feed {
                 cause: format!("feed answered HTTP {} ({})", response.status, self.file),
             });
         }
-        let snapshot = self.build(
-            &response.body,
-            Declared::reply(self.charset, &response.headers),
-        )?;
+        let feed = Arc::clone(self);
+        let snapshot = tokio::task::spawn_blocking(move || {
+            feed.build(
+                &response.body,
+                Declared::reply(feed.charset, &response.headers),
+            )
+        })
+        .await
+        .map_err(|e| AapError::Internal(format!("{}: building the snapshot: {e}", self.file)))??;
         if let Transport::Canned(canned) = transport {
             canned
                 .records

@@ -56,12 +56,48 @@ pub fn route<B>(state: &Running, req: &Request<B>) -> Response<Full<Bytes>> {
     match req.uri().path() {
         // Alive as long as the process answers.
         "/healthz" => plain(StatusCode::OK, "ok"),
-        // Ready once the configuration is loaded and the listeners are bound; not while draining.
-        "/readyz" if state.ready.load(Ordering::SeqCst) => plain(StatusCode::OK, "ready"),
-        "/readyz" => plain(StatusCode::SERVICE_UNAVAILABLE, "shutting down"),
+        "/readyz" => readiness(state),
         "/metrics" => metrics(&state.app.load()),
         _ => plain(StatusCode::NOT_FOUND, "not found"),
     }
+}
+
+/// Ready once the configuration is loaded, the listeners are bound and every feed's first load
+/// has ended — so the first search of a feed dealer does not wait for its whole inventory; not
+/// while draining. (Only at start: a feed a reload adds never takes the pod out of service.) A feed whose first load failed does not hold the other dealers back: the
+/// reply names it (`feeds_without_copy`), and it is counted and logged as it retries.
+fn readiness(state: &Running) -> Response<Full<Bytes>> {
+    if !state.ready.load(Ordering::SeqCst) {
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
+    }
+    let app = state.app.load();
+    let feeds = || {
+        app.dealers
+            .iter()
+            .flat_map(|d| d.feeds().iter().map(move |f| (d, f)))
+    };
+    if !state.warmed.load(Ordering::Acquire) {
+        if let Some((dealer, feed)) = feeds().find(|(_, f)| !f.attempted()) {
+            let message = format!(
+                "loading the inventory feed of dealer `{}` ({})",
+                dealer.id(),
+                feed.file
+            );
+            return plain(StatusCode::SERVICE_UNAVAILABLE, &message);
+        }
+        state.warmed.store(true, Ordering::Release);
+    }
+    let missing: Vec<&str> = feeds()
+        .filter(|(_, f)| !f.loaded())
+        .map(|(d, _)| d.id())
+        .collect();
+    if missing.is_empty() {
+        return plain(StatusCode::OK, "ready");
+    }
+    let body = serde_json::json!({ "status": "ready", "feeds_without_copy": missing });
+    let mut response = plain(StatusCode::OK, "ready");
+    *response.body_mut() = Full::new(Bytes::from(body.to_string()));
+    response
 }
 
 /// The process's metrics, with the gauges read at scrape time (feed cache ages) brought up to

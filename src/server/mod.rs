@@ -46,6 +46,9 @@ pub struct Arrival(pub Instant);
 pub struct Running {
     /// Cleared when shutdown starts, so `/readyz` turns away new traffic while draining.
     pub ready: AtomicBool,
+    /// Set once every feed of the first configuration has had its first load: from then on a
+    /// feed that a reload adds loads without taking the whole pod out of service.
+    pub warmed: AtomicBool,
     /// The configuration serving new requests. A reload swaps it whole; a request keeps the
     /// `App` it started with until it finishes.
     pub app: ArcSwap<App>,
@@ -81,6 +84,7 @@ async fn serve(
 ) {
     let state = Arc::new(Running {
         ready: AtomicBool::new(true),
+        warmed: AtomicBool::new(false),
         app: ArcSwap::from(Arc::clone(&app)),
     });
     // Read once: a reload does not resize the caps or change the deadlines of the listener.
