@@ -829,3 +829,35 @@ async fn a_flood_of_refusals_is_counted_exactly_and_logged_by_sample_by_the_bina
     // The lines not written are reported (all but those after the last written line).
     assert!(skipped > 0 && refusal_lines + (skipped as usize) < FLOOD);
 }
+
+/// Posts `n` `dealer.information` calls one after another from one client; how many were
+/// refused as `RATE_LIMITED`.
+async fn refused_of(gw: &common::Gateway, n: usize) -> usize {
+    let mut refused = 0;
+    for _ in 0..n {
+        let reply = gw
+            .send(
+                "/a2a",
+                serde_json::json!({ "type": "dealer.information.request" }),
+            )
+            .await;
+        if reply.body.get("error").is_some() {
+            assert_eq!(reply.aap_code(), "RATE_LIMITED", "{}", reply.text);
+            refused += 1;
+        }
+    }
+    refused
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unset_per_ip_quota_never_refuses_what_the_configured_quota_allows() {
+    let dealer = common::profile_dealer("d", "D", "");
+    // The operator raised the per-client quota and left `per_ip` alone: 400 calls pass.
+    let raised = "rate_limit: { default: { rate: 1000/s, burst: 1000 } }";
+    let gw = common::start_profiles(raised, std::slice::from_ref(&dealer)).await;
+    assert_eq!(refused_of(&gw, 400).await, 0);
+    // Written out, the per-address quota holds.
+    let explicit = "rate_limit: { default: { rate: 1000/s, burst: 1000 }, per_ip: { rate: 100/s, burst: 200 } }";
+    let gw = common::start_profiles(explicit, &[dealer]).await;
+    assert!(refused_of(&gw, 400).await > 0);
+}

@@ -180,8 +180,9 @@ pub struct FileRateLimit {
     /// `x-real-ip`. Only that header is read, so a client cannot slip in another.
     pub client_ip_header: String,
     /// Every client address's quota for all requests on the public listener, checked before
-    /// any other work (IPv6 per /64).
-    pub per_ip: FileQuota,
+    /// any other work (IPv6 per /64). Unset: 100/s, burst 200, or the largest per-client quota
+    /// configured if that is higher (see `Quota::per_ip_default`).
+    pub per_ip: Option<FileQuota>,
     /// The quota of each client for each skill of each dealer.
     pub default: FileQuota,
     /// Per-skill quotas replacing the default, e.g. `lead.submit: { rate: 10/min, burst: 3 }`.
@@ -198,10 +199,7 @@ impl Default for FileRateLimit {
             redis_timeout: "50ms".to_owned(),
             trusted_proxies: Vec::new(),
             client_ip_header: "x-forwarded-for".to_owned(),
-            per_ip: FileQuota {
-                rate: "100/s".to_owned(),
-                burst: 200,
-            },
+            per_ip: None,
             default: FileQuota {
                 rate: "10/s".to_owned(),
                 burst: 20,

@@ -85,6 +85,29 @@ pub struct Quota {
 }
 
 impl Quota {
+    /// `rate_limit.per_ip` when unset: a floor of 100/s, burst 200 against anonymous floods —
+    /// raised to the largest per-client quota configured, so an unset setting never refuses
+    /// what a quota the operator wrote allows (one address is one client without API keys).
+    pub fn per_ip_default(configured: impl Iterator<Item = Quota>) -> Quota {
+        let floor = Quota {
+            count: 100,
+            period: Duration::from_secs(1),
+            burst: 200,
+        };
+        configured.fold(floor, |most, q| Quota {
+            burst: most.burst.max(q.burst),
+            ..if q.per_second() > most.per_second() {
+                q
+            } else {
+                most
+            }
+        })
+    }
+
+    fn per_second(&self) -> f64 {
+        f64::from(self.count) / self.period.as_secs_f64()
+    }
+
     /// The time one call "costs": the quota refills one call per interval.
     pub fn emission_interval(&self) -> Duration {
         self.period / self.count.max(1)
@@ -818,7 +841,6 @@ impl Loader {
                 None
             }
         };
-        let per_ip = self.quota("/rate_limit/per_ip", &file.per_ip);
         let default = self.quota("/rate_limit/default", &file.default);
         let mut skills = HashMap::new();
         for (name, quota) in &file.skills {
@@ -832,6 +854,11 @@ impl Loader {
                 None => self.problem(&pointer, format!("`{name}` is not an AAP skill")),
             }
         }
+        let per_ip = match &file.per_ip {
+            Some(quota) => self.quota("/rate_limit/per_ip", quota),
+            None => default
+                .map(|d| Quota::per_ip_default(std::iter::once(d).chain(skills.values().copied()))),
+        };
         Some(RateLimitSettings {
             enabled: file.enabled,
             backend: backend?,
