@@ -487,7 +487,8 @@ pub fn error_kind(error: &UpstreamError) -> &'static str {
     match error {
         UpstreamError::Timeout { .. } => "timeout",
         UpstreamError::Connect(_) => "connect",
-        UpstreamError::CircuitOpen => "circuit_open",
+        UpstreamError::CircuitOpen { .. } => "circuit_open",
+        UpstreamError::Busy { .. } => "queue_full",
         UpstreamError::TooLarge { .. } => "too_large",
         UpstreamError::Protocol(_) | UpstreamError::InvalidRequest(_) => "invalid_response",
         UpstreamError::Auth(_) => "auth",
