@@ -45,7 +45,8 @@ const MAPPING_FOLDER: &str = "example-toyota";
 
 /// Metric names: the original six, the four that issue 7 asks for (upstream errors, idempotency
 /// replays and conflicts, feed-cache age), mapping events (issue 13) and the front door's of
-/// issue 15 (requests in flight and waiting, connections open, refused and timed out).
+/// issue 15 (requests in flight and waiting, connections open, refused and timed out; Redis
+/// fallbacks and degradation).
 /// docs/operations.md §Metrics lists them with their labels; the dashboard uses nothing else.
 const METRICS: &[(&str, MetricKind)] = &[
     ("aap_gateway_requests_total", MetricKind::Counter),
@@ -76,6 +77,8 @@ const METRICS: &[(&str, MetricKind)] = &[
         "aap_gateway_connections_timed_out_total",
         MetricKind::Counter,
     ),
+    ("aap_gateway_redis_fallbacks_total", MetricKind::Counter),
+    ("aap_gateway_redis_degraded", MetricKind::Gauge),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
