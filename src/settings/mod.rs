@@ -159,6 +159,9 @@ pub struct ConnectionSettings {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuthSettings {
     pub keys: Vec<ApiKey>,
+    /// `keys_file`, resolved: a reload watches its folder (a mounted secret changes apart from
+    /// the configuration file).
+    pub keys_file: Option<PathBuf>,
 }
 
 /// An API key, known by its hash only.
@@ -871,8 +874,12 @@ impl Loader {
                 keys.push(k);
             }
         }
-        if let Some(path) = &file.keys_file {
-            let resolved = resolve(self.source.path(), path);
+        let keys_file = file
+            .keys_file
+            .as_ref()
+            .map(|path| resolve(self.source.path(), path));
+        if let Some(resolved) = &keys_file {
+            let resolved = resolved.clone();
             let parsed = std::fs::read_to_string(&resolved)
                 .map_err(|e| e.to_string())
                 .and_then(|text| {
@@ -909,7 +916,7 @@ impl Loader {
                 self.problem("/auth/keys", format!("key id `{}` is used twice", key.id));
             }
         }
-        Some(Some(AuthSettings { keys }))
+        Some(Some(AuthSettings { keys, keys_file }))
     }
 
     fn api_key(&mut self, pointer: &str, file: &FileApiKey) -> Option<ApiKey> {
