@@ -312,3 +312,32 @@ fn bad_limit_and_auth_settings_are_located() {
         ],
     );
 }
+
+/// Settings are printed (`{:?}`) in diagnostics; the Redis URL's password never is.
+#[test]
+fn printed_settings_hide_the_redis_password() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("gateway.yaml");
+    let yaml = format!(
+        "rate_limit:\n  backend: redis\nidempotency:\n  backend: redis\ndealers:{}",
+        common::profile_dealer("quiet_motors", "Quiet Motors", "")
+    );
+    std::fs::write(&path, yaml).expect("write");
+    let env = std::collections::HashMap::from([(
+        "AAP_GATEWAY__RATE_LIMIT__REDIS_URL".to_owned(),
+        "redis://gw:s3cr3t-pw@cache.internal:6380/2".to_owned(),
+    )]);
+    let settings = aap_gateway::settings::load_with_env(&path, env).expect("settings");
+    let printed = format!("{settings:?}");
+    assert!(!printed.contains("s3cr3t-pw"), "{printed}");
+    assert_eq!(
+        printed.matches("redis://***@cache.internal:6380/2").count(),
+        2,
+        "both stores, redacted: {printed}"
+    );
+    // The settings themselves keep the real URL.
+    assert!(matches!(
+        &settings.rate_limit.backend,
+        aap_gateway::settings::LimitBackend::Redis { url } if url.contains("s3cr3t-pw")
+    ));
+}

@@ -9,6 +9,7 @@ pub mod file;
 pub mod yaml;
 
 use std::collections::HashMap;
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -91,10 +92,36 @@ impl Quota {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum LimitBackend {
     Memory,
     Redis { url: String },
+}
+
+/// The URL without its credentials: settings are logged and printed, the Redis password must
+/// not be.
+impl fmt::Debug for LimitBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LimitBackend::Memory => f.write_str("Memory"),
+            LimitBackend::Redis { url } => f
+                .debug_struct("Redis")
+                .field("url", &redact_userinfo(url))
+                .finish(),
+        }
+    }
+}
+
+/// `scheme://***@host…` for a URL with a user or password; anything else as it is.
+pub fn redact_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://***{}", &rest[at..]),
+        None => url.to_owned(),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
