@@ -75,6 +75,13 @@ fn standin(seen: Seen) -> Answer {
         let xml = "text/xml; charset=utf-8";
         return if body.contains(">CLIENT<") {
             (500, xml, fault("Client"))
+        } else if body.contains(">FORGE<") {
+            // A fault reason that would forge a log line in the human format.
+            let reason = "no such unit\n2026-12-03T18:00:00Z  INFO forged: all good\r\x1b[2J";
+            let fault = format!(
+                "<soap:Fault><faultcode>soap:Server</faultcode><faultstring>{reason}</faultstring></soap:Fault>"
+            );
+            (500, xml, soap_envelope(&fault))
         } else if body.contains(">SERVER<") {
             (500, xml, fault("Server"))
         } else {
@@ -108,6 +115,10 @@ fn folder(dir: &Path, vehicle: &str) {
     std::fs::write(dir.join("upstreams.yaml"), UPSTREAMS).expect("upstreams");
     std::fs::write(dir.join("inventory.vehicle.yaml"), vehicle).expect("mapping");
 }
+
+/// One test at a time: the log test installs a thread-scoped subscriber, and tracing's
+/// per-callsite interest, shared by all threads, is unreliable while other threads log.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 struct Setup {
     gw: Gateway,
@@ -160,6 +171,7 @@ fn outcome(reply: &common::Reply) -> (String, bool) {
 
 #[tokio::test]
 async fn deterministic_refusals_are_not_retryable_and_transient_failures_are() {
+    let _serial = SERIAL.lock().await;
     let setup = start().await;
     let gw = &setup.gw;
     let ok = lookup(gw, "rest", "OK").await;
@@ -195,6 +207,7 @@ async fn deterministic_refusals_are_not_retryable_and_transient_failures_are() {
 
 #[tokio::test]
 async fn an_error_rule_whose_jq_fails_is_a_mapping_error_not_a_silent_miss() {
+    let _serial = SERIAL.lock().await;
     let setup = start().await;
     // Without the rule's verdict the unit would be answered as available.
     let reply = lookup(&setup.gw, "rest", "JQERR").await;
@@ -204,4 +217,53 @@ async fn an_error_rule_whose_jq_fails_is_a_mapping_error_not_a_silent_miss() {
         "{}",
         reply.text
     );
+}
+
+#[derive(Clone, Default)]
+struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("lock").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Upstream text in a logged cause (here a SOAP fault reason) is written with its control
+/// characters escaped: in the human log format one event stays one line, and a dealer system
+/// cannot forge log lines or terminal escapes.
+#[tokio::test]
+async fn upstream_text_in_logs_has_its_control_characters_escaped() {
+    let _serial = SERIAL.lock().await;
+    let logs = Logs::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer({
+            let logs = logs.clone();
+            move || logs.clone()
+        })
+        .finish();
+    // Single-threaded test runtime: the gateway's tasks log through this subscriber too.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let setup = start().await;
+    let reply = lookup(&setup.gw, "soap", "FORGE").await;
+    assert_eq!(outcome(&reply), ("INTERNAL_ERROR".to_owned(), true));
+    let text = String::from_utf8_lossy(&logs.0.lock().expect("lock")).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.contains("request failed inside the gateway"))
+        .unwrap_or_else(|| panic!("no error logged: {text}"));
+    assert!(
+        line.contains(r"no such unit\n2026-12-03T18:00:00Z  INFO forged: all good\r\u{1b}[2J"),
+        "{line}"
+    );
+    assert!(
+        !text.lines().any(|l| l.starts_with("2026-12-03T18:00:00Z")),
+        "{text}"
+    );
+    assert!(!text.contains('\u{1b}'), "{text}");
 }

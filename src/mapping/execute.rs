@@ -599,7 +599,7 @@ impl Mapped {
             tracing::warn!(
                 mapping = %self.file,
                 skipped,
-                error = %error,
+                error = %crate::telemetry::Escaped(&error),
                 "upstream records the item mapping could not map were skipped"
             );
         }

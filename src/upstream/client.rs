@@ -330,7 +330,7 @@ impl Upstream {
                         method = %req.method,
                         path,
                         attempt,
-                        error = %error,
+                        error = %crate::telemetry::Escaped(error),
                         elapsed_ms,
                         "upstream attempt failed"
                     );
