@@ -147,8 +147,11 @@ fn print_problems(problems: &[Problem]) {
     eprintln!("{} problem(s) found", problems.len());
 }
 
-/// Runs a dealer's mapping examples: `Err` when they could not run at all.
-type Runner = fn(&App) -> Result<Vec<(String, Example, Result<(), Failure>)>, String>;
+/// Every dealer's mapping examples with their outcomes (dealer id, example, outcome).
+type Ran = Vec<(String, Example, Result<(), Failure>)>;
+
+/// Runs the mapping examples: `Err` when they could not run at all.
+type Runner = fn(&App) -> Result<Ran, String>;
 
 fn exit(ok: bool) -> ExitCode {
     if ok {
@@ -227,7 +230,7 @@ fn check(config: &Path, run: Runner) -> bool {
     }
 }
 
-fn run_examples(app: &App) -> Result<Vec<(String, Example, Result<(), Failure>)>, String> {
+fn run_examples(app: &App) -> Result<Ran, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -416,7 +419,7 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("config/demo.yaml")
     }
 
-    fn no_runtime(_: &App) -> Result<Vec<(String, Example, Result<(), Failure>)>, String> {
+    fn no_runtime(_: &App) -> Result<Ran, String> {
         Err("cannot start the runtime to run the mapping examples: test".to_owned())
     }
 
