@@ -75,7 +75,10 @@ async fn without_redis_local_falls_back_and_deny_refuses() {
     // The outage is exported: every decision taken without Redis, and the degraded state.
     let scrape = metrics(&local).await;
     assert!(
-        series(&scrape, "aap_gateway_redis_fallbacks_total{store=\"rate_limit\"}") >= 8.0,
+        series(
+            &scrape,
+            "aap_gateway_redis_fallbacks_total{store=\"rate_limit\"}"
+        ) >= 8.0,
         "{scrape}"
     );
     assert_eq!(
