@@ -722,17 +722,17 @@ async fn at_most_max_concurrency_calls_are_in_flight() {
 #[tokio::test]
 async fn a_burst_above_max_concurrency_queues_and_never_opens_the_breaker() {
     let server = TestServer::start(|_| async {
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
         reply(200, "ok")
     })
     .await;
     let up = upstream(
         &server.url(),
-        json!({ "max_concurrency": 1, "timeouts": { "request": "400ms" },
+        json!({ "max_concurrency": 1, "timeouts": { "request": "500ms" },
                 "retries": { "attempts": 1 }, "circuit_breaker": { "failures": 1 } }),
     );
-    // The first call holds the slot 250 ms; the second waits 250 ms, then has its full 400 ms
-    // (it needs 250); the third finds no slot within 400 ms.
+    // The first call holds the slot 300 ms; the second waits 300 ms, then has its full 500 ms
+    // (it needs 300); the third cannot have a slot before 600 ms and gives up at 500 ms.
     let (a, b, c) = tokio::join!(
         up.call(UpstreamRequest::get("/a")),
         up.call(UpstreamRequest::get("/b")),
@@ -748,7 +748,7 @@ async fn a_burst_above_max_concurrency_queues_and_never_opens_the_breaker() {
         })
         .collect();
     assert_eq!((ok, busy.len()), (2, 1), "{a:?} {b:?} {c:?}");
-    assert_eq!(busy[0], Duration::from_millis(400));
+    assert_eq!(busy[0], Duration::from_millis(500));
     assert_eq!(server.requests(), 2, "a busy call sends nothing");
     assert_eq!(server.max_in_flight(), 1);
     assert_eq!(up.breaker_state(), BreakerState::Closed);
@@ -756,7 +756,7 @@ async fn a_burst_above_max_concurrency_queues_and_never_opens_the_breaker() {
         .await
         .expect("still closed");
     let error = UpstreamError::Busy {
-        waited: Duration::from_millis(400),
+        waited: Duration::from_millis(500),
     };
     assert!(matches!(
         error.into_aap("dms"),
