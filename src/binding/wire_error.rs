@@ -484,14 +484,15 @@ fn summarize<'a>(fields: impl Iterator<Item = &'a String>) -> String {
     names.join(", ")
 }
 
-/// Whether the error hides an internal cause that must be logged (and never sent).
+/// Whether the error hides an internal cause that must be logged (and never sent). A full
+/// upstream queue is overload, like shedding: counted (`upstream_errors_total{kind="queue_full"}`),
+/// not logged as an error per call.
 pub fn is_internal(error: &AapError) -> bool {
     matches!(
         error,
         AapError::UpstreamTimeout { .. }
             | AapError::UpstreamUnavailable { .. }
             | AapError::UpstreamResting { .. }
-            | AapError::UpstreamBusy { .. }
             | AapError::UpstreamRefused { .. }
             | AapError::InvalidUpstreamResponse { .. }
             | AapError::InvalidReply { .. }
