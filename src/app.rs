@@ -20,8 +20,8 @@ use crate::protocol::{Skill, SkillRef};
 use crate::rate_limit::{Client, Limiter};
 use crate::redis_backend::RedisBackend;
 use crate::schema::Schemas;
-use crate::settings::LimitBackend;
 use crate::settings::{DealerSettings, Problem, Settings};
+use crate::settings::{LimitBackend, OnBackendError};
 use crate::telemetry::metrics::Metrics;
 
 /// How often idle rate-limit buckets are forgotten.
@@ -151,20 +151,35 @@ impl App {
         let keys = &settings.idempotency;
         let idempotency = Arc::new(match &keys.backend {
             LimitBackend::Memory => Idempotency::local(keys.ttl, keys.max_entries),
-            LimitBackend::Redis { url } => Idempotency::shared(
-                keys.ttl,
-                keys.max_entries,
-                RedisBackend::new(url, keys.redis_timeout, "aapgw:")
-                    .map_err(|e| vec![settings.source.problem("/idempotency/redis_url", e)])?,
-                keys.lock_ttl,
-                keys.on_backend_error,
-            ),
+            LimitBackend::Redis { url } => {
+                let backend = RedisBackend::new(url, keys.redis_timeout, "aapgw:")
+                    .map_err(|e| vec![settings.source.problem("/idempotency/redis_url", e)])?;
+                let fallback = match keys.on_backend_error {
+                    OnBackendError::Local => "local store",
+                    OnBackendError::Deny => "deny",
+                };
+                backend.watch("idempotency", fallback, &metrics);
+                Idempotency::shared(
+                    keys.ttl,
+                    keys.max_entries,
+                    backend,
+                    keys.lock_ttl,
+                    keys.on_backend_error,
+                )
+            }
         });
         let redis = match &settings.rate_limit.backend {
-            LimitBackend::Redis { url } => Some(
-                RedisBackend::new(url, settings.rate_limit.redis_timeout, "aapgw:")
-                    .map_err(|e| vec![settings.source.problem("/rate_limit/redis_url", e)])?,
-            ),
+            LimitBackend::Redis { url } => {
+                let backend =
+                    RedisBackend::new(url, settings.rate_limit.redis_timeout, "aapgw:")
+                        .map_err(|e| vec![settings.source.problem("/rate_limit/redis_url", e)])?;
+                let fallback = match settings.rate_limit.on_backend_error {
+                    OnBackendError::Local => "local limits",
+                    OnBackendError::Deny => "deny",
+                };
+                backend.watch("rate_limit", fallback, &metrics);
+                Some(backend)
+            }
             LimitBackend::Memory => None,
         };
         let key_quotas: Vec<(Arc<str>, crate::settings::Quota)> = settings

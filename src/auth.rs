@@ -121,6 +121,7 @@ mod tests {
                     Some(vec!["demo_toyota".to_owned()]),
                 ),
             ],
+            keys_file: None,
         })
     }
 

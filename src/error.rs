@@ -156,6 +156,21 @@ pub enum AapError {
     UpstreamTimeout { upstream: String, after: Duration },
     #[error("upstream `{upstream}` unavailable: {cause}")]
     UpstreamUnavailable { upstream: String, cause: String },
+    /// The upstream's circuit breaker is open: it rests for about `retry_after` more, a hint
+    /// the buyer gets (`INTERNAL_ERROR`, retryable).
+    #[error("upstream `{upstream}` resting (circuit breaker open) for {retry_after:?}")]
+    UpstreamResting {
+        upstream: String,
+        retry_after: Duration,
+    },
+    /// The gateway's queue for the upstream's concurrency slots is full: local overload, shed
+    /// like [`AapError::Overloaded`] (`RATE_LIMITED`, HTTP 503), never an upstream failure.
+    #[error("upstream `{upstream}` busy: no concurrency slot within {waited:?}")]
+    UpstreamBusy { upstream: String, waited: Duration },
+    /// The upstream refused the call in a way the same call would meet again (an unhandled 4xx
+    /// other than 408 / 429, a SOAP `Client` / `Sender` fault): `INTERNAL_ERROR`, not retryable.
+    #[error("upstream `{upstream}` refused the call: {cause}")]
+    UpstreamRefused { upstream: String, cause: String },
     #[error("upstream `{upstream}` sent an invalid response: {cause}")]
     InvalidUpstreamResponse { upstream: String, cause: String },
     /// A reply built by a mapping failed the AAP response schema.

@@ -95,8 +95,10 @@ macro_rules! say {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { config } => check(&config),
-        Command::TestMappings { config, skill } => test_mappings(&config, skill.as_deref()),
+        Command::Check { config } => exit(check(&config, run_examples)),
+        Command::TestMappings { config, skill } => {
+            exit(test_mappings(&config, skill.as_deref(), run_examples))
+        }
         Command::Card { config, dealer } => card(&config, dealer.as_deref()),
         Command::Serve { config } => {
             let Some(settings) = load(&config) else {
@@ -145,20 +147,42 @@ fn print_problems(problems: &[Problem]) {
     eprintln!("{} problem(s) found", problems.len());
 }
 
-fn check(config: &Path) -> ExitCode {
+/// Every dealer's mapping examples with their outcomes (dealer id, example, outcome).
+type Ran = Vec<(String, Example, Result<(), Failure>)>;
+
+/// Runs the mapping examples: `Err` when they could not run at all.
+type Runner = fn(&App) -> Result<Ran, String>;
+
+fn exit(ok: bool) -> ExitCode {
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn check(config: &Path, run: Runner) -> bool {
     let settings = match settings::load(config) {
         Ok(s) => s,
         Err(problems) => {
             print_problems(&problems);
-            return ExitCode::FAILURE;
+            return false;
         }
     };
     let warnings = settings.warnings.clone();
     let listen = settings.listen;
     match App::build(settings, listen) {
         Ok(app) => {
+            // Examples that could not run checked nothing: never an `ok`.
+            let ran = match run(&app) {
+                Ok(ran) => ran,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return false;
+                }
+            };
             // Examples whose reply breaks the AAP response schema are mapping defects.
-            let broken: Vec<String> = run_examples(&app)
+            let broken: Vec<String> = ran
                 .into_iter()
                 .filter_map(|(_, example, outcome)| match outcome {
                     Err(failure @ Failure::InvalidReply(_)) => Some(format!(
@@ -181,7 +205,7 @@ fn check(config: &Path) -> ExitCode {
                     eprintln!("{b}");
                 }
                 eprintln!("{} problem(s) found", broken.len());
-                return ExitCode::FAILURE;
+                return false;
             }
             for w in &warnings {
                 eprintln!("{w} (warning)");
@@ -197,39 +221,44 @@ fn check(config: &Path) -> ExitCode {
                 warnings.len(),
                 notes.len()
             );
-            ExitCode::SUCCESS
+            true
         }
         Err(problems) => {
             print_problems(&problems);
-            ExitCode::FAILURE
+            false
         }
     }
 }
 
-fn run_examples(app: &App) -> Vec<(String, Example, Result<(), Failure>)> {
-    match tokio::runtime::Builder::new_current_thread()
+fn run_examples(app: &App) -> Result<Ran, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt.block_on(examples::run_all(app)),
-        Err(_) => Vec::new(),
-    }
+        .map_err(|e| format!("cannot start the runtime to run the mapping examples: {e}"))?;
+    Ok(rt.block_on(examples::run_all(app)))
 }
 
-fn test_mappings(config: &Path, skill: Option<&str>) -> ExitCode {
+fn test_mappings(config: &Path, skill: Option<&str>, run: Runner) -> bool {
     let Some(settings) = load(config) else {
-        return ExitCode::FAILURE;
+        return false;
     };
     let listen = settings.listen;
     let app = match App::build(settings, listen) {
         Ok(app) => app,
         Err(problems) => {
             print_problems(&problems);
-            return ExitCode::FAILURE;
+            return false;
+        }
+    };
+    let ran = match run(&app) {
+        Ok(ran) => ran,
+        Err(e) => {
+            eprintln!("{e}");
+            return false;
         }
     };
     let (mut passed, mut failed) = (0, 0);
-    for (dealer, example, outcome) in run_examples(&app) {
+    for (dealer, example, outcome) in ran {
         if skill.is_some_and(|s| s != example.skill.id()) {
             continue;
         }
@@ -253,11 +282,7 @@ fn test_mappings(config: &Path, skill: Option<&str>) -> ExitCode {
         }
     }
     say!("{passed} passed, {failed} failed");
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    failed == 0
 }
 
 fn card(config: &Path, dealer: Option<&str>) -> ExitCode {
@@ -384,4 +409,27 @@ fn run(
     // After the runtime: the exporter flushes from its own thread.
     telemetry.shutdown();
     code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn demo_config() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("config/demo.yaml")
+    }
+
+    fn no_runtime(_: &App) -> Result<Ran, String> {
+        Err("cannot start the runtime to run the mapping examples: test".to_owned())
+    }
+
+    /// Examples that could not run checked nothing: `check` and `test-mappings` fail instead
+    /// of reporting success with zero examples run.
+    #[test]
+    fn examples_that_cannot_run_fail_check_and_test_mappings() {
+        assert!(check(&demo_config(), run_examples));
+        assert!(test_mappings(&demo_config(), None, run_examples));
+        assert!(!check(&demo_config(), no_runtime));
+        assert!(!test_mappings(&demo_config(), None, no_runtime));
+    }
 }

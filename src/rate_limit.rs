@@ -19,8 +19,10 @@
 //!   [`MAX_KEYS`] a sweep runs inline.
 //! - **Redis**: one atomic GCRA script per decision, shared by every replica; when Redis fails,
 //!   `on_backend_error` decides: `local` falls back to this replica's memory limits, `deny`
-//!   refuses. Either way a warning is logged (at most once per [`BACKEND_WARN_EVERY`]) and
-//!   [`Limiter::backend_errors`] counts it.
+//!   refuses. The backend logs the outage once when it starts (warn) and once when it ends
+//!   (info) and counts each fallback (`aap_gateway_redis_fallbacks_total`); here each failure
+//!   is a debug line (at most once per [`BACKEND_WARN_EVERY`]) and [`Limiter::backend_errors`]
+//!   counts it.
 //! - **Overload**: [`Limiter::admit`] sheds calls beyond `limits.max_concurrency` with the same
 //!   `RATE_LIMITED` and a short retry hint, instead of queueing without bound.
 
@@ -47,7 +49,7 @@ use crate::settings::{ClientIpHeader, OnBackendError, Quota, RateLimitSettings};
 /// Distinct keys held in memory before a sweep runs inline (besides the periodic one).
 pub const MAX_KEYS: usize = 1_000_000;
 
-/// A backend failure is logged at most this often.
+/// A backend failure is logged (at debug) at most this often.
 pub const BACKEND_WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// The retry hint when the gateway sheds load (over `limits.max_concurrency`).
@@ -407,7 +409,7 @@ impl<C: Clock + Clone> Limiter<C> {
         let now = Instant::now();
         if last.is_none_or(|t| now.duration_since(t) >= BACKEND_WARN_EVERY) {
             *last = Some(now);
-            tracing::warn!(
+            tracing::debug!(
                 error,
                 fallback = match self.on_backend_error {
                     OnBackendError::Local => "local limits",

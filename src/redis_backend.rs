@@ -26,12 +26,14 @@
 //!                              state=done, fp, reply       expires after the reply TTL
 //! ```
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, RedisError, RedisResult, Script, Value};
+
+use crate::telemetry::metrics::Metrics;
 
 /// Consecutive timeouts after which the connection is dropped and a fresh one made. A
 /// connection whose peer vanished without a reset (a failover, a NAT that forgot us) never
@@ -81,10 +83,23 @@ struct Inner {
     /// Made on first use (it needs a running Tokio runtime); emptied to force a fresh one.
     connection: Mutex<Option<ConnectionManager>>,
     timeouts_in_a_row: AtomicU32,
+    /// Whether the last call failed: an outage is logged when it starts and when it ends.
+    degraded: AtomicBool,
+    /// Who uses this backend, once [`RedisBackend::watch`] said.
+    watch: OnceLock<Watch>,
     gcra: Script,
     reserve: Script,
     complete: Script,
     release: Script,
+}
+
+/// What an outage of one backend means, for its logs and metrics.
+struct Watch {
+    /// `rate_limit` or `idempotency` (the metric label).
+    store: &'static str,
+    /// What callers do meanwhile (`on_backend_error`), for the log.
+    fallback: &'static str,
+    metrics: Arc<Metrics>,
 }
 
 /// GCRA. KEYS[1]: the limiter key. ARGV[1]: emission interval (µs), ARGV[2]: burst.
@@ -182,6 +197,8 @@ impl RedisBackend {
                 prefix: prefix.to_owned(),
                 connection: Mutex::new(None),
                 timeouts_in_a_row: AtomicU32::new(0),
+                degraded: AtomicBool::new(false),
+                watch: OnceLock::new(),
                 gcra: Script::new(GCRA_LUA),
                 reserve: Script::new(RESERVE_LUA),
                 complete: Script::new(COMPLETE_LUA),
@@ -271,8 +288,60 @@ impl RedisBackend {
         format!("{}{kind}{key}", self.inner.prefix)
     }
 
-    /// Runs one Redis exchange under the timeout and sorts its failure.
+    /// Names the backend's user: from now on every failed call counts as one fallback of
+    /// `store` (`aap_gateway_redis_fallbacks_total`), and an outage is logged once when it
+    /// starts (warn, saying `fallback`) and once when Redis answers again (info). Set once.
+    pub fn watch(&self, store: &'static str, fallback: &'static str, metrics: &Arc<Metrics>) {
+        let _ = self.inner.watch.set(Watch {
+            store,
+            fallback,
+            metrics: Arc::clone(metrics),
+        });
+    }
+
+    /// Runs one Redis exchange under the timeout and sorts its failure; notes outages.
     async fn bounded<T, F, Fut>(&self, exchange: F) -> Result<T, BackendError>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let result = self.exchange(exchange).await;
+        self.note(result.as_ref().err());
+        result
+    }
+
+    /// Counts a failed call and logs the transitions between answering and failing.
+    fn note(&self, error: Option<&BackendError>) {
+        let inner = &*self.inner;
+        let was_degraded = inner.degraded.swap(error.is_some(), Ordering::Relaxed);
+        let watch = inner.watch.get();
+        let store = watch.map_or("redis", |w| w.store);
+        if let Some(w) = watch {
+            if error.is_some() {
+                w.metrics.redis_fallback(w.store);
+            }
+            if was_degraded != error.is_some() {
+                w.metrics.redis_degraded(w.store, error.is_some());
+            }
+        }
+        match error {
+            Some(error) if !was_degraded => tracing::warn!(
+                store,
+                server = %inner.server,
+                %error,
+                fallback = watch.map_or("on_backend_error", |w| w.fallback),
+                "redis unavailable: falling back until it answers again"
+            ),
+            None if was_degraded => tracing::info!(
+                store,
+                server = %inner.server,
+                "redis answers again: shared state resumed"
+            ),
+            _ => {}
+        }
+    }
+
+    async fn exchange<T, F, Fut>(&self, exchange: F) -> Result<T, BackendError>
     where
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
@@ -487,5 +556,81 @@ mod tests {
             "{error}"
         );
         assert!(started.elapsed() < T * 4, "{:?}", started.elapsed());
+    }
+
+    /// A buffer the test's log lines go to.
+    #[derive(Clone, Default)]
+    struct Logs(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Logs {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Logs {
+        fn count(&self, needle: &str) -> usize {
+            String::from_utf8_lossy(&self.0.lock().unwrap())
+                .matches(needle)
+                .count()
+        }
+    }
+
+    #[test]
+    fn an_outage_is_logged_when_it_starts_and_ends_and_every_fallback_counted() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let backend = RedisBackend::new(&format!("redis://127.0.0.1:{port}"), T, "p:").unwrap();
+        let metrics = Metrics::new();
+        backend.watch("rate_limit", "local limits", &metrics);
+        let logs = Logs::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer({
+                let logs = logs.clone();
+                move || logs.clone()
+            })
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        tracing::subscriber::with_default(subscriber, || {
+            runtime.block_on(async {
+                for _ in 0..3 {
+                    backend.ping().await.unwrap_err();
+                }
+            });
+            let scrape = metrics.encode();
+            assert!(
+                scrape.contains("aap_gateway_redis_fallbacks_total{store=\"rate_limit\"} 3"),
+                "{scrape}"
+            );
+            assert!(
+                scrape.contains("aap_gateway_redis_degraded{store=\"rate_limit\"} 1"),
+                "{scrape}"
+            );
+            assert_eq!(logs.count("falling back"), 1);
+            assert_eq!(logs.count("local limits"), 1);
+            // Redis answers again (as a successful call notes it).
+            backend.note(None);
+            backend.note(None);
+        });
+        assert_eq!(logs.count("redis answers again"), 1);
+        assert_eq!(logs.count("WARN"), 1);
+        let scrape = metrics.encode();
+        assert!(
+            scrape.contains("aap_gateway_redis_degraded{store=\"rate_limit\"} 0"),
+            "{scrape}"
+        );
+        assert!(!scrape.contains("s3cr3t"));
     }
 }

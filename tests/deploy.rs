@@ -45,7 +45,8 @@ const MAPPING_FOLDER: &str = "example-toyota";
 
 /// Metric names: the original six, the four that issue 7 asks for (upstream errors, idempotency
 /// replays and conflicts, feed-cache age), mapping events (issue 13) and the front door's of
-/// issue 15 (requests in flight and waiting, connections open, refused and timed out).
+/// issue 15 (requests in flight and waiting, connections open, refused and timed out; Redis
+/// fallbacks and degradation).
 /// docs/operations.md §Metrics lists them with their labels; the dashboard uses nothing else.
 const METRICS: &[(&str, MetricKind)] = &[
     ("aap_gateway_requests_total", MetricKind::Counter),
@@ -76,6 +77,8 @@ const METRICS: &[(&str, MetricKind)] = &[
         "aap_gateway_connections_timed_out_total",
         MetricKind::Counter,
     ),
+    ("aap_gateway_redis_fallbacks_total", MetricKind::Counter),
+    ("aap_gateway_redis_degraded", MetricKind::Gauge),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,8 +148,11 @@ fn standalone_manifests_match_the_binary() {
     check_set(&set, Mode::Standalone);
 }
 
-/// The replicas rule bites: the standalone pod with either shared backend turned back to
-/// `memory` (through the documented environment override) is refused.
+/// What the replicas rule of `check_set` reads is what the binary does: the standalone pod's
+/// environment makes the gateway's own settings loader choose Redis for both shared stores,
+/// and the documented override (`…__BACKEND=memory`) really turns each back to memory (so a
+/// pod built that way is one `check_replicas` refuses). The Helm chart, which computes the
+/// environment itself, refuses several replicas without Redis at render time.
 #[test]
 fn several_replicas_refuse_a_memory_backend() {
     let set = kubernetes_set("standalone");
@@ -154,36 +160,105 @@ fn several_replicas_refuse_a_memory_backend() {
     let pod = &pods[0];
     let view = PodView::build(&set, pod);
     let config = view.host_path(&pod.config_path);
-    let checked = |env: &BTreeMap<String, String>| Checked {
-        name: &set.name,
-        set: &set,
-        pod,
-        ports: container_ports(pod.container),
-        settings: load_settings(&config, env),
-    };
-    check_replicas(&checked(&view.env));
+    let shipped = load_settings(&config, &view.env);
+    assert!(matches!(
+        shipped.rate_limit.backend,
+        LimitBackend::Redis { .. }
+    ));
+    assert!(matches!(
+        shipped.idempotency.backend,
+        LimitBackend::Redis { .. }
+    ));
     for section in ["RATE_LIMIT", "IDEMPOTENCY"] {
         let mut env = view.env.clone();
         env.insert(
             format!("{}__{section}__BACKEND", settings::ENV_PREFIX),
             "memory".to_owned(),
         );
-        let c = checked(&env);
-        let refused =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check_replicas(&c))).is_err();
-        assert!(
-            refused,
-            "{section}: a memory backend with several replicas passed check_replicas"
+        let loaded = load_settings(&config, &env);
+        let backend = match section {
+            "RATE_LIMIT" => &loaded.rate_limit.backend,
+            _ => &loaded.idempotency.backend,
+        };
+        assert_eq!(
+            *backend,
+            LimitBackend::Memory,
+            "{section}: the override is read"
         );
     }
+
+    let Some(python) = helm_python() else { return };
+    let chart = "deploy/helm/aap-gateway";
+    for (label, set_json) in [
+        ("autoscaled", r#"{"redis": {"enabled": false}}"#),
+        (
+            "3 replicas",
+            r#"{"redis": {"enabled": false}, "autoscaling": {"enabled": false}, "replicaCount": 3}"#,
+        ),
+    ] {
+        let error = render_chart_error(&python, chart, &[&with_secret(), set_json]);
+        assert!(
+            error.contains("several replicas need redis.enabled"),
+            "{label}: {error}"
+        );
+    }
+    let one = r#"{"redis": {"enabled": false}, "autoscaling": {"enabled": false}, "replicaCount": 1, "podDisruptionBudget": {"enabled": false}}"#;
+    render_chart(&python, chart, "one replica", &[], &[&with_secret(), one]);
+}
+
+/// `--set-json` giving the chart's Secret every value the example mappings and Redis read.
+fn with_secret() -> String {
+    r#"{"secret": {"create": true, "stringData": {"DMS_API_KEY": "test-dms-api-key", "CRM_PASSWORD": "test-crm-password", "REDIS_URL": "redis://:test-redis-password@redis:6379/0"}}}"#.to_owned()
+}
+
+/// The chart invents no credentials: without a Secret, with an empty or placeholder one, or
+/// without the Redis URL that `redis.enabled` reads, it refuses to render.
+#[test]
+fn helm_chart_requires_a_secret_and_no_placeholders() {
+    let Some(python) = helm_python() else { return };
+    let chart = "deploy/helm/aap-gateway";
+    let cases = [
+        ("defaults", r#"{}"#, "set secret.name to an existing Secret"),
+        (
+            "empty",
+            r#"{"secret": {"create": true}}"#,
+            "needs the values in secret.stringData",
+        ),
+        (
+            "placeholder",
+            r#"{"secret": {"create": true, "stringData": {"DMS_API_KEY": "replace-me", "REDIS_URL": "redis://r"}}}"#,
+            "replace-me placeholder",
+        ),
+        (
+            "no redis url",
+            r#"{"secret": {"create": true, "stringData": {"DMS_API_KEY": "k"}}}"#,
+            "secret.stringData.REDIS_URL",
+        ),
+    ];
+    for (label, set_json, message) in cases {
+        let error = render_chart_error(&python, chart, &[set_json]);
+        assert!(error.contains(message), "{label}: {error}");
+    }
+    // An existing Secret by name: nothing created, the pods read it.
+    let set = render_chart(
+        &python,
+        chart,
+        "existing secret",
+        &[],
+        &[r#"{"secret": {"name": "dealer-secrets"}}"#],
+    );
+    assert!(set.all("Secret").next().is_none(), "{}", set.name);
+    let text = format!("{:?}", set.one("Deployment").yaml);
+    assert!(text.contains("dealer-secrets"), "{text}");
 }
 
 #[test]
 fn helm_chart_renders_in_both_modes_and_matches_the_binary() {
     let Some(python) = helm_python() else { return };
     let chart = "deploy/helm/aap-gateway";
+    let secret = with_secret();
     let renders: [(&str, Vec<String>, Vec<&str>, Mode); 3] = [
-        ("defaults", vec![], vec![], Mode::Standalone),
+        ("defaults", vec![], vec![&secret], Mode::Standalone),
         (
             "ci/sidecar-values.yaml",
             vec![format!("{chart}/ci/sidecar-values.yaml")],
@@ -193,7 +268,7 @@ fn helm_chart_renders_in_both_modes_and_matches_the_binary() {
         (
             "serviceMonitor.enabled",
             vec![],
-            vec![r#"{"serviceMonitor": {"enabled": true}}"#],
+            vec![&secret, r#"{"serviceMonitor": {"enabled": true}}"#],
             Mode::Standalone,
         ),
     ];
@@ -207,7 +282,7 @@ fn helm_chart_renders_in_both_modes_and_matches_the_binary() {
                 assert!(kinds.contains(k), "{}: no {k}", set.name);
             }
         }
-        if !set_json.is_empty() {
+        if label == "serviceMonitor.enabled" {
             assert!(
                 kinds.contains("ServiceMonitor"),
                 "{}: no ServiceMonitor",
@@ -1312,6 +1387,28 @@ fn helm_python() -> Option<PathBuf> {
          DEPLOY_CHECK_PYTHON)"
     );
     None
+}
+
+/// Renders the chart expecting Helm to refuse; returns its message.
+fn render_chart_error(python: &Path, chart: &str, set_json: &[&str]) -> String {
+    let mut cmd = Command::new(python);
+    cmd.current_dir(root())
+        .arg("deploy/check/render-chart.py")
+        .arg(chart);
+    for j in set_json {
+        cmd.args(["--set-json", j]);
+    }
+    let out = cmd.output().expect("run render-chart.py");
+    assert!(
+        !out.status.success(),
+        "helm rendered {set_json:?}:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    )
 }
 
 fn render_chart(

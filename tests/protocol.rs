@@ -1929,11 +1929,18 @@ async fn agent_card_etag_is_a_hash_of_the_body() {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(&body);
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    let tag = etag.trim_matches('"');
-    assert!(
-        hex.starts_with(tag),
-        "ETag {etag} is a prefix of sha-256 {hex}"
-    );
+    // A strong tag: exactly the first 128 bits of the body's SHA-256, quoted (an empty or
+    // shortened tag would let unrelated cards compare equal).
+    assert_eq!(etag, format!("\"{}\"", &hex[..32]), "ETag of the body");
+    // Another dealer's card is another body, so another tag.
+    let other = gw
+        .client()
+        .get(gw.url(HONDA_CARD))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(other.status().as_u16(), 200);
+    assert_ne!(other.headers()["etag"], etag.as_str());
 }
 
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! Rate limits shared by replicas through a real `redis-server` (started on a free port; `.ci/run`
 //! installs it): two gateway instances admit no more than one quota in total, and when Redis
 //! goes away `on_backend_error` decides — `local` keeps answering under this replica's own
-//! limits, `deny` refuses with RATE_LIMITED — and the gateway keeps answering either way.
+//! limits, `deny` refuses with RATE_LIMITED — and the gateway keeps answering either way, with
+//! the outage exported as metrics.
 
 mod common;
 
@@ -71,6 +72,19 @@ async fn without_redis_local_falls_back_and_deny_refuses() {
     }
     assert_eq!(admitted, 5, "local limits while Redis is down");
     assert!(local.app.limits.backend_errors() >= 8);
+    // The outage is exported: every decision taken without Redis, and the degraded state.
+    let scrape = metrics(&local).await;
+    assert!(
+        series(
+            &scrape,
+            "aap_gateway_redis_fallbacks_total{store=\"rate_limit\"}"
+        ) >= 8.0,
+        "{scrape}"
+    );
+    assert_eq!(
+        series(&scrape, "aap_gateway_redis_degraded{store=\"rate_limit\"}"),
+        1.0
+    );
     // `deny`: refused, but answered (RATE_LIMITED, retryable), never hung.
     let started = std::time::Instant::now();
     assert_eq!(outcome(&deny).await, "RATE_LIMITED");
@@ -86,4 +100,29 @@ async fn without_redis_local_falls_back_and_deny_refuses() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert!(back, "the deny replica admits again once Redis is back");
+    let scrape = metrics(&deny).await;
+    assert_eq!(
+        series(&scrape, "aap_gateway_redis_degraded{store=\"rate_limit\"}"),
+        0.0,
+        "{scrape}"
+    );
+}
+
+async fn metrics(gw: &Gateway) -> String {
+    gw.client()
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("body")
+}
+
+/// The value of one series (`name{labels}`), 0 when absent.
+fn series(scrape: &str, name: &str) -> f64 {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
 }

@@ -165,6 +165,47 @@ async fn a_broken_change_is_refused_and_the_old_configuration_keeps_serving() {
     assert!(is_ok(&gw.send("/a2a", search).await));
 }
 
+/// API keys in `auth.keys_file` (a mounted secret, in a folder of its own) are re-read when the
+/// file changes: a new key is accepted and a removed one refused, without a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_api_keys_file_is_picked_up() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let secrets = dir.path().join("secrets");
+    std::fs::create_dir(&secrets).expect("secrets dir");
+    let write_keys = |id: &str, key: &str| {
+        let yaml = format!(
+            "keys:\n  - {{ id: {id}, sha256: \"{}\" }}\n",
+            common::sha256_hex(key)
+        );
+        std::fs::write(secrets.join("keys.yaml"), yaml).expect("keys file");
+    };
+    write_keys("first", "key-one");
+    let yaml = format!(
+        "auth:\n  mode: api_key\n  keys_file: secrets/keys.yaml\ndealers:{}",
+        common::profile_dealer("keyed_motors", "Keyed Motors", "")
+    );
+    let gw = common::start_yaml_reloading(dir, &yaml).await;
+    let call = |key: &'static str| {
+        let gw = &gw;
+        async move {
+            let mut headers = common::standard_headers();
+            headers.push(("x-api-key", key));
+            let body = common::send_message(json!({ "type": "dealer.information.request" }));
+            gw.post_raw("/a2a", &headers, body.to_string().into_bytes())
+                .await
+                .status
+        }
+    };
+    assert_eq!(call("key-one").await, 200);
+    assert_eq!(call("key-two").await, 401);
+    write_keys("second", "key-two");
+    eventually("the new key is accepted", || async {
+        call("key-two").await == 200
+    })
+    .await;
+    assert_eq!(call("key-one").await, 401);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reload_keeps_breakers_and_feed_caches_of_what_did_not_change() {
     let sims = Simulators::start().await.expect("simulators");

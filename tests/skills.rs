@@ -1047,6 +1047,47 @@ async fn limit_defaults_to_20_is_clamped_to_100_and_skip_is_echoed_body() {
     }
 }
 
+/// A `skip` at the very end of u64 is refused by the schema (`maximum`, docs/protocol.md
+/// §Pagination and totals) rather than turned into a page number no dealer system can address
+/// (or, unbounded, into an overflow: a panic in a debug build, a wrapped page in a release one).
+/// The largest accepted skip is an empty page with the true total, in both modes and on both
+/// the direct and the completed proxy path.
+#[test]
+fn a_skip_at_the_end_of_u64_is_an_empty_page() {
+    block_on(a_skip_at_the_end_of_u64_is_an_empty_page_body());
+}
+
+async fn a_skip_at_the_end_of_u64_is_an_empty_page_body() {
+    let (gw, _sims) = shared();
+    let completed = json!({ "body": ["sedan", "suv", "cruiser"] });
+    for dealer in DEALERS {
+        for filters in [json!({}), completed.clone()] {
+            let context = format!("{dealer:?} {filters}");
+            let (all, _) = window(gw, dealer, &filters, None, 0, 1).await;
+            for limit in [1, 100] {
+                let request = json!({ "type": "inventory.search.request", "filters": filters,
+                    "pagination": { "skip": 18_446_744_073_709_551_615_u64, "limit": limit } });
+                let reply = gw.send(dealer.path(), request).await;
+                assert_eq!(reply.error_code(), -32602, "{}", reply.text);
+                assert_eq!(
+                    reply.aap_code(),
+                    "SCHEMA_VALIDATION_FAILED",
+                    "{}",
+                    reply.text
+                );
+                assert_eq!(
+                    reply.failures(),
+                    [("/pagination/skip".to_owned(), "maximum".to_owned())],
+                    "{context}"
+                );
+                let (t, got) = window(gw, dealer, &filters, None, 1_000_000, limit).await;
+                assert!(got.is_empty(), "{context}: {got:?}");
+                assert_eq!(t, all, "{context}");
+            }
+        }
+    }
+}
+
 // =============================================================================================
 // Tests: facets
 

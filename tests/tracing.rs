@@ -1,6 +1,7 @@
 //! OpenTelemetry traces through the real binary: an in-test OTLP/HTTP receiver gets the request
-//! span — a child of the caller's `traceparent` — with its stage spans and attributes, and the
-//! legacy DMS sees the trace continued in its own `traceparent`.
+//! span — the root of a trace of the gateway's own, linked to the caller's `traceparent` — with
+//! its stage spans and attributes, and the legacy DMS sees the gateway's trace continued in its
+//! own `traceparent`, without the caller's `tracestate`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -118,6 +119,7 @@ async fn a_request_is_traced_stage_by_stage_and_the_trace_reaches_the_dms() {
         .header("a2a-version", "1.0")
         .header("a2a-extensions", EXT)
         .header("traceparent", format!("00-{TRACE}-{PARENT}-01"))
+        .header("tracestate", "buyer=internal-routing-hint")
         .body(body.to_string())
         .send()
         .await
@@ -127,7 +129,7 @@ async fn a_request_is_traced_stage_by_stage_and_the_trace_reaches_the_dms() {
         .expect("json");
     assert!(reply.get("result").is_some(), "{reply}");
 
-    // The DMS got the trace: same trace id, a parent span of the gateway's (not the caller's).
+    // The DMS got the gateway's trace (not the caller's), and nothing of the caller's state.
     let received: Value = client
         .get(format!("{dms}/_sim/received"))
         .send()
@@ -136,18 +138,30 @@ async fn a_request_is_traced_stage_by_stage_and_the_trace_reaches_the_dms() {
         .json()
         .await
         .expect("json");
-    let traceparent = received
+    let call = received
         .as_array()
         .and_then(|calls| calls.iter().rev().find(|c| c["path"] == "/api/v2/vehicles"))
-        .and_then(|c| c["headers"]["traceparent"].as_str())
+        .unwrap_or_else(|| panic!("no search call at the DMS: {received}"));
+    let traceparent = call["headers"]["traceparent"]
+        .as_str()
         .unwrap_or_else(|| panic!("no traceparent at the DMS: {received}"))
         .to_owned();
+    assert!(
+        call["headers"].get("tracestate").is_none(),
+        "the caller's tracestate reached the DMS: {call}"
+    );
+    assert!(!received.to_string().contains("internal-routing-hint"));
     let parts: Vec<&str> = traceparent.split('-').collect();
-    assert_eq!(parts[1], TRACE, "{traceparent}");
+    assert_eq!(parts[1].len(), 32, "{traceparent}");
+    assert_ne!(
+        parts[1], TRACE,
+        "a trace of the gateway's own: {traceparent}"
+    );
     assert_ne!(
         parts[2], PARENT,
         "the gateway's own span is the DMS call's parent"
     );
+    let gateway_trace = parts[1].to_owned();
 
     // The spans arrive (batched every 100 ms).
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -155,7 +169,7 @@ async fn a_request_is_traced_stage_by_stage_and_the_trace_reaches_the_dms() {
         let all = spans(&bodies.lock().expect("lock"));
         let ours: Vec<Span> = all
             .into_iter()
-            .filter(|s| hex(&s.trace_id) == TRACE)
+            .filter(|s| hex(&s.trace_id) == gateway_trace)
             .collect();
         if ours.iter().any(|s| s.name == "aap.request") && ours.iter().any(|s| s.name == "encode") {
             break ours;
@@ -169,10 +183,16 @@ async fn a_request_is_traced_stage_by_stage_and_the_trace_reaches_the_dms() {
         .iter()
         .find(|s| s.name == "aap.request")
         .expect("root");
+    assert!(root.parent_span_id.is_empty(), "a root span");
+    let links: Vec<(String, String)> = root
+        .links
+        .iter()
+        .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
+        .collect();
     assert_eq!(
-        hex(&root.parent_span_id),
-        PARENT,
-        "a child of the caller's span"
+        links,
+        [(TRACE.to_owned(), PARENT.to_owned())],
+        "linked to the caller's span"
     );
     let attrs = attributes(root);
     for (key, value) in [

@@ -557,7 +557,10 @@ async fn the_breaker_opens_fails_fast_and_half_opens_after_the_cool_down() {
     assert_eq!(up.breaker_state(), BreakerState::Open);
     let started = Instant::now();
     let error = up.call(post("/x")).await.expect_err("open");
-    assert!(matches!(error, UpstreamError::CircuitOpen), "{error:?}");
+    assert!(
+        matches!(error, UpstreamError::CircuitOpen { .. }),
+        "{error:?}"
+    );
     assert!(started.elapsed() < Duration::from_millis(50));
     assert_eq!(server.requests(), 3, "fail fast: nothing sent");
 
@@ -572,7 +575,7 @@ async fn the_breaker_opens_fails_fast_and_half_opens_after_the_cool_down() {
     drop(response);
     assert!(matches!(
         up.call(post("/x")).await,
-        Err(UpstreamError::CircuitOpen)
+        Err(UpstreamError::CircuitOpen { .. })
     ));
 
     // Healthy again: the next trial closes it.
@@ -600,7 +603,7 @@ async fn timeouts_and_connect_errors_trip_the_breaker() {
     }
     assert!(matches!(
         up.call(UpstreamRequest::get("/x")).await,
-        Err(UpstreamError::CircuitOpen)
+        Err(UpstreamError::CircuitOpen { .. })
     ));
 }
 
@@ -711,28 +714,79 @@ async fn at_most_max_concurrency_calls_are_in_flight() {
     assert_eq!(server.max_in_flight(), 2);
 }
 
+/// A burst above `max_concurrency` queues in the gateway. The wait has its own bound
+/// (`timeouts.queue`, here the request timeout by default) and does not eat into the attempt's
+/// `timeouts.request`; a call that finds no slot in time is `Busy` — the gateway's overload,
+/// answered `RATE_LIMITED` — and never a failure of the healthy upstream: the breaker (one
+/// failure opens it here) stays closed.
 #[tokio::test]
-async fn waiting_for_a_slot_counts_against_the_timeout() {
+async fn a_burst_above_max_concurrency_queues_and_never_opens_the_breaker() {
     let server = TestServer::start(|_| async {
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
         reply(200, "ok")
     })
     .await;
     let up = upstream(
         &server.url(),
-        json!({ "max_concurrency": 1, "timeouts": { "request": "400ms" },
+        json!({ "max_concurrency": 1, "timeouts": { "request": "500ms" },
+                "retries": { "attempts": 1 }, "circuit_breaker": { "failures": 1 } }),
+    );
+    // The first call holds the slot 300 ms; the second waits 300 ms, then has its full 500 ms
+    // (it needs 300); the third cannot have a slot before 600 ms and gives up at 500 ms.
+    let (a, b, c) = tokio::join!(
+        up.call(UpstreamRequest::get("/a")),
+        up.call(UpstreamRequest::get("/b")),
+        up.call(UpstreamRequest::get("/c"))
+    );
+    let results = [&a, &b, &c];
+    let ok = results.iter().filter(|r| r.is_ok()).count();
+    let busy: Vec<_> = results
+        .iter()
+        .filter_map(|r| match r {
+            Err(UpstreamError::Busy { waited }) => Some(*waited),
+            _ => None,
+        })
+        .collect();
+    assert_eq!((ok, busy.len()), (2, 1), "{a:?} {b:?} {c:?}");
+    assert_eq!(busy[0], Duration::from_millis(500));
+    assert_eq!(server.requests(), 2, "a busy call sends nothing");
+    assert_eq!(server.max_in_flight(), 1);
+    assert_eq!(up.breaker_state(), BreakerState::Closed);
+    up.call(UpstreamRequest::get("/d"))
+        .await
+        .expect("still closed");
+    let error = UpstreamError::Busy {
+        waited: Duration::from_millis(500),
+    };
+    assert!(matches!(
+        error.into_aap("dms"),
+        AapError::UpstreamBusy { .. }
+    ));
+}
+
+/// `timeouts.queue` bounds the wait for a slot on its own.
+#[tokio::test]
+async fn the_queue_wait_has_its_own_bound() {
+    let server = TestServer::start(|_| async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        reply(200, "ok")
+    })
+    .await;
+    let up = upstream(
+        &server.url(),
+        json!({ "max_concurrency": 1, "timeouts": { "request": "2s", "queue": "50ms" },
                 "retries": { "attempts": 1 } }),
     );
-    let (a, b) = tokio::join!(
-        up.call(UpstreamRequest::get("/a")),
-        up.call(UpstreamRequest::get("/b"))
-    );
-    let timeouts = [&a, &b]
-        .iter()
-        .filter(|r| matches!(r, Err(UpstreamError::Timeout { .. })))
-        .count();
-    assert_eq!(timeouts, 1, "{a:?} {b:?}");
-    assert_eq!(server.max_in_flight(), 1);
+    let started = Instant::now();
+    let (a, b) = tokio::join!(up.call(UpstreamRequest::get("/a")), async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let result = up.call(UpstreamRequest::get("/b")).await;
+        (result, started.elapsed())
+    });
+    assert_eq!(a.expect("first").status, StatusCode::OK);
+    let (b, elapsed) = b;
+    assert!(matches!(b, Err(UpstreamError::Busy { .. })), "{b:?}");
+    assert!(elapsed < Duration::from_millis(250), "{elapsed:?}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1432,7 +1486,10 @@ async fn smtp_a_refused_port_is_connect_and_trips_the_breaker() {
     assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(mail.breaker_state(), BreakerState::Open);
     let error = mail.send(lead_mail("lead-1")).await.expect_err("open");
-    assert!(matches!(error, UpstreamError::CircuitOpen), "{error:?}");
+    assert!(
+        matches!(error, UpstreamError::CircuitOpen { .. }),
+        "{error:?}"
+    );
 }
 
 #[tokio::test]

@@ -56,6 +56,8 @@ struct Copy {
     dms_url: Option<String>,
     soap_dms_url: Option<String>,
     feed_url: Option<String>,
+    /// `circuit_breaker` of every Demo Toyota upstream, when not the shipped one.
+    toyota_breaker: Option<&'static str>,
 }
 
 impl Default for Copy {
@@ -66,6 +68,7 @@ impl Default for Copy {
             dms_url: None,
             soap_dms_url: None,
             feed_url: None,
+            toyota_breaker: None,
         }
     }
 }
@@ -104,6 +107,13 @@ async fn start(sims: &Simulators, copy: Copy) -> Gateway {
         "max_stale",
         copy.feed_max_stale,
     );
+    if let Some(breaker) = copy.toyota_breaker {
+        files.set_key(
+            "mappings/demo-toyota/upstreams.yaml",
+            "circuit_breaker",
+            breaker,
+        );
+    }
     let mut vars: HashMap<String, String> = common::simulator_vars(sims);
     if let Some(url) = copy.dms_url {
         vars.insert("DMS_URL".into(), url);
@@ -302,6 +312,61 @@ async fn dms_connection_refused_is_a_retryable_internal_error() {
     assert_success(&reply, "dealer.information.response", "after refused");
     let reply = gw.send(TOYOTA, search()).await;
     assert_internal_error(&reply, "still refused");
+}
+
+/// A DMS that keeps failing gets its rest (the circuit breaker opens), and buyers are told how
+/// long: `details.retry_after_ms` of the `INTERNAL_ERROR` and `Retry-After` on both bindings
+/// (whole seconds, rounded up), at most the cool-down.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resting_dms_gives_buyers_the_rest_of_its_cool_down() {
+    let sims = Simulators::start().await.expect("simulators");
+    let gw = start(
+        &sims,
+        Copy {
+            feed_url: Some(format!("http://127.0.0.1:{}", dead_port().await)),
+            toyota_breaker: Some("{ failures: 2, cool_down: 20s }"),
+            ..Copy::default()
+        },
+    )
+    .await;
+    sims.dms.set_mode(Mode::Fail, 0);
+    for _ in 0..2 {
+        let reply = gw.send(TOYOTA, search()).await;
+        assert_internal_error(&reply, "failing");
+        assert!(reply.aap_error().get("details").is_none(), "{}", reply.text);
+        assert!(reply.headers.get("retry-after").is_none());
+    }
+    let sent = sims.dms.received().len();
+    let reply = gw.send(TOYOTA, search()).await;
+    assert_internal_error(&reply, "resting");
+    assert_eq!(sims.dms.received().len(), sent, "fail fast: nothing sent");
+    let ms = reply.aap_error()["details"]["retry_after_ms"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no retry_after_ms: {}", reply.text));
+    assert!((19_000..=20_000).contains(&ms), "{ms}");
+    assert_eq!(reply.headers["retry-after"], "20", "{:?}", reply.headers);
+    // HTTP+JSON: 500 with the same hint.
+    let params = common::send_message(search())["params"].to_string();
+    let rest = gw
+        .post_raw(
+            "/a2a/message:send",
+            &common::standard_headers(),
+            params.into_bytes(),
+        )
+        .await;
+    assert_eq!(rest.status, 500, "{}", rest.text);
+    assert_eq!(rest.headers["retry-after"], "20", "{:?}", rest.headers);
+    let details = rest.body["error"]["details"].as_array().expect("details");
+    let aap = details
+        .iter()
+        .find(|d| d["type"] == "aap.error")
+        .expect("aap.error");
+    assert_eq!(aap["retryable"], true);
+    assert!(
+        aap["details"]["retry_after_ms"]
+            .as_u64()
+            .is_some_and(|ms| ms <= 20_000)
+    );
 }
 
 /// The shipped demo settings (request timeout 3 s, 2 attempts): a hanging DMS is answered

@@ -57,11 +57,11 @@ pub(crate) fn report(error: &AapError, dealer: &Dealer) -> WireError {
         tracing::error!(
             dealer = %dealer.id(),
             error_id = wire.error_id.as_deref().unwrap_or_default(),
-            error = %error,
+            error = %crate::telemetry::Escaped(error),
             "request failed inside the gateway"
         );
     } else {
-        tracing::debug!(dealer = %dealer.id(), reason = wire.reason, error = %error, "request refused");
+        tracing::debug!(dealer = %dealer.id(), reason = wire.reason, error = %crate::telemetry::Escaped(error), "request refused");
     }
     wire
 }

@@ -188,21 +188,37 @@ fn aap(parts: AapParts, stamp: &ErrorStamp) -> WireError {
     }
 }
 
-fn internal(stamp: &ErrorStamp) -> WireError {
-    let message = "The dealer's systems could not answer right now; retry later.".to_owned();
+/// `INTERNAL_ERROR`. `retryable` is false only when the same call would fail the same way
+/// (docs/protocol.md §Upstream failures); `retry_after` is the hint of a resting upstream.
+fn internal(stamp: &ErrorStamp, retryable: bool, retry_after: Option<Duration>) -> WireError {
+    let message = if retryable {
+        "The dealer's systems could not answer right now; retry later."
+    } else {
+        "The dealer's systems could not answer this request."
+    }
+    .to_owned();
     aap(
         AapParts {
             code: AapCode::InternalError,
             summary: message.clone(),
             message,
-            retryable: true,
-            details: None,
+            retryable,
+            details: retry_after.map(|after| json!({ "retry_after_ms": millis(after) })),
             violations: None,
-            retry_after: None,
+            retry_after,
         },
         stamp,
     )
 }
+
+/// Whole milliseconds of a retry hint, at least 1.
+fn millis(after: Duration) -> u64 {
+    u64::try_from(after.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// The retry hint of a call refused because a dealer system's concurrency queue is full: slots
+/// free up within about one upstream round trip.
+pub const UPSTREAM_BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Maps an error to its wire form. `stamp` supplies the AAP `error_id` and `created_at`.
 pub fn to_wire(error: &AapError, stamp: &ErrorStamp) -> WireError {
@@ -402,11 +418,21 @@ pub fn to_wire(error: &AapError, stamp: &ErrorStamp) -> WireError {
             wire.rpc_status = StatusCode::FORBIDDEN;
             wire
         }
+        // A full queue in front of a dealer system is the gateway's own overload.
+        AapError::UpstreamBusy { .. } => rate_limited(
+            UPSTREAM_BUSY_RETRY_AFTER,
+            "The dealer's systems are busy",
+            StatusCode::SERVICE_UNAVAILABLE,
+            stamp,
+        ),
+        AapError::UpstreamResting { retry_after, .. } => internal(stamp, true, Some(*retry_after)),
+        AapError::UpstreamRefused { .. } | AapError::InvalidReply { .. } => {
+            internal(stamp, false, None)
+        }
         AapError::UpstreamTimeout { .. }
         | AapError::UpstreamUnavailable { .. }
         | AapError::InvalidUpstreamResponse { .. }
-        | AapError::InvalidReply { .. }
-        | AapError::Internal(_) => internal(stamp),
+        | AapError::Internal(_) => internal(stamp, true, None),
     }
 }
 
@@ -417,9 +443,7 @@ fn rate_limited(
     status: StatusCode,
     stamp: &ErrorStamp,
 ) -> WireError {
-    let ms = u64::try_from(retry_after.as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1);
+    let ms = millis(retry_after);
     let message = format!("{why}; retry after {ms} ms.");
     let mut wire = aap(
         AapParts {
@@ -460,12 +484,16 @@ fn summarize<'a>(fields: impl Iterator<Item = &'a String>) -> String {
     names.join(", ")
 }
 
-/// Whether the error hides an internal cause that must be logged (and never sent).
+/// Whether the error hides an internal cause that must be logged (and never sent). A full
+/// upstream queue is overload, like shedding: counted (`upstream_errors_total{kind="queue_full"}`),
+/// not logged as an error per call.
 pub fn is_internal(error: &AapError) -> bool {
     matches!(
         error,
         AapError::UpstreamTimeout { .. }
             | AapError::UpstreamUnavailable { .. }
+            | AapError::UpstreamResting { .. }
+            | AapError::UpstreamRefused { .. }
             | AapError::InvalidUpstreamResponse { .. }
             | AapError::InvalidReply { .. }
             | AapError::Internal(_)

@@ -294,6 +294,30 @@ fn decode_csv(body: &[u8], charset: Charset) -> Result<Value, String> {
 
 // === XML ===
 
+/// Deepest element nesting accepted in an XML body (the root is level 1). Every later step
+/// (conversion to jq values, jq itself, dropping the value) walks a document recursively, so a
+/// 100 KB body of nested elements would overflow a worker's stack and abort the process; real
+/// DMS replies and feeds nest a dozen levels. JSON bodies have the same bound (serde_json's
+/// recursion limit of 128).
+pub const MAX_XML_DEPTH: usize = 128;
+
+/// Most elements and attributes accepted in one XML body: a decoded node costs far more memory
+/// than its few bytes of markup, so this bounds the memory a reply can claim (a feed of 50 000
+/// vehicles with 60 fields each stays well under it).
+pub const MAX_XML_NODES: usize = 4_000_000;
+
+/// How much of a document `decode_xml` accepts.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    depth: usize,
+    nodes: usize,
+}
+
+const BUDGET: Budget = Budget {
+    depth: MAX_XML_DEPTH,
+    nodes: MAX_XML_NODES,
+};
+
 /// Element being built while reading XML.
 struct Node {
     name: String,
@@ -302,6 +326,14 @@ struct Node {
 }
 
 fn decode_xml(body: &[u8], list_elements: &HashSet<String>) -> Result<Value, String> {
+    decode_xml_within(body, list_elements, BUDGET)
+}
+
+fn decode_xml_within(
+    body: &[u8],
+    list_elements: &HashSet<String>,
+    budget: Budget,
+) -> Result<Value, String> {
     // Text is trimmed once per element when it closes (`close`), not per event: entities
     // arrive as events of their own, and trimming each piece would eat the spaces around them
     // (`one &amp; two` → `one&two`).
@@ -309,14 +341,37 @@ fn decode_xml(body: &[u8], list_elements: &HashSet<String>) -> Result<Value, Str
     let mut stack: Vec<Node> = Vec::new();
     let mut root: Option<(String, Value)> = None;
     let mut buf = Vec::new();
+    let mut nodes = 0usize;
+    // Errors name the byte offset where the budget ran out (no content: it comes from the reply).
+    let mut count = |node: &Node, depth: usize, at: u64| {
+        nodes += 1 + node.fields.len();
+        if depth > budget.depth {
+            Err(format!(
+                "XML nests deeper than {} elements (at byte {at})",
+                budget.depth
+            ))
+        } else if nodes > budget.nodes {
+            Err(format!(
+                "XML holds more than {} elements and attributes (at byte {at})",
+                budget.nodes
+            ))
+        } else {
+            Ok(())
+        }
+    };
     loop {
         let event = reader
             .read_event_into(&mut buf)
             .map_err(|e| format!("body is not XML ({e})"))?;
         match event {
-            Event::Start(e) => stack.push(open(&e)?),
+            Event::Start(e) => {
+                let node = open(&e)?;
+                count(&node, stack.len() + 1, reader.buffer_position())?;
+                stack.push(node);
+            }
             Event::Empty(e) => {
                 let node = open(&e)?;
+                count(&node, stack.len() + 1, reader.buffer_position())?;
                 close(node, &mut stack, &mut root, list_elements);
             }
             Event::End(_) => {
@@ -754,6 +809,121 @@ mod tests {
             for format in [Format::Json, Format::Csv, list] {
                 let _ = format.decode_with(&body, declared);
                 let _ = format.decode_jq(&body, declared);
+            }
+        }
+    }
+
+    // --- budgets ---
+
+    /// `depth` nested `<e>` elements (each with a sibling `<s/>` for width), closed properly.
+    fn nested(depth: usize, width: usize) -> Vec<u8> {
+        let mut out = String::with_capacity(depth * (8 + 4 * width));
+        for _ in 0..depth {
+            out.push_str("<e>");
+            for _ in 0..width {
+                out.push_str("<s/>");
+            }
+        }
+        for _ in 0..depth {
+            out.push_str("</e>");
+        }
+        out.into_bytes()
+    }
+
+    #[test]
+    fn deep_xml_is_refused_where_it_gets_too_deep() {
+        let ok = xml().decode_jq(&nested(MAX_XML_DEPTH, 0), Declared::default());
+        assert!(ok.is_ok(), "{:?}", ok.err());
+        // 128 levels of 3 bytes each: the 129th `<e>` ends at byte 3 × 129.
+        let too_deep = xml().decode(&nested(MAX_XML_DEPTH + 1, 0)).unwrap_err();
+        assert_eq!(
+            too_deep,
+            format!("XML nests deeper than {MAX_XML_DEPTH} elements (at byte 387)")
+        );
+        // The attack of issue 15: ~10⁵ levels in a few hundred KB (far under the reply cap)
+        // used to overflow the stack when the value was converted and dropped.
+        for format in [xml(), Format::Json] {
+            let body = match format {
+                Format::Json => "[".repeat(100_000).into_bytes(),
+                Format::Csv | Format::Xml { .. } => nested(100_000, 0),
+            };
+            let error = format.decode_jq(&body, Declared::default()).unwrap_err();
+            assert!(
+                error.contains("deeper than") || error.contains("recursion limit"),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn deep_json_is_bounded_by_the_parser() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n)).into_bytes();
+        assert!(
+            Format::Json
+                .decode_jq(&deep(127), Declared::default())
+                .is_ok()
+        );
+        let error = Format::Json
+            .decode_jq(&deep(129), Declared::default())
+            .unwrap_err();
+        assert!(error.contains("recursion limit"), "{error}");
+        assert!(Format::Json.decode(&deep(129)).is_err());
+    }
+
+    #[test]
+    fn wide_xml_is_refused_past_the_node_budget() {
+        let budget = Budget {
+            depth: 8,
+            nodes: 100,
+        };
+        let list = HashSet::new();
+        // The root and 99 children: 100 nodes.
+        assert!(decode_xml_within(&nested(1, 99), &list, budget).is_ok());
+        let error = decode_xml_within(&nested(1, 100), &list, budget).unwrap_err();
+        assert_eq!(
+            error,
+            "XML holds more than 100 elements and attributes (at byte 403)"
+        );
+        // Attributes count too.
+        let attributes = format!(
+            "<e {}/>",
+            (0..100)
+                .map(|i| format!("a{i}=''"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        assert!(decode_xml_within(attributes.as_bytes(), &list, budget).is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 64,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Deep and wide documents: within the budgets they decode (and convert to jq values,
+        /// and are dropped) on a test thread's stack; past them they are refused, and the
+        /// error says which budget and where. Never a crash.
+        #[test]
+        fn deep_and_wide_documents_decode_or_are_refused(
+            depth in proptest::prop_oneof![1usize..=140, 140usize..20_000],
+            width in 0usize..40,
+            nodes in 50usize..2_000,
+        ) {
+            let budget = Budget { depth: MAX_XML_DEPTH, nodes };
+            let body = nested(depth, width);
+            let needed = depth * (1 + width);
+            match decode_xml_within(&body, &HashSet::new(), budget) {
+                Ok(value) => {
+                    proptest::prop_assert!(depth <= MAX_XML_DEPTH && needed <= nodes);
+                    drop(JqValue::from_json(&value));
+                }
+                Err(error) => {
+                    let over_depth = error.starts_with("XML nests deeper than 128 elements (at byte ");
+                    let over_nodes = error.starts_with(&format!("XML holds more than {nodes} elements"));
+                    proptest::prop_assert!(over_depth || over_nodes, "{}", error);
+                    proptest::prop_assert!(depth > MAX_XML_DEPTH || needed > nodes);
+                }
             }
         }
     }

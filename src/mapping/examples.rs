@@ -278,10 +278,14 @@ fn error_code(error: &AapError) -> Option<&'static str> {
         AapError::Domain { code, .. } | AapError::Validation { code, .. } => Some(code.as_str()),
         AapError::UpstreamTimeout { .. }
         | AapError::UpstreamUnavailable { .. }
+        | AapError::UpstreamResting { .. }
+        | AapError::UpstreamRefused { .. }
         | AapError::InvalidUpstreamResponse { .. }
         | AapError::InvalidReply { .. }
         | AapError::Internal(_) => Some("INTERNAL_ERROR"),
-        AapError::RateLimited { .. } | AapError::Overloaded { .. } => Some("RATE_LIMITED"),
+        AapError::RateLimited { .. }
+        | AapError::Overloaded { .. }
+        | AapError::UpstreamBusy { .. } => Some("RATE_LIMITED"),
         AapError::Parse { .. }
         | AapError::InvalidRequest { .. }
         | AapError::MethodNotFound { .. }

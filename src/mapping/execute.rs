@@ -606,7 +606,7 @@ impl Mapped {
             tracing::warn!(
                 mapping = %self.file,
                 skipped,
-                error = %error,
+                error = %crate::telemetry::Escaped(&error),
                 "upstream records the item mapping could not map were skipped"
             );
         }
@@ -643,7 +643,7 @@ impl Mapped {
             || (soap && self.skill != Skill::LeadSubmit);
         let mut response = send(transport, &self.upstream, rendered, idempotent).await?;
         let (doc, fault) = self.decode(&response);
-        for rule in &self.errors {
+        for (index, rule) in self.errors.iter().enumerate() {
             let status_ok = rule
                 .status
                 .as_ref()
@@ -655,12 +655,25 @@ impl Mapped {
                 }
                 (Some(_), None) => false,
             };
+            if !(status_ok && fault_ok) {
+                continue;
+            }
             let jq_ok = match (&rule.jq, &doc) {
                 (None, _) => true,
-                (Some(jq), Ok(doc)) => jq.run_bool(doc, vars).unwrap_or(false),
+                // A predicate that fails is a defect of the mapping, not "no match": silently
+                // skipping the rule would answer the buyer as if the rule did not exist.
+                (Some(jq), Ok(doc)) => jq.run_bool(doc, vars).map_err(|e| {
+                    if let Some(verdict) = response.verdict.take() {
+                        verdict.answered();
+                    }
+                    AapError::Internal(format!(
+                        "mapping error: `errors[{index}].when.jq` of {} failed: {e}",
+                        self.file
+                    ))
+                })?,
                 (Some(_), Err(_)) => false,
             };
-            if !(status_ok && fault_ok && jq_ok) {
+            if !jq_ok {
                 continue;
             }
             if rule.outcome.is_answer()
@@ -702,10 +715,12 @@ impl Mapped {
                     .unwrap_or_default(),
                 self.file
             );
-            return Err(if fault.code == "Server" || fault.code == "Receiver" {
-                AapError::UpstreamUnavailable { upstream, cause }
-            } else {
-                AapError::InvalidUpstreamResponse { upstream, cause }
+            // The caller's fault (`Client` in SOAP 1.1, `Sender` in 1.2) comes back for the
+            // same call: not worth a buyer's retry. The server's may pass.
+            return Err(match fault.code.as_str() {
+                "Server" | "Receiver" => AapError::UpstreamUnavailable { upstream, cause },
+                "Client" | "Sender" => AapError::UpstreamRefused { upstream, cause },
+                _ => AapError::InvalidUpstreamResponse { upstream, cause },
             });
         }
         if !response.status.is_success() {
@@ -713,11 +728,21 @@ impl Mapped {
                 "HTTP {} not handled by an error rule ({})",
                 response.status, self.file
             );
-            return Err(if response.status.is_server_error() {
-                AapError::UpstreamUnavailable { upstream, cause }
-            } else {
-                AapError::InvalidUpstreamResponse { upstream, cause }
-            });
+            // A 4xx refuses the request itself (the same call meets it again), except a timeout
+            // (408) or a quota (429); 5xx and anything odd may pass.
+            let status = response.status;
+            return Err(
+                if status.is_client_error()
+                    && status != StatusCode::REQUEST_TIMEOUT
+                    && status != StatusCode::TOO_MANY_REQUESTS
+                {
+                    AapError::UpstreamRefused { upstream, cause }
+                } else if status.is_server_error() || status.is_client_error() {
+                    AapError::UpstreamUnavailable { upstream, cause }
+                } else {
+                    AapError::InvalidUpstreamResponse { upstream, cause }
+                },
+            );
         }
         doc.map(Called::Body)
             .map_err(|e| AapError::InvalidUpstreamResponse {

@@ -20,6 +20,7 @@ use super::request::RequestSpec;
 use super::search::{Inventory, Listing};
 use crate::error::{AapCode, AapError};
 use crate::protocol::Skill;
+use crate::telemetry::Escaped;
 use crate::upstream::Upstream;
 
 /// A compiled `feed.yaml` and its cache.
@@ -170,10 +171,10 @@ impl Feed {
                 self.store(Arc::new(s));
             }
             Err(e) if self.current().is_some() => {
-                tracing::warn!(feed = %self.file, error = %e, "feed refresh failed; serving the previous copy")
+                tracing::warn!(feed = %self.file, error = %Escaped(e), "feed refresh failed; serving the previous copy")
             }
             Err(e) => {
-                tracing::warn!(feed = %self.file, error = %e, "feed load failed; no copy to serve yet")
+                tracing::warn!(feed = %self.file, error = %Escaped(e), "feed load failed; no copy to serve yet")
             }
         }
     }

@@ -569,7 +569,14 @@ impl Loader<'_> {
         let (body, content_type) = match (&file.body, file.body_format.as_deref()) {
             (None, Some("adf")) if lead && !soap => {
                 // The lead as ADF/XML (`mapping::adf`), put in the context as `lead.adf`.
-                ok &= add(self, "body", &format_at, "{{ lead.adf }}", Context::Text);
+                // Built by the gateway, already XML: verbatim (a text body's explicit rule).
+                ok &= add(
+                    self,
+                    "body",
+                    &format_at,
+                    "{{ lead.adf | safe }}",
+                    Context::Text,
+                );
                 (Some(Context::Text), Some("application/xml"))
             }
             (_, Some("adf")) => {

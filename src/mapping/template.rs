@@ -4,6 +4,9 @@
 //! the structure of an upstream call: in a path each value is percent-encoded as one segment
 //! (`/` included), query values are encoded by the URL builder, header values refuse CR, LF and
 //! NUL, JSON bodies serialize each value as JSON, and XML bodies escape `<`, `>`, `&`, `"`, `'`.
+//! A text body has no grammar the gateway could escape for, so it takes numbers and booleans as
+//! they are and a string only through a filter that vouches for it (`| safe` to send it
+//! verbatim, or an escaping filter such as `| tojson`); a bare string refuses to render.
 
 use std::fmt::Write as _;
 
@@ -81,6 +84,7 @@ impl Templates {
             Some("json") => AutoEscape::Json,
             Some("xml") => AutoEscape::Custom("xml".into()),
             Some("header") => AutoEscape::Custom("header".into()),
+            Some("text") => AutoEscape::Custom("text".into()),
             _ => AutoEscape::None,
         });
         env.set_formatter(format_value);
@@ -159,6 +163,26 @@ fn format_value(
                     "line break in a header value",
                 ));
             }
+            out.write_str(&text).map_err(fmt_error)
+        }
+        Some("text") => {
+            let vouched = value.is_safe()
+                || matches!(
+                    value.kind(),
+                    minijinja::value::ValueKind::Number | minijinja::value::ValueKind::Bool
+                );
+            if !vouched {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    "a value in a `body_format: text` body needs an explicit filter: `| safe` \
+                     to send it verbatim, or an escaping one such as `| tojson`",
+                ));
+            }
+            let text = match value.kind() {
+                // As JSON writes them, not minijinja's `True`.
+                minijinja::value::ValueKind::Bool => value.is_true().to_string(),
+                _ => plain_text(value),
+            };
             out.write_str(&text).map_err(fmt_error)
         }
         _ => minijinja::escape_formatter(out, state, value),
@@ -312,5 +336,29 @@ mod tests {
             json!({}),
         );
         assert!(out.is_err());
+    }
+
+    #[test]
+    fn a_text_body_takes_strings_only_through_an_explicit_filter() {
+        let values = json!({"msg": "line1\nFIELD=forged", "n": 3, "b": true});
+        let bare = render("MSG={{ msg }}", Context::Text, values.clone()).unwrap_err();
+        assert!(bare.contains("needs an explicit filter"), "{bare}");
+        assert_eq!(
+            render("MSG={{ msg | safe }}", Context::Text, values.clone()).unwrap(),
+            "MSG=line1\nFIELD=forged"
+        );
+        assert_eq!(
+            render("MSG={{ msg | tojson }}", Context::Text, values.clone()).unwrap(),
+            r#"MSG="line1\nFIELD=forged""#
+        );
+        assert_eq!(
+            render("N={{ n }} B={{ b }}", Context::Text, values).unwrap(),
+            "N=3 B=true"
+        );
+        // Absent values stay empty, as elsewhere outside JSON.
+        assert_eq!(
+            render("X={{ nope }}", Context::Text, json!({})).unwrap(),
+            "X="
+        );
     }
 }

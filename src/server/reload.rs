@@ -1,5 +1,5 @@
-//! Hot reload: on SIGHUP, or when the configuration file or a dealer's mapping folder changes
-//! (debounced), build a new `App` from disk and swap it in whole. Requests in flight finish on
+//! Hot reload: on SIGHUP, or when the configuration file, the API keys file or a dealer's
+//! mapping folder changes (debounced), build a new `App` from disk and swap it in whole. Requests in flight finish on
 //! the `App` they started with; an invalid new configuration is refused with every problem
 //! logged, located, and the running one keeps serving. Outcomes go to the logs and to
 //! `aap_gateway_config_reloads_total{result}`.
@@ -144,7 +144,8 @@ async fn reload(
     false
 }
 
-/// Watches the configuration file's directory and every dealer's mapping folder; each change
+/// Watches the configuration file's directory, the API keys file's, and every dealer's mapping
+/// folder; each change
 /// is a message on `tx`. `None` (logged) when the platform cannot watch.
 fn watch_files(
     app: &App,
@@ -169,7 +170,16 @@ fn watch_files(
         .dealers
         .iter()
         .filter_map(|d| d.mappings.as_deref());
+    // API keys usually come from a mounted secret, apart from the configuration file.
+    let keys_dir = app
+        .settings
+        .auth
+        .as_ref()
+        .and_then(|a| a.keys_file.as_deref())
+        .and_then(Path::parent)
+        .filter(|dir| !dir.as_os_str().is_empty() && *dir != config_dir.as_path());
     for (path, mode) in std::iter::once((config_dir.as_path(), RecursiveMode::NonRecursive))
+        .chain(keys_dir.map(|d| (d, RecursiveMode::NonRecursive)))
         .chain(folders.map(|f| (f, RecursiveMode::Recursive)))
     {
         if let Err(e) = watcher.watch(path, mode) {

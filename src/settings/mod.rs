@@ -9,6 +9,7 @@ pub mod file;
 pub mod yaml;
 
 use std::collections::HashMap;
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -114,10 +115,36 @@ impl Quota {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum LimitBackend {
     Memory,
     Redis { url: String },
+}
+
+/// The URL without its credentials: settings are logged and printed, the Redis password must
+/// not be.
+impl fmt::Debug for LimitBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LimitBackend::Memory => f.write_str("Memory"),
+            LimitBackend::Redis { url } => f
+                .debug_struct("Redis")
+                .field("url", &redact_userinfo(url))
+                .finish(),
+        }
+    }
+}
+
+/// `scheme://***@host…` for a URL with a user or password; anything else as it is.
+pub fn redact_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://***{}", &rest[at..]),
+        None => url.to_owned(),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,6 +209,9 @@ pub struct ConnectionSettings {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuthSettings {
     pub keys: Vec<ApiKey>,
+    /// `keys_file`, resolved: a reload watches its folder (a mounted secret changes apart from
+    /// the configuration file).
+    pub keys_file: Option<PathBuf>,
 }
 
 /// An API key, known by its hash only.
@@ -898,8 +928,12 @@ impl Loader {
                 keys.push(k);
             }
         }
-        if let Some(path) = &file.keys_file {
-            let resolved = resolve(self.source.path(), path);
+        let keys_file = file
+            .keys_file
+            .as_ref()
+            .map(|path| resolve(self.source.path(), path));
+        if let Some(resolved) = &keys_file {
+            let resolved = resolved.clone();
             let parsed = std::fs::read_to_string(&resolved)
                 .map_err(|e| e.to_string())
                 .and_then(|text| {
@@ -936,7 +970,7 @@ impl Loader {
                 self.problem("/auth/keys", format!("key id `{}` is used twice", key.id));
             }
         }
-        Some(Some(AuthSettings { keys }))
+        Some(Some(AuthSettings { keys, keys_file }))
     }
 
     fn api_key(&mut self, pointer: &str, file: &FileApiKey) -> Option<ApiKey> {

@@ -100,6 +100,11 @@ struct PhaseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StoreLabels {
+    store: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabels {
     version: &'static str,
 }
@@ -122,6 +127,8 @@ pub struct Metrics {
     connections_open: Gauge,
     connections_refused: Family<ReasonLabels, Counter>,
     connections_timed_out: Family<PhaseLabels, Counter>,
+    redis_fallbacks: Family<StoreLabels, Counter>,
+    redis_degraded: Family<StoreLabels, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -224,6 +231,19 @@ impl Metrics {
             "Connections closed by a deadline (phase: first_byte, header, idle)",
             connections_timed_out.clone(),
         );
+        let redis_fallbacks = Family::default();
+        registry.register(
+            "aap_gateway_redis_fallbacks",
+            "Decisions taken without Redis, as on_backend_error says (store: rate_limit, \
+             idempotency)",
+            redis_fallbacks.clone(),
+        );
+        let redis_degraded = Family::default();
+        registry.register(
+            "aap_gateway_redis_degraded",
+            "1 while the last call to a store's Redis failed (store: rate_limit, idempotency)",
+            redis_degraded.clone(),
+        );
         let build_info = Family::<VersionLabels, Gauge>::default();
         build_info
             .get_or_create(&VersionLabels {
@@ -252,6 +272,8 @@ impl Metrics {
             connections_open,
             connections_refused,
             connections_timed_out,
+            redis_fallbacks,
+            redis_degraded,
         })
     }
 
@@ -410,6 +432,20 @@ impl Metrics {
             .inc();
     }
 
+    /// One decision of `store` (`rate_limit`, `idempotency`) taken without Redis.
+    pub fn redis_fallback(&self, store: &'static str) {
+        self.redis_fallbacks
+            .get_or_create(&StoreLabels { store })
+            .inc();
+    }
+
+    /// Whether `store`'s Redis is failing (its calls fall back), for the degraded gauge.
+    pub fn redis_degraded(&self, store: &'static str, degraded: bool) {
+        self.redis_degraded
+            .get_or_create(&StoreLabels { store })
+            .set(i64::from(degraded));
+    }
+
     /// Everything, as OpenMetrics text.
     pub fn encode(&self) -> String {
         let mut out = String::with_capacity(16 * 1024);
@@ -487,7 +523,8 @@ pub fn error_kind(error: &UpstreamError) -> &'static str {
     match error {
         UpstreamError::Timeout { .. } => "timeout",
         UpstreamError::Connect(_) => "connect",
-        UpstreamError::CircuitOpen => "circuit_open",
+        UpstreamError::CircuitOpen { .. } => "circuit_open",
+        UpstreamError::Busy { .. } => "queue_full",
         UpstreamError::TooLarge { .. } => "too_large",
         UpstreamError::Protocol(_) | UpstreamError::InvalidRequest(_) => "invalid_response",
         UpstreamError::Auth(_) => "auth",

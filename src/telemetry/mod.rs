@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod request;
 pub mod trace;
 
+use std::fmt::Write as _;
 use std::io::IsTerminal;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -23,6 +24,29 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{Layer, fmt};
 
 use crate::settings::{LogFormat, TelemetrySettings};
+
+/// A logged value that may hold text from outside (a dealer system's fault reason, a jq error
+/// quoting a record): control characters are written escaped (`\n`, `\r`, `\t`, `\u{1b}`), so
+/// in the human format one event stays one line and nothing from outside moves the cursor. The
+/// JSON format escapes anyway; this only touches control characters.
+#[derive(Debug, Clone, Copy)]
+pub struct Escaped<T>(pub T);
+
+impl<T: std::fmt::Display> std::fmt::Display for Escaped<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = self.0.to_string();
+        for c in text.chars() {
+            match c {
+                '\n' => f.write_str("\\n")?,
+                '\r' => f.write_str("\\r")?,
+                '\t' => f.write_str("\\t")?,
+                c if c.is_control() => write!(f, "\\u{{{:x}}}", u32::from(c))?,
+                c => f.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Keeps the trace exporter alive; [`Telemetry::shutdown`] flushes the spans still queued.
 #[derive(Debug, Default)]

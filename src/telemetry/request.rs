@@ -123,9 +123,9 @@ impl RequestLog {
             http.response.status_code = tracing::field::Empty,
             request_id = %request_id,
         );
-        super::trace::continue_from(&span, headers);
-        // The exported trace's id when there is one (a caller without `traceparent` starts a
-        // new trace), else the caller's.
+        super::trace::link_caller(&span, headers);
+        // The exported trace's id when there is one (the gateway's own; the caller's is a link
+        // of its root span), else the caller's.
         let trace_id = super::trace::trace_id(&span).or_else(|| trace_id(headers));
         RequestLog {
             started: arrived,

@@ -1,10 +1,13 @@
 //! OpenTelemetry plumbing: the OTLP exporter, and W3C trace context in from callers and out to
 //! dealer systems.
 //!
-//! The request span takes the caller's `traceparent` as its parent, so a buyer agent's trace
-//! continues through the gateway; each upstream call carries the gateway's current span as its
-//! `traceparent`, so the dealer's systems continue it too. Without an exporter there is no
-//! OpenTelemetry context and nothing is extracted or injected.
+//! The request span starts a trace of the gateway's own and keeps the caller's `traceparent` as
+//! a span link: the caller is outside the trust boundary, so its context (sampling flag,
+//! `tracestate` entries) neither steers the gateway's trace nor travels on to dealer systems,
+//! and the two traces can still be joined. Each upstream call carries the gateway's current span
+//! as its `traceparent` (without a `tracestate`: the gateway sets none), so the dealer's systems
+//! continue the gateway's trace. Without an exporter there is no OpenTelemetry context and
+//! nothing is extracted or injected.
 
 use std::time::Duration;
 
@@ -38,11 +41,13 @@ pub fn provider(url: &str, service: &str) -> Result<SdkTracerProvider, String> {
         .build())
 }
 
-/// Makes `span` a child of the caller's W3C trace context in `headers`, if any.
-pub fn continue_from(span: &tracing::Span, headers: &HeaderMap) {
-    let parent = TraceContextPropagator::new().extract(&Headers(headers));
-    if parent.span().span_context().is_valid() {
-        let _ = span.set_parent(parent);
+/// Links `span` (a new root) to the caller's W3C trace context in `headers`, if any. Call it
+/// before anything reads the span's context: a started span takes no more links.
+pub fn link_caller(span: &tracing::Span, headers: &HeaderMap) {
+    let caller = TraceContextPropagator::new().extract(&Headers(headers));
+    let context = caller.span().span_context().clone();
+    if context.is_valid() {
+        span.add_link(context);
     }
 }
 
@@ -80,6 +85,10 @@ struct Outgoing(Vec<(HeaderName, HeaderValue)>);
 
 impl Injector for Outgoing {
     fn set(&mut self, key: &str, value: String) {
+        // The gateway's own trace carries no state: no empty `tracestate` header either.
+        if value.is_empty() {
+            return;
+        }
         if let (Ok(name), Ok(value)) = (
             HeaderName::from_bytes(key.as_bytes()),
             HeaderValue::from_str(&value),

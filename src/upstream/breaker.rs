@@ -14,6 +14,9 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+/// The retry hint while a half-open trial decides: it usually takes one round trip.
+pub(crate) const TRIAL_RETRY_AFTER: Duration = Duration::from_secs(1);
+
 /// The breaker's state, for health reporting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakerState {
@@ -73,14 +76,24 @@ impl Breaker {
         }
     }
 
-    /// A permit to try, or `None` while the breaker is open (or a trial is already running).
-    pub(crate) fn try_acquire(&self) -> Option<Permit<'_>> {
+    /// A permit to try, or, while the breaker is open (or a trial is already running), how long
+    /// a caller should wait before asking again: the rest of the cool-down, or
+    /// [`TRIAL_RETRY_AFTER`] (at most the cool-down) while the trial runs.
+    pub(crate) fn try_acquire(&self) -> Result<Permit<'_>, Duration> {
         let mut state = self.lock();
         let trial = match *state {
             State::Closed { .. } => false,
-            State::Open { until } if Instant::now() < until => return None,
-            State::Open { .. }
-            | State::HalfOpen {
+            State::Open { until } => {
+                let now = Instant::now();
+                if now < until {
+                    return Err(until - now);
+                }
+                *state = State::HalfOpen {
+                    trial_in_flight: true,
+                };
+                true
+            }
+            State::HalfOpen {
                 trial_in_flight: false,
             } => {
                 *state = State::HalfOpen {
@@ -90,9 +103,9 @@ impl Breaker {
             }
             State::HalfOpen {
                 trial_in_flight: true,
-            } => return None,
+            } => return Err(TRIAL_RETRY_AFTER.min(self.cool_down)),
         };
-        Some(Permit {
+        Ok(Permit {
             breaker: self,
             trial,
             recorded: false,
@@ -185,7 +198,7 @@ mod tests {
         assert_eq!(b.state(), BreakerState::Closed);
         b.try_acquire().expect("closed").record(false);
         assert_eq!(b.state(), BreakerState::Open);
-        assert!(b.try_acquire().is_none());
+        assert!(b.try_acquire().is_err());
     }
 
     #[test]
@@ -199,11 +212,27 @@ mod tests {
         };
         assert_eq!(b.state(), BreakerState::HalfOpen);
         let trial = b.try_acquire().expect("trial");
-        assert!(b.try_acquire().is_none(), "second caller during the trial");
+        assert!(b.try_acquire().is_err(), "second caller during the trial");
         drop(trial); // cancelled: the next caller may try
         let trial = b.try_acquire().expect("trial again");
         trial.record(false);
         assert_eq!(b.state(), BreakerState::Open);
+    }
+
+    #[test]
+    fn an_open_breaker_tells_how_long_it_rests() {
+        let b = Breaker::new("dms", 1, Duration::from_secs(60));
+        b.try_acquire().expect("closed").record(false);
+        let rest = b.try_acquire().expect_err("open");
+        assert!(
+            rest <= Duration::from_secs(60) && rest > Duration::from_secs(59),
+            "{rest:?}"
+        );
+        *b.lock() = State::Open {
+            until: Instant::now(),
+        };
+        let _trial = b.try_acquire().expect("trial");
+        assert_eq!(b.try_acquire().err(), Some(TRIAL_RETRY_AFTER));
     }
 
     #[test]
@@ -212,6 +241,6 @@ mod tests {
         b.try_acquire().expect("closed").record(false);
         b.try_acquire().expect("trial").record(true);
         assert_eq!(b.state(), BreakerState::Closed);
-        assert!(b.try_acquire().is_some());
+        assert!(b.try_acquire().is_ok());
     }
 }

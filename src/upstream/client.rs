@@ -2,11 +2,14 @@
 //!
 //! A call goes through, in order:
 //!
-//! 1. the circuit breaker (open → [`UpstreamError::CircuitOpen`] at once);
+//! 1. the circuit breaker (open → [`UpstreamError::CircuitOpen`] at once, with the rest of the
+//!    cool-down as a retry hint);
 //! 2. authentication (an OAuth2 token may be fetched, single flight);
-//! 3. one attempt, all under `timeouts.request`: wait for one of `max_concurrency` slots, send,
-//!    read the reply's headers and its body up to `max_response_bytes`;
-//! 4. the outcome is reported to the breaker; an idempotent call whose attempt failed with a
+//! 3. a wait of at most `timeouts.queue` for one of `max_concurrency` slots (none free →
+//!    [`UpstreamError::Busy`]: the gateway's own overload, reported to nobody's breaker);
+//! 4. one attempt under `timeouts.request`: send, read the reply's headers and its body up to
+//!    `max_response_bytes`;
+//! 5. the outcome is reported to the breaker; an idempotent call whose attempt failed with a
 //!    connect error, a timeout, 502, 503 or 504 is tried again after a jittered backoff, if
 //!    `retries.attempts` and the retry budget allow; a 401 under OAuth2 drops the token and tries
 //!    once more with a fresh one.
@@ -254,17 +257,37 @@ impl Upstream {
         let mut reauthenticated = false;
         let mut last: Option<Result<UpstreamResponse, UpstreamError>> = None;
         loop {
-            let Some(permit) = inner.breaker.try_acquire() else {
-                tracing::debug!(
-                    upstream = %inner.name,
-                    method = %req.method,
-                    path,
-                    attempt,
-                    "circuit open; not calling"
-                );
-                return last.unwrap_or(Err(UpstreamError::CircuitOpen));
+            let permit = match inner.breaker.try_acquire() {
+                Ok(permit) => permit,
+                Err(retry_after) => {
+                    tracing::debug!(
+                        upstream = %inner.name,
+                        method = %req.method,
+                        path,
+                        attempt,
+                        "circuit open; not calling"
+                    );
+                    return last.unwrap_or(Err(UpstreamError::CircuitOpen { retry_after }));
+                }
             };
             let credential = inner.auth.credential().await?;
+            // Waiting for a slot is local queueing, not the upstream's time: it has its own
+            // bound, and a full queue leaves the breaker alone (the permit is dropped unused).
+            let waited = inner.settings.queue_timeout;
+            let slot = match tokio::time::timeout(waited, inner.slots.acquire()).await {
+                Ok(Ok(slot)) => slot,
+                Ok(Err(_)) => return Err(UpstreamError::Protocol("upstream closed".to_owned())),
+                Err(_) => {
+                    tracing::debug!(
+                        upstream = %inner.name,
+                        method = %req.method,
+                        path,
+                        attempt,
+                        "no free concurrency slot; not calling"
+                    );
+                    return last.unwrap_or(Err(UpstreamError::Busy { waited }));
+                }
+            };
             let attempt_started = Instant::now();
             // A 5xx try's breaker report, until it is known whether it is retried or returned.
             let mut deferred: Option<Verdict> = None;
@@ -277,6 +300,8 @@ impl Upstream {
                     verdict: None,
                 },
             );
+            // Free for the next caller during any backoff.
+            drop(slot);
             let elapsed_ms = attempt_started.elapsed().as_millis() as u64;
             match &outcome {
                 Ok(response) => {
@@ -305,7 +330,7 @@ impl Upstream {
                         method = %req.method,
                         path,
                         attempt,
-                        error = %error,
+                        error = %crate::telemetry::Escaped(error),
                         elapsed_ms,
                         "upstream attempt failed"
                     );
@@ -386,7 +411,7 @@ impl Upstream {
         Ok(url)
     }
 
-    /// One try under `timeouts.request`: slot, send, headers, body.
+    /// One try under `timeouts.request`, its concurrency slot held: send, headers, body.
     async fn attempt(
         &self,
         url: &Url,
@@ -396,13 +421,6 @@ impl Upstream {
         let inner = &*self.inner;
         let limit = inner.settings.max_response_bytes;
         let work = async {
-            // Legacy systems fall over under parallel load: wait for a slot (within the timeout).
-            let _slot = inner
-                .slots
-                .acquire()
-                .await
-                .map_err(|_| UpstreamError::Protocol("upstream closed".to_owned()))?;
-
             let mut headers = HeaderMap::with_capacity(inner.settings.headers.len() + 4);
             for (name, value) in &inner.settings.headers {
                 headers.insert(name.clone(), value.clone());

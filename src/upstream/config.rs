@@ -190,9 +190,13 @@ pub enum FileStartTls {
 pub struct FileTimeouts {
     /// Deadline for opening a connection (TCP and TLS), e.g. `2s`.
     pub connect: String,
-    /// Deadline for one attempt: waiting for a concurrency slot, sending, and reading the whole
-    /// reply (headers and body), e.g. `5s`.
+    /// Deadline for one attempt once it holds a concurrency slot: sending, and reading the
+    /// whole reply (headers and body), e.g. `5s`.
     pub request: String,
+    /// Longest wait for one of `max_concurrency` slots (HTTP kinds), e.g. `2s`; absent = the
+    /// `request` timeout. A call that waits longer is refused as local overload (retryable,
+    /// never a circuit-breaker failure: the upstream was not asked).
+    pub queue: Option<String>,
 }
 
 impl Default for FileTimeouts {
@@ -200,6 +204,7 @@ impl Default for FileTimeouts {
         FileTimeouts {
             connect: "2s".to_owned(),
             request: "5s".to_owned(),
+            queue: None,
         }
     }
 }
@@ -376,6 +381,8 @@ pub struct UpstreamSettings {
     pub base_url: Url,
     pub connect_timeout: Duration,
     pub request_timeout: Duration,
+    /// Longest wait for a concurrency slot (`timeouts.queue`, else `timeouts.request`).
+    pub queue_timeout: Duration,
     /// Tries per idempotent call, the first included (1..=5).
     pub attempts: u32,
     pub backoff: Duration,
@@ -1044,10 +1051,15 @@ impl FileUpstream {
             None
         };
 
+        let queue_timeout = match &self.timeouts.queue {
+            Some(text) => c.duration("/timeouts/queue", text),
+            None => common.request_timeout,
+        };
         Some(UpstreamSettings {
             base_url: base_url?,
             connect_timeout: common.connect_timeout?,
             request_timeout: common.request_timeout?,
+            queue_timeout: queue_timeout?,
             attempts: attempts?,
             backoff: backoff?,
             max_backoff: max_backoff?,
@@ -1087,6 +1099,12 @@ impl FileUpstream {
         }
         if self.max_response_bytes.is_some() {
             c.problem("/max_response_bytes", "not used by `kind: smtp`");
+        }
+        if self.timeouts.queue.is_some() {
+            c.problem(
+                "/timeouts/queue",
+                "not used by `kind: smtp`: the wait for a slot counts against `request`",
+            );
         }
         let smtp = self.smtp.unwrap_or_else(|| {
             c.problem("/smtp", "missing: `kind: smtp` needs `smtp: { from, to }`");

@@ -7,8 +7,9 @@
 //!    soap::request ── envelope + headers ─▶   (same call)               (kind: soap)
 //!                                            breaker ─ open? fail fast (CircuitOpen)
 //!                                            auth    ─ static header / OAuth2 token (cached)
+//!                                            slot    ─ wait ≤ timeouts.queue (full: Busy)
 //!                                            attempt ─ under timeouts.request:
-//!                                                      concurrency slot → send → body ≤ limit
+//!                                                      send → body ≤ limit
 //!                                            retry   ─ idempotent only, backoff + budget
 //!                                          ◀── UpstreamResponse (any status) | UpstreamError
 //!                                              soap::decode_reply ─▶ Body as JSON | Fault
@@ -23,10 +24,11 @@
 //! the gateway from hurting them, and from being hurt by them:
 //!
 //! - `timeouts.connect` / `timeouts.request`: a hung server must not hold a buyer's call (and a
-//!   gateway task) for ever; the request timeout covers the wait for a slot, the headers and the
-//!   whole body, so it bounds one attempt end to end.
+//!   gateway task) for ever; the request timeout covers the headers and the whole body, so it
+//!   bounds one attempt end to end once it is sent.
 //! - `max_concurrency`: legacy servers fall over under parallel load; excess calls queue in the
-//!   gateway, not on the server.
+//!   gateway, not on the server, for at most `timeouts.queue`. A full queue is the gateway's
+//!   own overload, so it never counts against the upstream's circuit breaker.
 //! - `retries` with a budget: a retry can rescue a transient failure, but under sustained
 //!   failure unbudgeted retries multiply the load just when the server can least take it. Only
 //!   idempotent calls are retried: a lead must not be delivered twice.
@@ -161,15 +163,20 @@ pub struct UpstreamResponse {
 /// Why a call produced no usable reply.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
-    /// An attempt (slot wait, headers and body) exceeded `timeouts.request`.
+    /// An attempt (headers and body, once it held a slot) exceeded `timeouts.request`.
     #[error("no complete reply within {}", humantime::format_duration(*after))]
     Timeout { after: Duration },
     /// No connection: refused, unreachable, DNS failure, or `timeouts.connect` exceeded.
     #[error("cannot connect: {0}")]
     Connect(String),
-    /// The circuit breaker is open: the upstream failed repeatedly and is resting.
-    #[error("circuit breaker open")]
-    CircuitOpen,
+    /// The circuit breaker is open: the upstream failed repeatedly and is resting for about
+    /// `retry_after` more.
+    #[error("circuit breaker open (retry after {})", humantime::format_duration(*retry_after))]
+    CircuitOpen { retry_after: Duration },
+    /// Every `max_concurrency` slot stayed taken for `timeouts.queue`: the gateway's own queue
+    /// is full, nothing was sent (not an upstream failure).
+    #[error("no free concurrency slot within {}", humantime::format_duration(*waited))]
+    Busy { waited: Duration },
     /// The reply body exceeded `max_response_bytes`.
     #[error("reply larger than {limit} bytes")]
     TooLarge { limit: usize },
@@ -191,18 +198,23 @@ pub enum UpstreamError {
 
 impl UpstreamError {
     /// The gateway error for a failed call to `upstream`: `INTERNAL_ERROR` (retryable) on the
-    /// wire, with this cause logged under the error id.
+    /// wire, with this cause logged under the error id; a full queue is local overload
+    /// (`RATE_LIMITED`), and a resting upstream carries its retry hint.
     pub fn into_aap(self, upstream: &str) -> AapError {
         let upstream = upstream.to_owned();
         match self {
             UpstreamError::Timeout { after } => AapError::UpstreamTimeout { upstream, after },
-            UpstreamError::Connect(_)
-            | UpstreamError::CircuitOpen
-            | UpstreamError::Auth(_)
-            | UpstreamError::Rejected { .. } => AapError::UpstreamUnavailable {
+            UpstreamError::CircuitOpen { retry_after } => AapError::UpstreamResting {
                 upstream,
-                cause: self.to_string(),
+                retry_after,
             },
+            UpstreamError::Busy { waited } => AapError::UpstreamBusy { upstream, waited },
+            UpstreamError::Connect(_) | UpstreamError::Auth(_) | UpstreamError::Rejected { .. } => {
+                AapError::UpstreamUnavailable {
+                    upstream,
+                    cause: self.to_string(),
+                }
+            }
             UpstreamError::TooLarge { .. } | UpstreamError::Protocol(_) => {
                 AapError::InvalidUpstreamResponse {
                     upstream,
@@ -239,7 +251,18 @@ mod tests {
                 UpstreamError::Connect("refused".into()),
                 "UpstreamUnavailable",
             ),
-            (UpstreamError::CircuitOpen, "UpstreamUnavailable"),
+            (
+                UpstreamError::CircuitOpen {
+                    retry_after: Duration::from_secs(3),
+                },
+                "UpstreamResting",
+            ),
+            (
+                UpstreamError::Busy {
+                    waited: Duration::from_secs(1),
+                },
+                "UpstreamBusy",
+            ),
             (UpstreamError::Auth("401".into()), "UpstreamUnavailable"),
             (
                 UpstreamError::Rejected {

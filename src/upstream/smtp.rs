@@ -245,9 +245,12 @@ impl Mailer {
         let started = Instant::now();
         let message_id = mail.message_id.clone();
         let (envelope, bytes) = inner.message(mail)?;
-        let Some(permit) = inner.breaker.try_acquire() else {
-            tracing::debug!(upstream = %inner.name, "circuit open; not sending");
-            return Err(UpstreamError::CircuitOpen);
+        let permit = match inner.breaker.try_acquire() {
+            Ok(permit) => permit,
+            Err(retry_after) => {
+                tracing::debug!(upstream = %inner.name, "circuit open; not sending");
+                return Err(UpstreamError::CircuitOpen { retry_after });
+            }
         };
         let after = inner.settings.request_timeout;
         let outcome = tokio::time::timeout(after, inner.deliver(&envelope, &bytes))

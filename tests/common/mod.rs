@@ -236,6 +236,14 @@ pub async fn start_yaml(yaml: &str) -> Gateway {
     start_file(&path, Some(dir)).await
 }
 
+/// `start_yaml` with hot reload: the configuration is `dir/gateway.yaml`; edit it, or a file it
+/// names, under `dir` (kept alive with the gateway).
+pub async fn start_yaml_reloading(dir: tempfile::TempDir, yaml: &str) -> Gateway {
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(&path, yaml).expect("write config");
+    start_gateway(&path, Some(dir), HashMap::new(), HashMap::new(), true).await
+}
+
 async fn start_file(path: &Path, dir: Option<tempfile::TempDir>) -> Gateway {
     start_file_with_vars(path, dir, HashMap::new()).await
 }
