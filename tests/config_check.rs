@@ -303,3 +303,35 @@ fn a_failing_example_shows_its_diff() {
         "{stdout}"
     );
 }
+
+#[test]
+fn warnings_point_at_their_key_or_at_the_file_when_the_key_is_absent() {
+    let f = "tests/fixtures/config/no-aap-section.yaml";
+    let (ok, _, stderr) = check(f);
+    assert!(ok, "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    // No `aap:` section: the file, not `listen:` on line 1.
+    assert!(
+        lines.contains(
+            &format!(
+                "{f}: the draft AAP extension URI is for development only; never publish it (warning)"
+            )
+            .as_str()
+        ),
+        "{stderr}"
+    );
+    // `card.url` absent: the dealer's card, where the key belongs.
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(&format!("{f}:6:5: card.url is not set"))),
+        "{stderr}"
+    );
+    // With the key present, its own line.
+    let (_, _, stderr) = check("config/demo.yaml");
+    assert!(
+        stderr
+            .contains("config/demo.yaml:8:3: the draft AAP extension URI is for development only"),
+        "{stderr}"
+    );
+}
