@@ -59,12 +59,16 @@ pub struct FileHttpJson {
 pub struct FileJsonRpc {
     /// Path of the JSON-RPC endpoint below the dealer's path prefix; `{path}/` is served too.
     pub path: String,
+    /// HTTP status of a `RATE_LIMITED` JSON-RPC reply: 200 (the official Python SDK client
+    /// keeps the error only then) or 429 (visible to proxies; load shedding then answers 503).
+    pub rate_limited_status: u16,
 }
 
 impl Default for FileJsonRpc {
     fn default() -> Self {
         FileJsonRpc {
             path: "/a2a".to_owned(),
+            rate_limited_status: 200,
         }
     }
 }
