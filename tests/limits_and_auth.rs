@@ -338,7 +338,11 @@ fn bad_limit_and_auth_settings_are_located() {
             (2, "`memcached` is not a backend; expected memory or redis"),
             (3, "`often` is not a rate like 10/s, 600/min or 5/10s"),
             (4, "`not-an-ip` is not an address or CIDR like 10.0.0.0/8"),
-            (6, "`inventory.teleport` is not an AAP skill"),
+            (
+                6,
+                "`inventory.teleport` is not an AAP skill; use one of dealer.information, \
+                 inventory.facets, inventory.search, inventory.vehicle, lead.submit",
+            ),
             (11, "must be the 64 hex digits of the key's SHA-256"),
         ],
     );

@@ -268,8 +268,14 @@ impl Loader<'_> {
             };
             let stem = name.trim_end_matches(".yaml").trim_end_matches(".yml");
             let Some(skill) = Skill::from_id(&file.skill) else {
-                self.problems
-                    .push(src.problem("/skill", format!("`{}` is not an AAP skill", file.skill)));
+                self.problems.push(src.problem(
+                    "/skill",
+                    format!(
+                        "`{}` is not an AAP skill; use one of {}",
+                        file.skill,
+                        Skill::ids()
+                    ),
+                ));
                 continue;
             };
             if stem != skill.id() {
