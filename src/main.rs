@@ -1,5 +1,7 @@
 //! The `aap-gateway` command line. Everything else lives in the library.
 
+mod cli;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -67,6 +69,49 @@ enum Command {
         /// Only the examples of this skill, e.g. inventory.search.
         #[arg(long)]
         skill: Option<String>,
+        /// Also print the upstream request(s) each passing example sends (secrets masked).
+        #[arg(long)]
+        show_requests: bool,
+    },
+    /// Print docs/reference.md: every AAP field a mapping produces or reads (type, unit, values,
+    /// required) and the twelve AAP error codes, generated from the gateway's own schemas.
+    Reference,
+    /// Dry run: print the exact upstream request(s) a dealer's mapping sends for an AAP request
+    /// (secrets masked) and, given a canned upstream reply, the AAP reply. No network.
+    Render {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The dealer id.
+        #[arg(long)]
+        dealer: String,
+        /// The AAP request (JSON: the DataPart `data`, or a whole SendMessage call); `-` or
+        /// absent reads stdin.
+        #[arg(long)]
+        request: Option<PathBuf>,
+        /// A file holding the upstream's reply body, to see the AAP reply it becomes.
+        #[arg(long)]
+        upstream_reply: Option<PathBuf>,
+        /// The HTTP status of that reply.
+        #[arg(long, default_value_t = 200)]
+        upstream_status: u16,
+        /// Its Content-Type (its charset= counts, as for a live reply).
+        #[arg(long)]
+        upstream_content_type: Option<String>,
+    },
+    /// Write a commented mapping folder for a new dealer, every skill stubbed as
+    /// UNSUPPORTED_SKILL until filled in, and its entry in the configuration file.
+    NewDealer {
+        /// The dealer id (letters, digits, `_`, `-`).
+        id: String,
+        /// What the dealer's inventory system is.
+        #[arg(long, value_enum)]
+        kind: cli::new_dealer::Kind,
+        /// The configuration file to add the dealer to (created when it does not exist).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The mapping folder to create; default `mappings/<id>` next to the configuration.
+        #[arg(long)]
+        mappings: Option<PathBuf>,
     },
     /// Print the agent card JSON a dealer would serve.
     Card {
@@ -96,7 +141,35 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config } => check(&config),
-        Command::TestMappings { config, skill } => test_mappings(&config, skill.as_deref()),
+        Command::TestMappings {
+            config,
+            skill,
+            show_requests,
+        } => test_mappings(&config, skill.as_deref(), show_requests),
+        Command::Reference => cli::reference(),
+        Command::Render {
+            config,
+            dealer,
+            request,
+            upstream_reply,
+            upstream_status,
+            upstream_content_type,
+        } => cli::render(
+            &config,
+            &dealer,
+            cli::RenderInput {
+                request: request.as_deref(),
+                upstream_reply: upstream_reply.as_deref(),
+                upstream_status,
+                upstream_content_type,
+            },
+        ),
+        Command::NewDealer {
+            id,
+            kind,
+            config,
+            mappings,
+        } => cli::new_dealer::run(&id, kind, &config, mappings.as_deref()),
         Command::Card { config, dealer } => card(&config, dealer.as_deref()),
         Command::Serve { config } => {
             let Some(settings) = load(&config) else {
@@ -216,17 +289,9 @@ fn run_examples(app: &App) -> Vec<(String, Example, Result<(), Failure>)> {
     }
 }
 
-fn test_mappings(config: &Path, skill: Option<&str>) -> ExitCode {
-    let Some(settings) = load(config) else {
+fn test_mappings(config: &Path, skill: Option<&str>, show_requests: bool) -> ExitCode {
+    let Some((app, secrets)) = cli::build(config) else {
         return ExitCode::FAILURE;
-    };
-    let listen = settings.listen;
-    let app = match App::build(settings, listen) {
-        Ok(app) => app,
-        Err(problems) => {
-            print_problems(&problems);
-            return ExitCode::FAILURE;
-        }
     };
     let (mut passed, mut failed) = (0, 0);
     for (dealer, example, outcome) in run_examples(&app) {
@@ -237,6 +302,11 @@ fn test_mappings(config: &Path, skill: Option<&str>) -> ExitCode {
             Ok(()) => {
                 passed += 1;
                 say!("ok    {dealer} {} — {}", example.skill, example.case.name);
+                if show_requests {
+                    let text = cli::example_requests(&app, &dealer, &example, &secrets);
+                    use std::io::Write as _;
+                    let _ = write!(std::io::stdout().lock(), "{text}");
+                }
             }
             Err(failure) => {
                 failed += 1;

@@ -68,6 +68,10 @@ pub struct FileSkill {
     /// Cases run by `test-mappings` and the test suite.
     #[serde(default)]
     pub examples: Vec<FileExample>,
+    /// Not mapped yet (what `aap-gateway new-dealer` writes): the skill is left off the card
+    /// and answers `UNSUPPORTED_SKILL`, and `check` notes why, until the key is removed.
+    #[serde(default)]
+    pub unsupported: Option<String>,
 }
 
 /// How a dealer takes leads, besides where they are delivered.

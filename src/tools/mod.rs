@@ -4,3 +4,4 @@
 //! what they show is what the gateway does.
 
 pub mod reference;
+pub mod render;

@@ -1,0 +1,348 @@
+//! The mapping author's tools through the real binary: `reference` (docs/reference.md may not
+//! drift from the schemas), `render` (the exact upstream request, secrets masked; the AAP reply
+//! from a canned upstream reply), `test-mappings --show-requests`, and `new-dealer` (a scaffold
+//! `check` accepts, every skill answering UNSUPPORTED_SKILL until filled in).
+
+mod common;
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::json;
+
+fn gateway(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(args)
+        // The demo's defaults, whatever the machine's environment says.
+        .env_remove("DMS_API_KEY")
+        .env_remove("CRM_PASSWORD")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run aap-gateway");
+    if let Some(text) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(text.as_bytes())
+            .expect("write stdin");
+    } else {
+        drop(child.stdin.take());
+    }
+    child.wait_with_output().expect("wait")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+// ---------------------------------------------------------------------------------------------
+// reference
+
+/// CI's drift check: docs/reference.md is exactly what `aap-gateway reference` prints.
+/// `AAP_REGENERATE=1` rewrites it instead.
+#[test]
+fn reference_doc_is_generated_from_the_schemas() {
+    let out = gateway(&["reference"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let generated = text(&out.stdout);
+    let path = common::repo_path("docs/reference.md");
+    if std::env::var_os("AAP_REGENERATE").is_some() {
+        std::fs::write(&path, &generated).expect("write docs/reference.md");
+        return;
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "docs/reference.md is stale: regenerate it with `AAP_REGENERATE=1 cargo test --test \
+         ops_tools reference_doc` (or `aap-gateway reference > docs/reference.md`)"
+    );
+    // What mapping authors asked for, present.
+    for needle in [
+        "| `price` | integer | US dollars (whole) |",
+        "| `filters.body` | array of string |",
+        "| `sort.field` | string |  | `price`, `list_price`, `msrp`, `mileage`, `year`",
+        "| `DUPLICATE_LEAD`",
+    ] {
+        assert_eq!(
+            generated.contains(needle),
+            !needle.contains("DUPLICATE"),
+            "{needle}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// render
+
+const SEARCH: &str = r#"{"type":"inventory.search.request","filters":{"make":["Toyota"],"condition":["used"],"price_max":30000},"sort":{"field":"price","order":"asc"},"pagination":{"limit":2}}"#;
+
+#[test]
+fn render_prints_the_exact_upstream_request_with_secrets_masked() {
+    let out = gateway(
+        &[
+            "render",
+            "--config",
+            "config/demo.yaml",
+            "--dealer",
+            "demo_toyota",
+        ],
+        Some(SEARCH),
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
+    assert!(
+        stdout.contains(
+            "GET http://127.0.0.1:7001/api/v2/vehicles?make=Toyota&type=Pre-Owned&maxPrice=30000"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("sortBy=price&sortDir=asc"), "{stdout}");
+    assert!(stdout.contains("page=1&pageSize=2"), "{stdout}");
+    // The API key header is there, its value never.
+    assert!(stdout.contains("x-api-key: ****"), "{stdout}");
+    assert!(!stdout.contains("demo-dms-key"), "{stdout}");
+    assert!(stdout.contains("user-agent: aap-gateway/"), "{stdout}");
+    assert!(stdout.contains("--upstream-reply"), "{stdout}");
+}
+
+#[test]
+fn render_with_a_canned_reply_shows_the_aap_reply() {
+    let out = gateway(
+        &[
+            "render",
+            "--config",
+            "config/demo.yaml",
+            "--dealer",
+            "demo_toyota",
+            "--request",
+            "-",
+            "--upstream-reply",
+            "mappings/demo-toyota/examples/dms-search.json",
+        ],
+        Some(SEARCH),
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
+    let reply = stdout
+        .split("── AAP reply ──\n")
+        .nth(1)
+        .expect("an AAP reply section");
+    let reply: serde_json::Value = serde_json::from_str(reply.trim()).expect("JSON reply");
+    assert_eq!(reply["type"], "inventory.search.response");
+    assert_eq!(reply["data"]["limit"], 2);
+    assert_eq!(reply["data"]["vehicles"][0]["vin"], "5YFB4MDE9GP400942");
+}
+
+#[test]
+fn render_masks_soap_passwords_and_reads_a_whole_jsonrpc_call() {
+    let call = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+        "params": {"message": {"messageId": "m", "role": "ROLE_USER",
+            "parts": [{"data": {"type": "inventory.vehicle.request", "vin": "4T1DAACKXRU176220"}}]}}
+    });
+    let out = gateway(
+        &[
+            "render",
+            "--config",
+            "config/demo.yaml",
+            "--dealer",
+            "demo_toyota",
+        ],
+        Some(&call.to_string()),
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
+    assert!(
+        stdout.contains("POST http://127.0.0.1:7004/dms/VehicleService.svc"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("<Vin>4T1DAACKXRU176220</Vin>"), "{stdout}");
+    assert!(stdout.contains("soap-envelope"), "{stdout}");
+    // The demo's plain-text UsernameToken password never shows.
+    assert!(!stdout.contains("dms-secret"), "{stdout}");
+    assert!(stdout.contains(">****</"), "{stdout}");
+}
+
+#[test]
+fn render_refuses_what_the_gateway_would_refuse() {
+    let out = gateway(
+        &[
+            "render",
+            "--config",
+            "config/demo.yaml",
+            "--dealer",
+            "demo_toyota",
+        ],
+        Some(r#"{"type":"inventory.search.request","filters":{"condition":["excellent"]}}"#),
+    );
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("INVALID_CONDITION"), "{stderr}");
+    assert!(stderr.contains("/filters/condition/0"), "{stderr}");
+}
+
+#[test]
+fn test_mappings_can_show_the_requests_of_passing_examples() {
+    let out = gateway(
+        &[
+            "test-mappings",
+            "--config",
+            "config/demo.yaml",
+            "--skill",
+            "inventory.search",
+            "--show-requests",
+        ],
+        None,
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("GET http://127.0.0.1:7001/api/v2/vehicles?make=Toyota"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("demo-dms-key"), "{stdout}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// new-dealer
+
+fn check(config: &Path) -> (bool, String) {
+    let out = gateway(
+        &["check", "--config", config.to_str().expect("utf-8 path")],
+        None,
+    );
+    (out.status.success(), text(&out.stderr) + &text(&out.stdout))
+}
+
+#[tokio::test]
+async fn new_dealer_writes_a_scaffold_check_accepts_with_every_skill_unsupported() {
+    for kind in ["rest", "soap", "feed"] {
+        let dir = tempfile::tempdir().expect("dir");
+        let config = dir.path().join("gateway.yaml");
+        let id = format!("lakeview-{kind}");
+        let out = gateway(
+            &[
+                "new-dealer",
+                &id,
+                "--kind",
+                kind,
+                "--config",
+                config.to_str().expect("utf-8"),
+            ],
+            None,
+        );
+        assert!(out.status.success(), "{kind}: {}", text(&out.stderr));
+        let folder = dir.path().join("mappings").join(&id);
+        for file in [
+            "upstreams.yaml",
+            "common.yaml",
+            "inventory.search.yaml",
+            "inventory.vehicle.yaml",
+            "inventory.facets.yaml",
+            "lead.submit.yaml",
+        ] {
+            assert!(folder.join(file).is_file(), "{kind}: {file}");
+        }
+        assert_eq!(folder.join("feed.yaml").is_file(), kind == "feed");
+        let (ok, output) = check(&config);
+        assert!(ok, "{kind}: {output}");
+        for skill in [
+            "inventory.search",
+            "inventory.vehicle",
+            "inventory.facets",
+            "lead.submit",
+        ] {
+            assert!(
+                output.contains(&format!(
+                    "{skill} is not mapped yet and answers UNSUPPORTED_SKILL"
+                )),
+                "{kind}: {output}"
+            );
+        }
+
+        // A second dealer is appended to the same configuration.
+        let out = gateway(
+            &[
+                "new-dealer",
+                "second",
+                "--kind",
+                kind,
+                "--config",
+                config.to_str().expect("utf-8"),
+            ],
+            None,
+        );
+        assert!(out.status.success(), "{kind}: {}", text(&out.stderr));
+        assert!(check(&config).0);
+        // The same id again is refused, and nothing is overwritten.
+        let again = gateway(
+            &[
+                "new-dealer",
+                "second",
+                "--kind",
+                kind,
+                "--config",
+                config.to_str().expect("utf-8"),
+            ],
+            None,
+        );
+        assert!(!again.status.success());
+
+        if kind == "rest" {
+            // Served: dealer.information from the profile; every other skill UNSUPPORTED_SKILL.
+            let gw = common::start_file_with_vars(&config, None, Default::default()).await;
+            let path = format!("/dealers/{id}/a2a");
+            let info = gw
+                .send(&path, json!({ "type": "dealer.information.request" }))
+                .await;
+            assert!(info.body.get("result").is_some(), "{}", info.text);
+            let search = gw
+                .send(&path, json!({ "type": "inventory.search.request" }))
+                .await;
+            assert_eq!(search.aap_code(), "UNSUPPORTED_SKILL");
+            let card = gw
+                .card(&format!("/dealers/{id}/.well-known/agent-card.json"))
+                .await;
+            let skills: Vec<&str> = card["skills"]
+                .as_array()
+                .expect("skills")
+                .iter()
+                .filter_map(|s| s["id"].as_str())
+                .collect();
+            assert_eq!(skills, ["dealer.information"], "{card}");
+        }
+    }
+}
+
+#[test]
+fn unsupported_next_to_a_mapping_is_a_problem() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("gateway.yaml");
+    let out = gateway(
+        &[
+            "new-dealer",
+            "x",
+            "--kind",
+            "rest",
+            "--config",
+            config.to_str().expect("utf-8"),
+        ],
+        None,
+    );
+    assert!(out.status.success());
+    let facets = dir.path().join("mappings/x/inventory.facets.yaml");
+    let mut text_now = std::fs::read_to_string(&facets).expect("read");
+    text_now.push_str("derive: search\n");
+    std::fs::write(&facets, text_now).expect("write");
+    let (ok, output) = check(&config);
+    assert!(!ok);
+    assert!(
+        output.contains("`unsupported` next to a mapping: remove `unsupported` to serve the skill"),
+        "{output}"
+    );
+}
