@@ -98,6 +98,22 @@ enum Command {
         #[arg(long)]
         upstream_content_type: Option<String>,
     },
+    /// Live self-check: run a spread of AAP searches against the dealer's real system twice —
+    /// as the search mapping translates them and completed in the gateway from one full scan —
+    /// and print every difference with the request that shows it; exits 1 on any.
+    Verify {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The dealer id.
+        #[arg(long)]
+        dealer: String,
+        /// At most this many searches.
+        #[arg(long, default_value_t = 60)]
+        max_searches: usize,
+        /// Pause between searches, to spare a fragile system (e.g. 200ms, 1s).
+        #[arg(long, default_value = "200ms")]
+        pause: humantime::Duration,
+    },
     /// Write a commented mapping folder for a new dealer, every skill stubbed as
     /// UNSUPPORTED_SKILL until filled in, and its entry in the configuration file.
     NewDealer {
@@ -164,6 +180,12 @@ fn main() -> ExitCode {
                 upstream_content_type,
             },
         ),
+        Command::Verify {
+            config,
+            dealer,
+            max_searches,
+            pause,
+        } => cli::verify(&config, &dealer, max_searches, pause.into()),
         Command::NewDealer {
             id,
             kind,

@@ -346,3 +346,71 @@ fn unsupported_next_to_a_mapping_is_a_problem() {
         "{output}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// verify
+
+/// `verify` against the demo's REST DMS simulator (started here, on an ephemeral port).
+fn verify(config: &Path, sims: &aap_gateway::demo::Simulators) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_aap-gateway"));
+    command
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["verify", "--config"])
+        .arg(config)
+        .args([
+            "--dealer",
+            "demo_toyota",
+            "--max-searches",
+            "40",
+            "--pause",
+            "1ms",
+        ]);
+    for (name, value) in common::simulator_vars(sims) {
+        command.env(name, value);
+    }
+    command.output().expect("run verify")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_finds_no_difference_where_the_mapping_is_true() {
+    let sims = aap_gateway::demo::Simulators::start()
+        .await
+        .expect("simulators");
+    let out = tokio::task::block_in_place(|| verify(&common::repo_path("config/demo.yaml"), &sims));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("40 searches over 216 listings, 0 difference(s)"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_reports_a_false_supports_declaration_with_the_request_that_shows_it() {
+    let sims = aap_gateway::demo::Simulators::start()
+        .await
+        .expect("simulators");
+    // The DMS matches stock numbers case-insensitively, AAP exactly: declaring `stock` is wrong.
+    let copy = common::DemoCopy::new();
+    copy.edit(
+        "mappings/demo-toyota/inventory.search.yaml",
+        "filters: [make, model,",
+        "filters: [stock, make, model,",
+    );
+    copy.edit(
+        "mappings/demo-toyota/inventory.search.yaml",
+        "    vin: \"{{ request.filters.vin }}\"\n",
+        "    vin: \"{{ request.filters.vin }}\"\n    stock: \"{{ request.filters.stock }}\"\n",
+    );
+    let out = tokio::task::block_in_place(|| verify(&copy.path("config/demo.yaml"), &sims));
+    let stdout = text(&out.stdout);
+    assert!(!out.status.success(), "{stdout}{}", text(&out.stderr));
+    let diff = stdout
+        .lines()
+        .position(|l| {
+            l.starts_with("DIFF  total: the mapping answers 1, the gateway's full scan 0")
+        })
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let request = stdout.lines().nth(diff + 1).unwrap_or_default();
+    assert!(request.contains(r#""filters":{"stock":"#), "{stdout}");
+}

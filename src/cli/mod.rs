@@ -1,5 +1,5 @@
-//! The mapping author's subcommands (`reference`, `render`, `new-dealer`, `test-mappings
-//! --show-requests`), kept out of `main.rs` so the serving commands stay short.
+//! The mapping author's subcommands (`reference`, `render`, `new-dealer`, `verify`,
+//! `test-mappings --show-requests`), kept out of `main.rs` so the serving commands stay short.
 
 pub(crate) mod new_dealer;
 
@@ -72,6 +72,63 @@ pub(crate) fn render(config: &Path, dealer: &str, input: RenderInput<'_>) -> Exi
             ExitCode::SUCCESS
         }
         Err(e) => fail(&e),
+    }
+}
+
+/// `aap-gateway verify`: the dealer's search mapping against the gateway's own search over a
+/// full scan; exits 1 on any difference.
+pub(crate) fn verify(
+    config: &Path,
+    dealer: &str,
+    max: usize,
+    pause: std::time::Duration,
+) -> ExitCode {
+    use std::io::IsTerminal as _;
+    let Some((app, _)) = build(config) else {
+        return ExitCode::FAILURE;
+    };
+    let Some(d) = app.dealer(dealer) else {
+        return unknown_dealer(&app, dealer);
+    };
+    let terminal = std::io::stderr().is_terminal();
+    let mut progress = |done: usize, of: usize| {
+        if terminal {
+            eprint!("\r\x1b[2Ksearch {done}/{of}");
+            if done == of {
+                eprintln!();
+            }
+        }
+    };
+    let outcome = runtime().and_then(|rt| {
+        rt.block_on(aap_gateway::tools::verify::verify(
+            d,
+            max,
+            pause,
+            &mut progress,
+        ))
+    });
+    let report = match outcome {
+        Ok(r) => r,
+        Err(e) => return fail(&e),
+    };
+    let mut text = String::new();
+    for diff in &report.differences {
+        text.push_str(&format!(
+            "DIFF  {}\n      request: {}\n",
+            diff.what, diff.request
+        ));
+    }
+    text.push_str(&format!(
+        "verify {dealer}: {} searches over {} listings, {} difference(s)",
+        report.searches,
+        report.listings,
+        report.differences.len()
+    ));
+    say(&text);
+    if report.differences.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

@@ -303,6 +303,14 @@ impl Mapped {
         self.object_with(transport, request, jq, Some(lead)).await
     }
 
+    /// Every listing the upstream has (no filter sent; at most `scan_limit` records), for
+    /// `aap-gateway verify` to answer searches from with AAP semantics.
+    pub async fn full_scan(&self) -> Result<Arc<Inventory>, AapError> {
+        let everything = json!({ "type": "inventory.search.request" });
+        self.scan(Transport::Live(&self.upstream), &everything)
+            .await
+    }
+
     /// Derived facets of `inventory.facets` (`derive: search`): scan, then aggregate.
     pub async fn facets(
         &self,
