@@ -414,3 +414,27 @@ async fn verify_reports_a_false_supports_declaration_with_the_request_that_shows
     let request = stdout.lines().nth(diff + 1).unwrap_or_default();
     assert!(request.contains(r#""filters":{"stock":"#), "{stdout}");
 }
+
+#[test]
+fn render_says_why_no_call_was_made() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("gateway.yaml");
+    let config = config.to_str().expect("utf-8");
+    let out = gateway(
+        &["new-dealer", "x", "--kind", "rest", "--config", config],
+        None,
+    );
+    assert!(out.status.success());
+    std::fs::write(
+        dir.path().join("mappings/x/inventory.vehicle.yaml"),
+        "skill: inventory.vehicle\nupstream: dms\nrequest: { path: \"/v/{{ request.vin | frob }}\" }\nresponse: { jq: '{vin: .vin, status: \"available\"}' }\n",
+    )
+    .expect("write");
+    let out = gateway(
+        &["render", "--config", config, "--dealer", "x"],
+        Some(r#"{"type":"inventory.vehicle.request","vin":"4T1DAACKXRU176220"}"#),
+    );
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("no upstream call"), "{stdout}");
+    assert!(stdout.contains("filter frob is unknown"), "{stdout}");
+}

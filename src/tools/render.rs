@@ -114,7 +114,16 @@ pub async fn dry_run(
     let masks = masks(handler, secrets);
     let mut out = format!("dealer {} · {skill} · {}\n", dealer.id(), handler.source());
     out.push_str(&calls_text(handler, &canned, &masks));
+    let called = canned.seen.lock().map(|s| !s.is_empty()).unwrap_or(false);
     match (reply, outcome) {
+        // Failed before any call (a template that cannot render, a rule of the gateway's).
+        (None, Err(error)) if !called => {
+            let _ = write!(
+                out,
+                "\n── no call: {} ──\n",
+                mask(&error.to_string(), &masks)
+            );
+        }
         (None, _) => out.push_str(
             "\n(no upstream reply given: pass --upstream-reply FILE to see the AAP reply; later \
              pages or calls depend on it)\n",
