@@ -73,6 +73,12 @@ enum Command {
         #[arg(long)]
         show_requests: bool,
     },
+    /// Print the JSON Schema of the configuration file or of a mapping file (docs/schemas/
+    /// ships them for editors: `# yaml-language-server: $schema=…`).
+    Schema {
+        #[command(subcommand)]
+        of: cli::SchemaOf,
+    },
     /// Print docs/reference.md: every AAP field a mapping produces or reads (type, unit, values,
     /// required) and the twelve AAP error codes, generated from the gateway's own schemas.
     Reference,
@@ -163,6 +169,7 @@ fn main() -> ExitCode {
             show_requests,
         } => test_mappings(&config, skill.as_deref(), show_requests),
         Command::Reference => cli::reference(),
+        Command::Schema { of } => cli::schema(&of),
         Command::Render {
             config,
             dealer,

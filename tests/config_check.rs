@@ -333,7 +333,7 @@ fn warnings_point_at_their_key_or_at_the_file_when_the_key_is_absent() {
     let (_, _, stderr) = check("config/demo.yaml");
     assert!(
         stderr
-            .contains("config/demo.yaml:8:3: the draft AAP extension URI is for development only"),
+            .contains("config/demo.yaml:9:3: the draft AAP extension URI is for development only"),
         "{stderr}"
     );
 }

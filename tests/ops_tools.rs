@@ -249,6 +249,18 @@ async fn new_dealer_writes_a_scaffold_check_accepts_with_every_skill_unsupported
             assert!(folder.join(file).is_file(), "{kind}: {file}");
         }
         assert_eq!(folder.join("feed.yaml").is_file(), kind == "feed");
+        // Run in a checkout, it names the editor schemas.
+        let first = std::fs::read_to_string(folder.join("inventory.search.yaml")).expect("read");
+        let target = first
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# yaml-language-server: $schema="))
+            .expect("a schema line");
+        assert!(folder.join(target).is_file(), "{target}");
+        assert!(
+            target.ends_with("docs/schemas/skill.schema.json"),
+            "{target}"
+        );
         let (ok, output) = check(&config);
         assert!(ok, "{kind}: {output}");
         for skill in [
@@ -437,4 +449,102 @@ fn render_says_why_no_call_was_made() {
     let stdout = text(&out.stdout);
     assert!(stdout.contains("no upstream call"), "{stdout}");
     assert!(stdout.contains("filter frob is unknown"), "{stdout}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// schema
+
+/// The shipped configuration and mapping files (what an ops team copies).
+fn shipped_yaml() -> Vec<std::path::PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("read dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "yaml") {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for dir in ["config", "mappings", "deploy/config"] {
+        walk(&common::repo_path(dir), &mut out);
+    }
+    out.sort();
+    out
+}
+
+/// docs/schemas/ is exactly what `aap-gateway schema` prints (`AAP_REGENERATE=1` rewrites it);
+/// every shipped YAML file names its schema on its first line, and is valid against it.
+#[test]
+fn editor_schemas_are_generated_shipped_named_and_hold_for_the_shipped_files() {
+    use aap_gateway::tools::editor_schema::Kind;
+    let args = |kind: Kind| -> Vec<&'static str> {
+        match kind {
+            Kind::Config => vec!["schema", "config"],
+            Kind::Upstreams => vec!["schema", "mapping", "upstreams"],
+            Kind::Common => vec!["schema", "mapping", "common"],
+            Kind::Feed => vec!["schema", "mapping", "feed"],
+            Kind::Skill => vec!["schema", "mapping", "skill"],
+        }
+    };
+    let mut validators = Vec::new();
+    for kind in Kind::ALL {
+        let out = gateway(&args(kind), None);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let generated = text(&out.stdout);
+        let path = common::repo_path(&format!("docs/schemas/{}", kind.file_name()));
+        if std::env::var_os("AAP_REGENERATE").is_some() {
+            std::fs::write(&path, &generated).expect("write schema");
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "{} is stale: regenerate with `AAP_REGENERATE=1 cargo test --test ops_tools \
+             editor_schemas`",
+            path.display()
+        );
+        let schema: serde_json::Value = serde_json::from_str(&generated).expect("JSON");
+        let validator = jsonschema::draft7::new(&schema).expect("a valid draft-7 schema");
+        validators.push((kind, validator));
+    }
+    // The schemas do refuse: an unknown key, a value of the wrong type.
+    let config = &validators[0].1;
+    assert!(!config.is_valid(&json!({ "colour": "red", "dealers": [] })));
+    assert!(!config.is_valid(&json!({ "dealers": [], "limits": { "max_body_bytes": "big" } })));
+    let files = shipped_yaml();
+    assert!(files.len() >= 20, "{files:?}");
+    for file in files {
+        let source = std::fs::read_to_string(&file).expect("read");
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        let kind = Kind::of_file(name);
+        let first = source.lines().next().unwrap_or_default();
+        let target = first
+            .strip_prefix("# yaml-language-server: $schema=")
+            .unwrap_or_else(|| panic!("{}: no schema line", file.display()));
+        let resolved = file.parent().expect("dir").join(target);
+        assert_eq!(
+            std::fs::canonicalize(&resolved).ok(),
+            std::fs::canonicalize(common::repo_path(&format!(
+                "docs/schemas/{}",
+                kind.file_name()
+            )))
+            .ok(),
+            "{}: {target}",
+            file.display()
+        );
+        let (value, _) = aap_gateway::settings::yaml::parse(&file, &source).expect("YAML");
+        let (_, validator) = validators
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .expect("validator");
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .map(|e| format!("{}: {e}", e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{}: {errors:?}", file.display());
+    }
 }

@@ -12,6 +12,42 @@ use aap_gateway::app::App;
 use aap_gateway::settings::{self, Settings};
 use aap_gateway::tools::{reference, render};
 
+/// What `aap-gateway schema` prints.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum SchemaOf {
+    /// The configuration file.
+    Config,
+    /// A mapping file: `upstreams`, `common`, `feed` or `skill` (any `<skill>.yaml`).
+    Mapping {
+        #[arg(value_enum)]
+        file: MappingFile,
+    },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum MappingFile {
+    Upstreams,
+    Common,
+    Feed,
+    Skill,
+}
+
+/// `aap-gateway schema config|mapping FILE`: the JSON Schema docs/schemas/ ships.
+pub(crate) fn schema(of: &SchemaOf) -> ExitCode {
+    use aap_gateway::tools::editor_schema::{Kind, schema};
+    let kind = match of {
+        SchemaOf::Config => Kind::Config,
+        SchemaOf::Mapping { file } => match file {
+            MappingFile::Upstreams => Kind::Upstreams,
+            MappingFile::Common => Kind::Common,
+            MappingFile::Feed => Kind::Feed,
+            MappingFile::Skill => Kind::Skill,
+        },
+    };
+    say(&schema(kind));
+    ExitCode::SUCCESS
+}
+
 /// `aap-gateway reference`: docs/reference.md on stdout.
 pub(crate) fn reference() -> ExitCode {
     say(&reference::markdown());

@@ -108,6 +108,7 @@ fn scaffold(
     }
     for (name, text) in files {
         let path = folder.join(name);
+        let text = format!("{}{text}", schema_line(&folder, name));
         std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         written.push(path);
     }
@@ -122,7 +123,11 @@ fn scaffold(
             t.push_str(&entry(id, &folder_ref));
             t
         }
-        None => format!("{NEW_CONFIG}dealers:\n{}", entry(id, &folder_ref)),
+        None => format!(
+            "{}{NEW_CONFIG}dealers:\n{}",
+            schema_line(config_dir, "gateway.yaml"),
+            entry(id, &folder_ref)
+        ),
     };
     std::fs::write(config, &new_text)
         .map_err(|e| format!("cannot write {}: {e}", config.display()))?;
@@ -147,6 +152,33 @@ fn scaffold(
         ));
     }
     Ok(written)
+}
+
+/// The `# yaml-language-server: $schema=…` line for file `name` written into `dir`, pointing at
+/// docs/schemas/ when the command runs in a checkout of the gateway (else no line: the path
+/// would dangle).
+fn schema_line(dir: &Path, name: &str) -> String {
+    let kind = aap_gateway::tools::editor_schema::Kind::of_file(name);
+    let Ok(schemas) = std::fs::canonicalize(Path::new("docs/schemas")) else {
+        return String::new();
+    };
+    let Ok(from) = std::fs::canonicalize(dir) else {
+        return String::new();
+    };
+    let common = from
+        .components()
+        .zip(schemas.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut rel = PathBuf::new();
+    for _ in from.components().skip(common) {
+        rel.push("..");
+    }
+    for c in schemas.components().skip(common) {
+        rel.push(c);
+    }
+    rel.push(kind.file_name());
+    format!("# yaml-language-server: $schema={}\n", rel.display())
 }
 
 fn skill_file_name(skill: &str) -> &'static str {

@@ -282,6 +282,23 @@ pub fn load_with_env(path: &Path, env: HashMap<String, String>) -> Result<Settin
     }
 }
 
+/// The configuration file's keys, in the order `read` takes them; `file::FileConfig` (the
+/// file's JSON Schema) has exactly these fields.
+pub const TOP_LEVEL_KEYS: &[&str] = &[
+    "listen",
+    "admin_listen",
+    "aap",
+    "bindings",
+    "limits",
+    "connections",
+    "telemetry",
+    "idempotency",
+    "rate_limit",
+    "auth",
+    "provider",
+    "dealers",
+];
+
 struct Loader {
     source: SourceMap,
     env_vars: Vec<String>,
@@ -335,20 +352,7 @@ impl Loader {
     }
 
     fn read(&mut self, mut root: config::Map<String, config::Value>) -> Option<Settings> {
-        const KNOWN: &[&str] = &[
-            "listen",
-            "admin_listen",
-            "aap",
-            "bindings",
-            "limits",
-            "connections",
-            "telemetry",
-            "idempotency",
-            "rate_limit",
-            "auth",
-            "provider",
-            "dealers",
-        ];
+        const KNOWN: &[&str] = TOP_LEVEL_KEYS;
         let unknown: Vec<String> = root
             .keys()
             .filter(|k| !KNOWN.contains(&k.as_str()))
