@@ -17,7 +17,7 @@
 
 use std::hint::black_box;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use aap_gateway::mapping::Handler;
 use aap_gateway::mapping::decode::Declared;
@@ -200,13 +200,7 @@ fn bench(c: &mut Criterion) {
     runtime.block_on(dms.shutdown());
 
     // The hand-assembled extraction and the engine must agree before either is measured.
-    let canned = Canned {
-        status: StatusCode::OK,
-        content_type: None,
-        body: body.clone(),
-        seen: Mutex::new(Vec::new()),
-        records: std::sync::atomic::AtomicUsize::new(0),
-    };
+    let canned = Canned::new(StatusCode::OK, None, body.clone());
     let by_engine = runtime
         .block_on(mapped.execute_with(Transport::Canned(&canned), &request))
         .expect("engine search");

@@ -62,6 +62,56 @@ impl AapCode {
         AapCode::ALL.into_iter().find(|c| c.as_str() == code)
     }
 
+    /// When the gateway answers this code, as docs/reference.md and `check` tell mapping
+    /// authors (docs/protocol.md §AAP error codes has the same table).
+    pub fn when(self) -> &'static str {
+        match self {
+            AapCode::UnsupportedSkill => {
+                "`data.type` names no AAP skill, or one this dealer does not serve; a mapping \
+                 rule may say so for a request the dealer's system cannot answer"
+            }
+            AapCode::SchemaValidationFailed => {
+                "the request fails its schema and no narrower code applies; a request value \
+                 that cannot be sent to the dealer's system"
+            }
+            AapCode::MissingRequiredField => {
+                "every schema failure is a missing field; `inventory.vehicle` without an \
+                 identifier; a test drive without a vehicle where the dealer requires one"
+            }
+            AapCode::InvalidCondition => {
+                "every schema failure is a condition of the other vocabulary (a trade-in value \
+                 in a sale condition or the reverse)"
+            }
+            AapCode::VehicleNotFound => {
+                "no listing matches the identifiers (vehicle detail, a lead's vehicle check, a \
+                 mapping rule such as an upstream 404)"
+            }
+            AapCode::VehicleUnavailable => {
+                "the listing exists but is not in a servable status (sold, removed)"
+            }
+            AapCode::ContactConsentRequired => {
+                "a lead without consent, or with no channel the customer may be contacted on"
+            }
+            AapCode::InvalidConsent => {
+                "a lead whose consent is present but unusable: malformed, expired, granted in \
+                 the future, channels not covered"
+            }
+            AapCode::AppointmentTimeUnavailable => {
+                "only when a lead mapping's error rule says so (the CRM refused the time)"
+            }
+            AapCode::IdempotencyConflict => {
+                "a lead's `idempotency_key` reused with another payload"
+            }
+            AapCode::RateLimited => {
+                "a quota is spent or the gateway sheds load; with `Retry-After`"
+            }
+            AapCode::InternalError => {
+                "anything failing inside the gateway or behind it: upstream timeout, refusal, \
+                 5xx, undecodable reply, a mapped reply that breaks the AAP schema"
+            }
+        }
+    }
+
     /// The default `retryable` of docs/protocol.md §AAP error codes.
     pub fn retryable_by_default(self) -> bool {
         matches!(self, AapCode::RateLimited | AapCode::InternalError)

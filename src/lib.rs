@@ -42,4 +42,5 @@ pub mod schema;
 pub mod server;
 pub mod settings;
 pub mod telemetry;
+pub mod tools;
 pub mod upstream;

@@ -1,5 +1,7 @@
 //! The `aap-gateway` command line. Everything else lives in the library.
 
+mod cli;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -67,6 +69,71 @@ enum Command {
         /// Only the examples of this skill, e.g. inventory.search.
         #[arg(long)]
         skill: Option<String>,
+        /// Also print the upstream request(s) each passing example sends (secrets masked).
+        #[arg(long)]
+        show_requests: bool,
+    },
+    /// Print the JSON Schema of the configuration file or of a mapping file (docs/schemas/
+    /// ships them for editors: `# yaml-language-server: $schema=…`).
+    Schema {
+        #[command(subcommand)]
+        of: cli::SchemaOf,
+    },
+    /// Print docs/reference.md: every AAP field a mapping produces or reads (type, unit, values,
+    /// required) and the twelve AAP error codes, generated from the gateway's own schemas.
+    Reference,
+    /// Dry run: print the exact upstream request(s) a dealer's mapping sends for an AAP request
+    /// (secrets masked) and, given a canned upstream reply, the AAP reply. No network.
+    Render {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The dealer id.
+        #[arg(long)]
+        dealer: String,
+        /// The AAP request (JSON: the DataPart `data`, or a whole SendMessage call); `-` or
+        /// absent reads stdin.
+        #[arg(long)]
+        request: Option<PathBuf>,
+        /// A file holding the upstream's reply body, to see the AAP reply it becomes.
+        #[arg(long)]
+        upstream_reply: Option<PathBuf>,
+        /// The HTTP status of that reply.
+        #[arg(long, default_value_t = 200)]
+        upstream_status: u16,
+        /// Its Content-Type (its charset= counts, as for a live reply).
+        #[arg(long)]
+        upstream_content_type: Option<String>,
+    },
+    /// Live self-check: run a spread of AAP searches against the dealer's real system twice —
+    /// as the search mapping translates them and completed in the gateway from one full scan —
+    /// and print every difference with the request that shows it; exits 1 on any.
+    Verify {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The dealer id.
+        #[arg(long)]
+        dealer: String,
+        /// At most this many searches.
+        #[arg(long, default_value_t = 60)]
+        max_searches: usize,
+        /// Pause between searches, to spare a fragile system (e.g. 200ms, 1s).
+        #[arg(long, default_value = "200ms")]
+        pause: humantime::Duration,
+    },
+    /// Write a commented mapping folder for a new dealer, every skill stubbed as
+    /// UNSUPPORTED_SKILL until filled in, and its entry in the configuration file.
+    NewDealer {
+        /// The dealer id (letters, digits, `_`, `-`).
+        id: String,
+        /// What the dealer's inventory system is.
+        #[arg(long, value_enum)]
+        kind: cli::new_dealer::Kind,
+        /// The configuration file to add the dealer to (created when it does not exist).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The mapping folder to create; default `mappings/<id>` next to the configuration.
+        #[arg(long)]
+        mappings: Option<PathBuf>,
     },
     /// Print the agent card JSON a dealer would serve.
     Card {
@@ -96,9 +163,47 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config } => exit(check(&config, run_examples)),
-        Command::TestMappings { config, skill } => {
-            exit(test_mappings(&config, skill.as_deref(), run_examples))
-        }
+        Command::TestMappings {
+            config,
+            skill,
+            show_requests,
+        } => exit(test_mappings(
+            &config,
+            skill.as_deref(),
+            show_requests,
+            run_examples,
+        )),
+        Command::Reference => cli::reference(),
+        Command::Schema { of } => cli::schema(&of),
+        Command::Render {
+            config,
+            dealer,
+            request,
+            upstream_reply,
+            upstream_status,
+            upstream_content_type,
+        } => cli::render(
+            &config,
+            &dealer,
+            cli::RenderInput {
+                request: request.as_deref(),
+                upstream_reply: upstream_reply.as_deref(),
+                upstream_status,
+                upstream_content_type,
+            },
+        ),
+        Command::Verify {
+            config,
+            dealer,
+            max_searches,
+            pause,
+        } => cli::verify(&config, &dealer, max_searches, pause.into()),
+        Command::NewDealer {
+            id,
+            kind,
+            config,
+            mappings,
+        } => cli::new_dealer::run(&id, kind, &config, mappings.as_deref()),
         Command::Card { config, dealer } => card(&config, dealer.as_deref()),
         Command::Serve { config } => {
             let Some(settings) = load(&config) else {
@@ -238,17 +343,9 @@ fn run_examples(app: &App) -> Result<Ran, String> {
     Ok(rt.block_on(examples::run_all(app)))
 }
 
-fn test_mappings(config: &Path, skill: Option<&str>, run: Runner) -> bool {
-    let Some(settings) = load(config) else {
+fn test_mappings(config: &Path, skill: Option<&str>, show_requests: bool, run: Runner) -> bool {
+    let Some((app, secrets)) = cli::build(config) else {
         return false;
-    };
-    let listen = settings.listen;
-    let app = match App::build(settings, listen) {
-        Ok(app) => app,
-        Err(problems) => {
-            print_problems(&problems);
-            return false;
-        }
     };
     let ran = match run(&app) {
         Ok(ran) => ran,
@@ -266,6 +363,11 @@ fn test_mappings(config: &Path, skill: Option<&str>, run: Runner) -> bool {
             Ok(()) => {
                 passed += 1;
                 say!("ok    {dealer} {} — {}", example.skill, example.case.name);
+                if show_requests {
+                    let text = cli::example_requests(&app, &dealer, &example, &secrets);
+                    use std::io::Write as _;
+                    let _ = write!(std::io::stdout().lock(), "{text}");
+                }
             }
             Err(failure) => {
                 failed += 1;
@@ -428,8 +530,8 @@ mod tests {
     #[test]
     fn examples_that_cannot_run_fail_check_and_test_mappings() {
         assert!(check(&demo_config(), run_examples));
-        assert!(test_mappings(&demo_config(), None, run_examples));
+        assert!(test_mappings(&demo_config(), None, false, run_examples));
         assert!(!check(&demo_config(), no_runtime));
-        assert!(!test_mappings(&demo_config(), None, no_runtime));
+        assert!(!test_mappings(&demo_config(), None, false, no_runtime));
     }
 }

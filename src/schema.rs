@@ -90,6 +90,11 @@ const FILES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The schema files as `(name, text)`, e.g. for docs/reference.md, generated from them.
+pub fn files() -> &'static [(&'static str, &'static str)] {
+    FILES
+}
+
 /// A schema file that does not parse or compile; a build defect, reported at start-up.
 #[derive(Debug, thiserror::Error)]
 #[error("schema `{file}`: {message}")]

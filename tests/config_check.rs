@@ -222,7 +222,9 @@ fn broken_mappings_report_every_problem_with_its_location() {
             "{d}/inventory.search.yaml:8:17: `pages` is not a paging style; use `page` or `offset`"
         ),
         format!("{d}/inventory.search.yaml:10:18: jq: unclosed `[`"),
-        format!("{d}/inventory.search.yaml:15:27: jq: undefined function `tonumbr/0`"),
+        format!(
+            "{d}/inventory.search.yaml:15:27: jq: undefined function `tonumbr/0`; besides jq's builtins the gateway's helpers are nonempty/0, lookup/1, dollars/0, miles/0, int/0, num/0, legacy_date/0, legacy_datetime/1, lower/0, upper/0, title/0, compact/0, split_list/1"
+        ),
         format!("{d}/inventory.vehicle.yaml:6:5: `Bad Header` is not a valid header name"),
         // common.yaml's `def vehicle` gives no `status`: every unit would answer VEHICLE_UNAVAILABLE.
         format!(
@@ -361,4 +363,36 @@ fn an_example_whose_every_unit_is_hidden_says_why() {
     assert!(ok, "{stdout}");
     let (ok, stdout) = test_search_mapping(&status_table_search(none, "{}"));
     assert!(ok, "an empty upstream page hides nothing: {stdout}");
+}
+
+#[test]
+fn warnings_point_at_their_key_or_at_the_file_when_the_key_is_absent() {
+    let f = "tests/fixtures/config/no-aap-section.yaml";
+    let (ok, _, stderr) = check(f);
+    assert!(ok, "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    // No `aap:` section: the file, not `listen:` on line 1.
+    assert!(
+        lines.contains(
+            &format!(
+                "{f}: the draft AAP extension URI is for development only; never publish it (warning)"
+            )
+            .as_str()
+        ),
+        "{stderr}"
+    );
+    // `card.url` absent: the dealer's card, where the key belongs.
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(&format!("{f}:6:5: card.url is not set"))),
+        "{stderr}"
+    );
+    // With the key present, its own line.
+    let (_, _, stderr) = check("config/demo.yaml");
+    assert!(
+        stderr
+            .contains("config/demo.yaml:9:3: the draft AAP extension URI is for development only"),
+        "{stderr}"
+    );
 }

@@ -76,6 +76,37 @@ async fn a_spent_quota_is_rate_limited_in_the_protocols_shape() {
     assert_eq!(reply.headers["a2a-extensions"], EXT);
 }
 
+/// `bindings.jsonrpc.rate_limited_status: 429`: the same JSON-RPC body, now with the HTTP status
+/// proxies understand; a value other than 200 or 429 is refused where it is written.
+#[tokio::test]
+async fn rate_limited_status_429_makes_throttling_visible_to_http() {
+    let gw = gateway(
+        "bindings:\n  jsonrpc: { rate_limited_status: 429 }\nrate_limit:\n  default: { rate: 1/min, burst: 1 }",
+    )
+    .await;
+    let first = call(&gw, "/a2a", &[]).await;
+    assert!(ok(&first), "{}", first.text);
+    assert_eq!(first.status, 200, "successes stay 200");
+    let reply = call(&gw, "/a2a", &[]).await;
+    assert_eq!(reply.status, 429, "{}", reply.text);
+    assert_eq!(reply.error_code(), -32000, "{}", reply.text);
+    assert_eq!(reply.aap_code(), "RATE_LIMITED");
+    assert_eq!(reply.aap_error()["retryable"], true);
+    assert_eq!(reply.headers["retry-after"], "60");
+    assert_eq!(reply.headers["a2a-extensions"], EXT);
+    // Other errors keep HTTP 200.
+    let other = gw
+        .send("/other/a2a", json!({ "type": "inventory.search.request" }))
+        .await;
+    assert_eq!(other.aap_code(), "UNSUPPORTED_SKILL");
+    assert_eq!(other.status, 200);
+
+    common::assert_settings_problems(
+        "bindings:\n  jsonrpc:\n    rate_limited_status: 503\ndealers: []\n",
+        &[(3, "`503` is not one of 200, 429")],
+    );
+}
+
 #[tokio::test]
 async fn skills_and_dealers_have_their_own_buckets() {
     let gw = gateway(
@@ -342,7 +373,11 @@ fn bad_limit_and_auth_settings_are_located() {
             (2, "`memcached` is not a backend; expected memory or redis"),
             (3, "`often` is not a rate like 10/s, 600/min or 5/10s"),
             (4, "`not-an-ip` is not an address or CIDR like 10.0.0.0/8"),
-            (6, "`inventory.teleport` is not an AAP skill"),
+            (
+                6,
+                "`inventory.teleport` is not an AAP skill; use one of dealer.information, \
+                 inventory.facets, inventory.search, inventory.vehicle, lead.submit",
+            ),
             (11, "must be the 64 hex digits of the key's SHA-256"),
         ],
     );

@@ -23,7 +23,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 
 use aap_gateway::mapping::Handler;
 use aap_gateway::mapping::execute::{Canned, Mapped, Transport};
@@ -161,13 +161,7 @@ fn rendered(
     body: &'static str,
     request: &Value,
 ) -> Vec<Rendered> {
-    let canned = Canned {
-        status,
-        content_type: None,
-        body: Bytes::from_static(body.as_bytes()),
-        seen: Mutex::new(Vec::new()),
-        records: std::sync::atomic::AtomicUsize::new(0),
-    };
+    let canned = Canned::new(status, None, Bytes::from_static(body.as_bytes()));
     // The outcome does not matter here (a 404 is VEHICLE_NOT_FOUND); the calls do.
     let _ = RUNTIME.block_on(mapped.execute_with(Transport::Canned(&canned), request));
     canned.seen.into_inner().expect("seen")

@@ -1,7 +1,9 @@
 //! The JSON-RPC 2.0 binding: HTTP request in, HTTP response out.
 //!
 //! Checks run in the order of docs/protocol.md §Order of checks; every JSON-RPC reply, success or
-//! error, is HTTP 200, because generic A2A clients lose the error code on any other status.
+//! error, is HTTP 200, because generic A2A clients lose the error code on any other status —
+//! except authentication refusals and, when `bindings.jsonrpc.rate_limited_status` is 429,
+//! `RATE_LIMITED` (docs/protocol.md §Rate limits).
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
@@ -11,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::{headers, send_message};
 use crate::app::{App, Dealer};
-use crate::error::AapError;
+use crate::error::{AapCode, AapError};
 use crate::protocol::Caller;
 use crate::telemetry::request::RequestLog;
 
@@ -52,7 +54,7 @@ pub async fn serve(
             result,
         }),
         Err(error) => {
-            let (body, wire_status, wire_retry_after) = error_body(dealer, &id, &error, log);
+            let (body, wire_status, wire_retry_after) = error_body(app, dealer, &id, &error, log);
             status = wire_status;
             retry_after = wire_retry_after;
             body
@@ -66,8 +68,13 @@ pub async fn serve(
 
 /// The reply to a request refused before its body was read: a JSON-RPC error whose `id` is
 /// null (it was never seen).
-pub fn refusal(dealer: &Dealer, error: &AapError, log: &mut RequestLog) -> Response<Full<Bytes>> {
-    let (body, status, retry_after) = error_body(dealer, &Value::Null, error, log);
+pub fn refusal(
+    app: &App,
+    dealer: &Dealer,
+    error: &AapError,
+    log: &mut RequestLog,
+) -> Response<Full<Bytes>> {
+    let (body, status, retry_after) = error_body(app, dealer, &Value::Null, error, log);
     let mut response = respond(body, None);
     *response.status_mut() = status;
     headers::error_headers(response.headers_mut(), status, retry_after);
@@ -76,12 +83,21 @@ pub fn refusal(dealer: &Dealer, error: &AapError, log: &mut RequestLog) -> Respo
 
 /// An error's JSON-RPC body, HTTP status and retry hint; notes its outcome in `log`.
 fn error_body(
+    app: &App,
     dealer: &Dealer,
     id: &Id,
     error: &AapError,
     log: &mut RequestLog,
 ) -> (Vec<u8>, StatusCode, Option<std::time::Duration>) {
     let wire = super::report(error, dealer);
+    // Opt-in: HTTP infrastructure sees throttling; the body stays the JSON-RPC -32000 error.
+    let status = if app.settings.jsonrpc_rate_limited_http_status
+        && wire.reason == AapCode::RateLimited.as_str()
+    {
+        wire.http_status
+    } else {
+        wire.rpc_status
+    };
     log.outcome = wire.reason;
     let body = encode(&RpcError {
         jsonrpc: "2.0",
@@ -92,7 +108,7 @@ fn error_body(
             data: &wire.details,
         },
     });
-    (body, wire.rpc_status, wire.retry_after)
+    (body, status, wire.retry_after)
 }
 
 enum Success {

@@ -3,8 +3,7 @@
 //! compared with what the example expects (subset match). Used by `test-mappings`, `check` and
 //! the test suite.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -62,24 +61,8 @@ pub async fn run(example: &Example, handler: &Handler, schemas: &Schemas) -> Res
         };
     }
     let canned = canned(example)?;
-    let outcome = match handler {
-        Handler::Static(reply) => Ok(reply.payload.get("data").cloned().unwrap_or(Value::Null)),
-        Handler::Proxy(m) => m.execute_with(Transport::Canned(&canned), &request).await,
-        Handler::DerivedFacets(m) => m.facets(Transport::Canned(&canned), &request).await,
-        Handler::Feed { skill, feed } => match feed.fetch(Transport::Canned(&canned)).await {
-            Ok(snapshot) => snapshot.answer(*skill, &request),
-            Err(e) => Err(e),
-        },
-        Handler::Lead(lead) => run_lead(lead, &canned, &request).await,
-    };
-    let soap = match handler {
-        Handler::Proxy(m) | Handler::DerivedFacets(m) => m.upstream.soap().is_some(),
-        Handler::Lead(lead) => match &lead.delivery {
-            super::lead::Delivery::Http(m) => m.upstream.soap().is_some(),
-            super::lead::Delivery::Mail(_) => false,
-        },
-        Handler::Static(_) | Handler::Feed { .. } => false,
-    };
+    let outcome = answer(handler, &canned, &request).await;
+    let soap = upstream_of(handler).is_some_and(|u| u.soap().is_some());
     let calls = canned.seen.lock().map(|s| s.clone()).unwrap_or_default();
     let malformed: Vec<String> = calls
         .iter()
@@ -165,6 +148,38 @@ pub async fn run(example: &Example, handler: &Handler, schemas: &Schemas) -> Res
     }
 }
 
+/// The response `data` `handler` builds for a validated `request` when every upstream call gets
+/// `canned`'s reply (which records the calls): examples, and `render`'s dry runs.
+pub async fn answer(
+    handler: &Handler,
+    canned: &Canned,
+    request: &Value,
+) -> Result<Value, AapError> {
+    match handler {
+        Handler::Static(reply) => Ok(reply.payload.get("data").cloned().unwrap_or(Value::Null)),
+        Handler::Proxy(m) => m.execute_with(Transport::Canned(canned), request).await,
+        Handler::DerivedFacets(m) => m.facets(Transport::Canned(canned), request).await,
+        Handler::Feed { skill, feed } => match feed.fetch(Transport::Canned(canned)).await {
+            Ok(snapshot) => snapshot.answer(*skill, request),
+            Err(e) => Err(e),
+        },
+        Handler::Lead(lead) => run_lead(lead, canned, request).await,
+    }
+}
+
+/// The HTTP upstream `handler` calls, if it calls one (a lead delivered by mail does not).
+pub fn upstream_of(handler: &Handler) -> Option<&crate::upstream::Upstream> {
+    match handler {
+        Handler::Proxy(m) | Handler::DerivedFacets(m) => Some(m.upstream.as_ref()),
+        Handler::Feed { feed, .. } => Some(feed.upstream.as_ref()),
+        Handler::Lead(lead) => match &lead.delivery {
+            super::lead::Delivery::Http(m) => Some(m.upstream.as_ref()),
+            super::lead::Delivery::Mail(_) => None,
+        },
+        Handler::Static(_) => None,
+    }
+}
+
 /// Why a rendered call's body is malformed for its format, if it is: a JSON body must parse, and
 /// an XML one (a SOAP Body's content, an ADF document) must be well-formed.
 fn malformed_body(call: &super::request::Rendered, soap: bool) -> Option<String> {
@@ -226,7 +241,8 @@ async fn run_lead(lead: &LeadMapping, canned: &Canned, request: &Value) -> Resul
     Ok(reply.payload.get("data").cloned().unwrap_or(Value::Null))
 }
 
-fn canned(example: &Example) -> Result<Canned, Failure> {
+/// The canned upstream of `example`: its `upstream_reply`, or an empty 200.
+pub fn canned(example: &Example) -> Result<Canned, Failure> {
     let reply = example.case.upstream_reply.as_ref();
     let status = reply.map_or(200, |r| r.status);
     let body = match reply {
@@ -264,13 +280,11 @@ fn canned(example: &Example) -> Result<Canned, Failure> {
         })?),
         None => None,
     };
-    Ok(Canned {
-        status: StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
+    Ok(Canned::new(
+        StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
         content_type,
         body,
-        seen: Mutex::new(Vec::new()),
-        records: AtomicUsize::new(0),
-    })
+    ))
 }
 
 fn error_code(error: &AapError) -> Option<&'static str> {

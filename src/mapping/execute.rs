@@ -241,6 +241,19 @@ pub struct Canned {
     pub records: std::sync::atomic::AtomicUsize,
 }
 
+impl Canned {
+    /// An upstream that answers every call with `status`, `content_type` and `body`.
+    pub fn new(status: StatusCode, content_type: Option<http::HeaderValue>, body: Bytes) -> Canned {
+        Canned {
+            status,
+            content_type,
+            body,
+            seen: Mutex::new(Vec::new()),
+            records: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+}
+
 /// A compiled proxy-mode skill.
 #[derive(Debug)]
 pub struct Mapped {
@@ -303,6 +316,14 @@ impl Mapped {
             )));
         };
         self.object_with(transport, request, jq, Some(lead)).await
+    }
+
+    /// Every listing the upstream has (no filter sent; at most `scan_limit` records), for
+    /// `aap-gateway verify` to answer searches from with AAP semantics.
+    pub async fn full_scan(&self) -> Result<Arc<Inventory>, AapError> {
+        let everything = json!({ "type": "inventory.search.request" });
+        self.scan(Transport::Live(&self.upstream), &everything)
+            .await
     }
 
     /// Derived facets of `inventory.facets` (`derive: search`): scan, then aggregate.

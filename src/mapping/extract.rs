@@ -637,6 +637,13 @@ fn helper_funs<D: for<'a> DataT<V<'a> = Val>>() -> impl Iterator<Item = native::
     funs.into_iter().map(native::run::<D>)
 }
 
+/// `name/arity` of every helper, for the message that refuses an unknown function.
+fn helper_names() -> Vec<String> {
+    helper_funs::<Data>()
+        .map(|(name, arity, _)| format!("{name}/{}", arity.len()))
+        .collect()
+}
+
 fn load_error(code: &str, errs: load::Errors<&str, ()>) -> JqCompileError {
     let mut found = Vec::new();
     for (file, err) in errs {
@@ -690,7 +697,11 @@ fn undefined_error(code: &str, errs: jaq_core::compile::Errors<&str, ()>) -> JqC
         let ours = same_text(file.code, code);
         for (name, undefined) in errs {
             let message = match undefined {
-                Undefined::Filter(arity) => format!("undefined function `{name}/{arity}`"),
+                Undefined::Filter(arity) => format!(
+                    "undefined function `{name}/{arity}`; besides jq's builtins the gateway's \
+                     helpers are {}",
+                    helper_names().join(", ")
+                ),
                 Undefined::Var => format!("undefined variable `{name}`"),
                 Undefined::Label => format!("undefined label `{name}`"),
                 Undefined::Mod => format!("undefined module `{name}`"),
@@ -1823,6 +1834,9 @@ mod tests {
         );
     }
 
+    /// The choices an unknown function's message lists.
+    const HELPERS_LISTED: &str = "besides jq's builtins the gateway's helpers are nonempty/0, lookup/1, dollars/0, miles/0, int/0, num/0, legacy_date/0, legacy_datetime/1, lower/0, upper/0, title/0, compact/0, split_list/1";
+
     #[test]
     fn compile_errors_are_located() {
         let program = "{\n  vin: .VIN,\n  make: (.Make | frobnicate),\n}";
@@ -1831,7 +1845,11 @@ mod tests {
             .map(|e| (e.line, e.col, e.to_string()));
         assert_eq!(
             err,
-            Some((3, 18, "3:18: undefined function `frobnicate/0`".to_string()))
+            Some((
+                3,
+                18,
+                format!("3:18: undefined function `frobnicate/0`; {HELPERS_LISTED}")
+            ))
         );
 
         let err = Jq::compile("{\n  a: $nope\n}")
@@ -1870,7 +1888,10 @@ mod tests {
             .err()
             .map(|e| e.message)
             .unwrap_or_default();
-        assert_eq!(err, "undefined function `foo/0` (and 1 more error)");
+        assert_eq!(
+            err,
+            format!("undefined function `foo/0`; {HELPERS_LISTED} (and 1 more error)")
+        );
 
         assert!(Jq::compile(r#"import "x" as x; ."#).is_err());
     }

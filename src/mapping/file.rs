@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// `common.yaml`: shared by every skill file of the folder.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileCommon {
     /// Lookup tables available as `tables` (templates) and `$tables` (jq) in every skill file.
@@ -21,7 +21,7 @@ pub struct FileCommon {
 }
 
 /// One `<skill>.yaml`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileSkill {
     /// The AAP skill this file serves, e.g. `inventory.search`.
@@ -68,10 +68,14 @@ pub struct FileSkill {
     /// Cases run by `test-mappings` and the test suite.
     #[serde(default)]
     pub examples: Vec<FileExample>,
+    /// Not mapped yet (what `aap-gateway new-dealer` writes): the skill is left off the card
+    /// and answers `UNSUPPORTED_SKILL`, and `check` notes why, until the key is removed.
+    #[serde(default)]
+    pub unsupported: Option<String>,
 }
 
 /// How a dealer takes leads, besides where they are delivered.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileLead {
     /// Channels the dealer's staff follow up on (`email`, `phone`, `sms`). A consent grant that
@@ -102,7 +106,7 @@ fn default_timezone() -> String {
 
 /// The e-mail of a lead delivered over SMTP: the ADF document is the body, the consent grant
 /// an attached `consent.json` (ADF has no place for it, and it must never be dropped).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileMail {
     /// Subject template (text).
@@ -117,7 +121,7 @@ fn default_scan_cache() -> String {
     "30s".to_owned()
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FileMode {
     #[default]
@@ -126,7 +130,7 @@ pub enum FileMode {
 }
 
 /// An upstream call, rendered from templates.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileRequest {
     /// HTTP method; GET and HEAD are retried on failure, others never. Default `GET`, and
@@ -164,7 +168,7 @@ pub struct FileRequest {
     pub supports: Option<FileSupports>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FilePagination {
     /// `page` (page number + page size) or `offset` (offset + limit).
@@ -200,7 +204,7 @@ fn default_max_size() -> u64 {
 /// What the upstream does itself, so that the engine lets it (docs/mappings.md, "Searching").
 /// Everything declared here must give exactly AAP's answer; what is not declared the gateway
 /// completes itself.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileSupports {
     /// What the upstream's pages hold: `all` (the default: sold and held units too, as most
@@ -222,7 +226,7 @@ pub struct FileSupports {
     pub list_separator: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FileListing {
     #[default]
@@ -230,14 +234,14 @@ pub enum FileListing {
     Listable,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum FileFilterSupport {
     Name(String),
     Detailed(FileFilterDetail),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileFilterDetail {
     /// The AAP filter key.
@@ -248,7 +252,7 @@ pub struct FileFilterDetail {
     pub values: FileValues,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FileValues {
     #[default]
@@ -256,14 +260,14 @@ pub enum FileValues {
     One,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum FileSortSupport {
     Field(String),
     Detailed(FileSortDetail),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileSortDetail {
     /// The AAP sort field.
@@ -276,7 +280,7 @@ pub struct FileSortDetail {
     pub missing: FileMissing,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FileMissing {
     #[default]
@@ -287,7 +291,7 @@ pub enum FileMissing {
 }
 
 /// How an upstream reply becomes AAP data.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileResponse {
     /// List skills: jq selecting the legacy records in one reply (or the whole feed).
@@ -314,7 +318,7 @@ pub struct FileResponse {
     pub list_elements: Vec<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileErrorRule {
     pub when: FileWhen,
@@ -332,7 +336,7 @@ pub struct FileErrorRule {
     pub message: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum FileRuleReply {
     /// `response` or `empty`.
@@ -341,14 +345,14 @@ pub enum FileRuleReply {
     Jq(FileRuleJq),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileRuleJq {
     pub jq: String,
 }
 
 /// All given conditions must hold.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileWhen {
     /// Status code(s): `404`, `[404, 410]` or a class like `"4xx"`.
@@ -364,7 +368,7 @@ pub struct FileWhen {
 }
 
 /// `feed.yaml`: the dealer's whole inventory as one document, cached and searched in the gateway.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileFeed {
     /// Upstream name from `upstreams.yaml`.
@@ -406,7 +410,7 @@ fn default_max_stale() -> String {
 }
 
 /// One example case.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileExample {
     pub name: String,
@@ -426,7 +430,7 @@ pub struct FileExample {
     pub expect_error: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileReply {
     #[serde(default = "default_status")]

@@ -286,8 +286,14 @@ impl Loader<'_> {
             };
             let stem = name.trim_end_matches(".yaml").trim_end_matches(".yml");
             let Some(skill) = Skill::from_id(&file.skill) else {
-                self.problems
-                    .push(src.problem("/skill", format!("`{}` is not an AAP skill", file.skill)));
+                self.problems.push(src.problem(
+                    "/skill",
+                    format!(
+                        "`{}` is not an AAP skill; use one of {}",
+                        file.skill,
+                        Skill::ids()
+                    ),
+                ));
                 continue;
             };
             if stem != skill.id() {
@@ -306,6 +312,26 @@ impl Loader<'_> {
         skill_files.sort_by_key(|(s, _, f)| (f.derive.is_some(), *s));
         let mut mapped: HashMap<Skill, Arc<Mapped>> = HashMap::new();
         for (skill, src, file) in skill_files {
+            if let Some(why) = &file.unsupported {
+                let mapped = file.upstream.is_some()
+                    || file.request.is_some()
+                    || file.response.is_some()
+                    || file.static_data.is_some()
+                    || file.derive.is_some()
+                    || file.mode == FileMode::Feed;
+                if mapped {
+                    self.problems.push(src.problem(
+                        "/unsupported",
+                        "`unsupported` next to a mapping: remove `unsupported` to serve the skill",
+                    ));
+                } else {
+                    self.notes.push(src.problem(
+                        "/unsupported",
+                        format!("{skill} is not mapped yet and answers UNSUPPORTED_SKILL: {why}"),
+                    ));
+                }
+                continue;
+            }
             let examples = file.examples.clone();
             if let Some(handler) = self.skill(
                 skill,

@@ -191,6 +191,11 @@ impl Skill {
         format!("{}-response.schema.json", self.facts().slug)
     }
 
+    /// The skill ids joined by `, `, for messages that refuse a value.
+    pub fn ids() -> String {
+        Skill::ALL.map(Skill::id).join(", ")
+    }
+
     pub fn from_id(id: &str) -> Option<Skill> {
         Skill::ALL.into_iter().find(|s| s.id() == id)
     }

@@ -12,9 +12,43 @@ pub const DRAFT_EXTENSION_URI: &str =
     "https://draft.autoagentprotocol.invalid/extensions/aap/latest";
 pub const DRAFT_SCHEMA_BASE_URL: &str = "https://draft.autoagentprotocol.invalid/latest/schemas/";
 
+/// The whole file, for its JSON Schema (`aap-gateway schema config`, editor completion). The
+/// loader reads the same keys one by one (so one broken section does not hide the others'
+/// problems); a test holds its list of keys and this struct together.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "aap-gateway configuration")]
+pub struct FileConfig {
+    /// Address of the public (buyer-facing) listener, e.g. `0.0.0.0:8080` (the default).
+    pub listen: Option<String>,
+    /// Address of the admin listener (`/healthz`, `/readyz`, `/metrics`); default
+    /// `127.0.0.1:9090`.
+    pub admin_listen: Option<String>,
+    /// The AAP extension every dealer card declares; the draft identifiers by default.
+    pub aap: Option<FileAap>,
+    /// The JSON-RPC binding (always on) and the optional HTTP+JSON binding.
+    pub bindings: Option<FileBindings>,
+    /// Request sizes, deadlines and load shedding.
+    pub limits: Option<FileLimits>,
+    /// How many connections the public listener holds, and for how long.
+    pub connections: Option<FileConnections>,
+    /// Logs, metrics and traces.
+    pub telemetry: Option<FileTelemetry>,
+    /// Where lead idempotency keys live and for how long.
+    pub idempotency: Option<FileIdempotency>,
+    /// Quotas per dealer, client and skill (`RATE_LIMITED`).
+    pub rate_limit: Option<FileRateLimit>,
+    /// Optional API keys for buyer agents.
+    pub auth: Option<FileAuth>,
+    /// The organisation behind every card (a dealer's own `card.provider` wins).
+    pub provider: Option<FileProvider>,
+    /// The dealers served, each with its card, routing and mapping folder.
+    pub dealers: Vec<FileDealer>,
+}
+
 /// `listen`, `admin_listen` and the scalar top-level keys are read one by one in `load`; the
 /// sections are these structs.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileAap {
     /// The AAP extension URI every dealer card declares and every call must activate.
@@ -38,7 +72,7 @@ impl Default for FileAap {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileBindings {
     /// The JSON-RPC 2.0 binding (always on; AAP's only required binding).
@@ -47,29 +81,33 @@ pub struct FileBindings {
     pub http_json: FileHttpJson,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileHttpJson {
     /// Serve it and list it on the card after the JSON-RPC interface.
     pub enabled: bool,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileJsonRpc {
     /// Path of the JSON-RPC endpoint below the dealer's path prefix; `{path}/` is served too.
     pub path: String,
+    /// HTTP status of a `RATE_LIMITED` JSON-RPC reply: 200 (the official Python SDK client
+    /// keeps the error only then) or 429 (visible to proxies; load shedding then answers 503).
+    pub rate_limited_status: u16,
 }
 
 impl Default for FileJsonRpc {
     fn default() -> Self {
         FileJsonRpc {
             path: "/a2a".to_owned(),
+            rate_limited_status: 200,
         }
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileLimits {
     /// Largest request body accepted; larger bodies get HTTP 413.
@@ -98,7 +136,7 @@ impl Default for FileLimits {
 }
 
 /// `connections`: how many connections the public listener holds, and for how long.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileConnections {
     /// Open connections at most; further ones are closed as soon as they are accepted.
@@ -135,7 +173,7 @@ impl Default for FileConnections {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileTelemetry {
     /// `auto` (human on a TTY, JSON otherwise), `json` or `text`.
@@ -158,7 +196,7 @@ impl Default for FileTelemetry {
 }
 
 /// `rate_limit`: how many calls a client may make, per dealer and skill (GCRA).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileRateLimit {
     /// `false` turns per-client limits off (e.g. behind an API gateway that limits already);
@@ -210,7 +248,7 @@ impl Default for FileRateLimit {
 }
 
 /// `rate: 10/s` (also `/min`, `/h`, or a duration: `5/10s`) with `burst` calls at once.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileQuota {
     pub rate: String,
@@ -218,7 +256,7 @@ pub struct FileQuota {
 }
 
 /// `auth`: who may call. `none` (AAP's default: public agents) or `api_key`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileAuth {
     pub mode: String,
@@ -239,7 +277,7 @@ impl Default for FileAuth {
 }
 
 /// One API key.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileApiKey {
     /// Names the client in logs and limits (never the key itself).
@@ -255,14 +293,14 @@ pub struct FileApiKey {
 }
 
 /// The content of `auth.keys_file`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileKeysFile {
     pub keys: Vec<FileApiKey>,
 }
 
 /// `idempotency`: where `lead.submit` idempotency keys and their replies are kept.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileIdempotency {
     /// `memory` (this process) or `redis` (shared by every replica).
@@ -296,14 +334,14 @@ impl Default for FileIdempotency {
 }
 
 /// Who operates the agent (card `provider`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileProvider {
     pub organization: String,
     pub url: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileDealer {
     /// Stable dealer id (letters, digits, `_`, `-`); used in logs, metrics and the endpoints file.
@@ -325,7 +363,7 @@ pub struct FileDealer {
     pub mappings: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileCard {
     /// Agent name shown to buyers, e.g. "Demo Toyota".

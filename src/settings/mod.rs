@@ -39,6 +39,9 @@ pub struct Settings {
     pub aap: AapSettings,
     /// Path of the JSON-RPC endpoint below each dealer's prefix, e.g. `/a2a`.
     pub jsonrpc_path: String,
+    /// `bindings.jsonrpc.rate_limited_status`: whether `RATE_LIMITED` JSON-RPC replies carry
+    /// the HTTP status of the HTTP+JSON binding (429, or 503 when shedding) instead of 200.
+    pub jsonrpc_rate_limited_http_status: bool,
     /// `bindings.http_json.enabled`: the HTTP+JSON binding at `{jsonrpc_path}/message:send`.
     pub http_json: bool,
     pub limits: Limits,
@@ -332,6 +335,23 @@ pub fn load_with_env(path: &Path, env: HashMap<String, String>) -> Result<Settin
     }
 }
 
+/// The configuration file's keys, in the order `read` takes them; `file::FileConfig` (the
+/// file's JSON Schema) has exactly these fields.
+pub const TOP_LEVEL_KEYS: &[&str] = &[
+    "listen",
+    "admin_listen",
+    "aap",
+    "bindings",
+    "limits",
+    "connections",
+    "telemetry",
+    "idempotency",
+    "rate_limit",
+    "auth",
+    "provider",
+    "dealers",
+];
+
 struct Loader {
     source: SourceMap,
     env_vars: Vec<String>,
@@ -385,20 +405,7 @@ impl Loader {
     }
 
     fn read(&mut self, mut root: config::Map<String, config::Value>) -> Option<Settings> {
-        const KNOWN: &[&str] = &[
-            "listen",
-            "admin_listen",
-            "aap",
-            "bindings",
-            "limits",
-            "connections",
-            "telemetry",
-            "idempotency",
-            "rate_limit",
-            "auth",
-            "provider",
-            "dealers",
-        ];
+        const KNOWN: &[&str] = TOP_LEVEL_KEYS;
         let unknown: Vec<String> = root
             .keys()
             .filter(|k| !KNOWN.contains(&k.as_str()))
@@ -435,6 +442,8 @@ impl Loader {
         let aap = self.aap(aap?);
         let bindings = bindings?;
         let jsonrpc_path = self.jsonrpc_path(&bindings.jsonrpc.path);
+        let rate_limited_http_status =
+            self.rate_limited_status(bindings.jsonrpc.rate_limited_status);
         let limits = self.limits(limits?);
         let connections = self.connections(connections?);
         let telemetry = self.telemetry(telemetry?);
@@ -466,6 +475,7 @@ impl Loader {
             admin_listen: admin_listen?,
             aap: aap?,
             jsonrpc_path: jsonrpc_path?,
+            jsonrpc_rate_limited_http_status: rate_limited_http_status?,
             http_json: bindings.http_json.enabled,
             limits: limits?,
             connections: connections?,
@@ -595,6 +605,21 @@ impl Loader {
             return None;
         }
         Some(path.to_owned())
+    }
+
+    /// `true` for 429: see docs/protocol.md §Rate limits for what each SDK client makes of it.
+    fn rate_limited_status(&mut self, status: u16) -> Option<bool> {
+        match status {
+            200 => Some(false),
+            429 => Some(true),
+            other => {
+                self.problem(
+                    "/bindings/jsonrpc/rate_limited_status",
+                    format!("`{other}` is not one of 200, 429"),
+                );
+                None
+            }
+        }
     }
 
     fn limits(&mut self, file: FileLimits) -> Option<Limits> {
@@ -881,7 +906,13 @@ impl Loader {
                         skills.insert(skill, q);
                     }
                 }
-                None => self.problem(&pointer, format!("`{name}` is not an AAP skill")),
+                None => self.problem(
+                    &pointer,
+                    format!(
+                        "`{name}` is not an AAP skill; use one of {}",
+                        crate::protocol::Skill::ids()
+                    ),
+                ),
             }
         }
         let per_ip = match &file.per_ip {

@@ -65,10 +65,17 @@ impl SourceMap {
         &self.path
     }
 
-    /// The position of `pointer`, or of its nearest ancestor present in the file.
+    /// The position of `pointer`, or of its nearest ancestor present in the file. The document
+    /// root is never an answer: its position is merely the file's first key (`listen:`), which
+    /// would blame an unrelated line for a key that is absent; that case names the file.
     pub fn origin(&self, pointer: &str) -> Origin {
         let mut p = pointer;
         loop {
+            if p.is_empty() {
+                return Origin::WholeFile {
+                    path: self.path.clone(),
+                };
+            }
             if let Some(&(line, col)) = self.positions.get(p) {
                 return Origin::File {
                     path: self.path.clone(),
@@ -370,6 +377,9 @@ mod tests {
         assert_eq!(map.origin("/b/0").to_string(), "f.yaml:3:5");
         // A pointer that is not in the file falls back to its nearest ancestor.
         assert_eq!(map.origin("/b/1/zz").to_string(), "f.yaml:4:5");
+        // An absent top-level key is the file's, not the first key's.
+        assert_eq!(map.origin("/z/y").to_string(), "f.yaml");
+        assert_eq!(map.origin("").to_string(), "f.yaml");
     }
 
     #[test]

@@ -54,7 +54,7 @@ pub(crate) const RESERVED_HEADERS: [&str; 8] = [
 ];
 
 /// A secret string: deserialized as-is, never shown by `Debug`.
-#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Default, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct Secret(String);
 
@@ -76,7 +76,7 @@ impl fmt::Debug for Secret {
 }
 
 /// One upstream system (an entry of `upstreams.yaml`, keyed by the upstream's name).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileUpstream {
     /// `rest` (JSON or any body over HTTP), `soap` (SOAP 1.1/1.2 envelopes over HTTP) or `smtp`
@@ -132,7 +132,7 @@ fn default_max_response_bytes() -> u64 {
     4 * 1024 * 1024
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FileUpstreamKind {
     #[default]
@@ -142,7 +142,7 @@ pub enum FileUpstreamKind {
 }
 
 /// `soap:` of a `kind: soap` upstream.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileSoap {
     /// `"1.1"` (default) or `"1.2"`; an unquoted YAML `1.1` / `1.2` is accepted too.
@@ -150,7 +150,7 @@ pub struct FileSoap {
 }
 
 /// A SOAP version as written: quoted, or read by YAML as a number.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum FileSoapVersion {
     Text(String),
@@ -158,7 +158,7 @@ pub enum FileSoapVersion {
 }
 
 /// `smtp:` of a `kind: smtp` upstream.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileSmtp {
     /// Sender mailbox, `Name <address>` or a bare address (required).
@@ -177,7 +177,7 @@ pub struct FileSmtp {
     pub hello_name: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FileStartTls {
     Required,
@@ -185,7 +185,7 @@ pub enum FileStartTls {
     Off,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileTimeouts {
     /// Deadline for opening a connection (TCP and TLS), e.g. `2s`.
@@ -209,7 +209,7 @@ impl Default for FileTimeouts {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileRetries {
     /// Tries per idempotent call, the first one included (1 = never retry; at most 5). Retried:
@@ -239,7 +239,7 @@ impl Default for FileRetries {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileCircuitBreaker {
     /// Consecutive failed tries (timeouts, connect errors, malformed replies, 5xx) that open the
@@ -258,7 +258,7 @@ impl Default for FileCircuitBreaker {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileTls {
     /// PEM file of extra CA certificates trusted besides the system's (a private CA).
@@ -269,7 +269,7 @@ pub struct FileTls {
 
 /// Authentication to the upstream. Each secret may be given inline (usually a `${VAR}`
 /// reference) or as a `*_file` path whose content (trailing newline trimmed) is the secret.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum FileAuth {
     /// A fixed key in a header.
@@ -345,7 +345,7 @@ pub enum FileAuth {
     },
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FilePasswordType {
     Text,
@@ -353,7 +353,7 @@ pub enum FilePasswordType {
     Digest,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FileClientAuth {
     #[default]

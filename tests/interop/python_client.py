@@ -2,6 +2,7 @@
 """Interop check: the official Python A2A SDK (a2a-sdk, A2A v1.0) against aap-gateway.
 
 Usage: python_client.py ENDPOINTS_FILE
+       python_client.py --throttle STATUS ENDPOINTS_FILE   (see check_throttle)
 
 ENDPOINTS_FILE is the JSON written by `aap-gateway demo --endpoints-file F`:
   {"gateway": ..., "dealers": [{"id", "card_url", "jsonrpc_url", "host"}, ...]}
@@ -44,6 +45,7 @@ from a2a.client import (
     ClientConfig,
     ClientFactory,
 )
+from a2a.client.errors import A2AClientError
 from a2a.client.interceptors import AfterArgs, BeforeArgs
 from a2a.client.service_parameters import (
     ServiceParametersFactory,
@@ -562,9 +564,95 @@ async def check_rest(dealer: dict[str, Any], res: Results) -> None:
         await client.close()
 
 
+async def check_throttle(dealer: dict[str, Any], res: Results, status: int) -> None:
+    """`--throttle STATUS`: against a gateway whose quota is one call (run.sh starts it with
+    `bindings.jsonrpc.rate_limited_status` = STATUS), the second call is RATE_LIMITED. Records
+    what a buyer using this SDK sees (docs/protocol.md §Rate limits): the JSON-RPC transport
+    calls `raise_for_status()` before reading the body, so with 429 the -32000 error, its
+    `error.data` and the retry hint are lost; with 200 the SDK raises the JSON-RPC error."""
+    did = f'{dealer.get("id", "?")} (rate_limited_status {status})'
+    host = dealer.get('host')
+    wire = WireLog()
+    async with httpx.AsyncClient(
+        headers={'Host': host} if host else {},
+        timeout=HTTP_TIMEOUT_S,
+        event_hooks={'request': [wire.on_request], 'response': [wire.on_response]},
+    ) as http:
+        config = ClientConfig(
+            httpx_client=http,
+            streaming=False,
+            supported_protocol_bindings=[TransportProtocol.JSONRPC],
+        )
+        factory = ClientFactory(config)
+        card_url = urlsplit(dealer['card_url'])
+        resolver = A2ACardResolver(
+            http, f'{card_url.scheme}://{card_url.netloc}', agent_card_path=card_url.path
+        )
+        card = await resolver.get_agent_card()
+        client = factory.create(card, interceptors=[RequiredExtensionsInterceptor()])
+
+        def request() -> SendMessageRequest:
+            return build_request({'type': INFO_REQ_TYPE}, INFO_REQ_MEDIA, [INFO_RESP_MEDIA])
+
+        await send_one(client, request())
+        res.check(f'{did}: the first call is answered', True)
+        error: Exception | None = None
+        try:
+            await send_one(client, request())
+        except Exception as exc:  # noqa: BLE001
+            error = exc
+        _, resp, body = wire.last_post()
+        try:
+            envelope = json.loads(body)
+        except ValueError:
+            envelope = {}
+        res.check(
+            f'{did}: the wire reply is HTTP {status} with Retry-After and the JSON-RPC -32000 body',
+            resp is not None
+            and resp.status_code == status
+            and int(resp.headers.get('Retry-After', '0')) >= 1
+            and envelope.get('error', {}).get('code') == -32000,
+            f'status={resp.status_code if resp is not None else None} body={body[:200]!r}',
+        )
+        text = str(error)
+        if status == 200:
+            res.check(
+                f'{did}: the SDK raises the JSON-RPC error (-32000, its message)',
+                isinstance(error, A2AClientError)
+                and '-32000' in text
+                and 'Rate limit exceeded' in text,
+                f'{type(error).__name__}: {text}',
+            )
+        else:
+            # The documented loss: only the HTTP status reaches the buyer.
+            res.check(
+                f'{did}: the SDK raises a bare HTTP error (the JSON-RPC body is lost)',
+                isinstance(error, A2AClientError)
+                and 'HTTP Error 429' in text
+                and '-32000' not in text,
+                f'{type(error).__name__}: {text}',
+            )
+        print(f'finding {did}: a buyer sees {type(error).__name__}: {text}'[:300])
+        await client.close()
+
+
 async def main(argv: list[str]) -> int:
+    if len(argv) == 4 and argv[1] == '--throttle':
+        with open(argv[3], encoding='utf-8') as f:
+            endpoints = json.load(f)
+        res = Results()
+        dealers = endpoints.get('dealers') or []
+        if res.check('endpoints file lists at least one dealer', bool(dealers)):
+            try:
+                await check_throttle(dealers[0], res, int(argv[2]))
+            except Exception as exc:  # noqa: BLE001
+                traceback.print_exc()
+                res.check('throttle: unexpected exception', False, repr(exc))
+        print(f'interop throttle: {res.passed} passed, {res.failed} failed')
+        return 0 if res.failed == 0 and res.passed > 0 else 1
     if len(argv) != 2:
-        print(f'usage: {argv[0]} ENDPOINTS_FILE', file=sys.stderr)
+        print(f'usage: {argv[0]} ENDPOINTS_FILE | --throttle STATUS ENDPOINTS_FILE',
+              file=sys.stderr)
         return 2
     with open(argv[1], encoding='utf-8') as f:
         endpoints = json.load(f)

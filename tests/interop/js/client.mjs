@@ -2,6 +2,7 @@
 // Interop check: the official JavaScript A2A SDK (@a2a-js/sdk, A2A v1.0) against aap-gateway.
 //
 // Usage: node client.mjs ENDPOINTS_FILE
+//        node client.mjs --throttle STATUS ENDPOINTS_FILE   (see checkThrottle)
 //
 // ENDPOINTS_FILE is the JSON written by `aap-gateway demo --endpoints-file F`:
 //   {"gateway": ..., "dealers": [{"id", "card_url", "jsonrpc_url", "http_json_url", "host"}, ...]}
@@ -853,11 +854,64 @@ async function checkRest(dealer, res) {
   );
 }
 
+// --- throttling ----------------------------------------------------------------------------
+
+/**
+ * `--throttle STATUS`: against a gateway whose quota is one call (run.sh starts it with
+ * `bindings.jsonrpc.rate_limited_status` = STATUS), the second call is RATE_LIMITED. Records
+ * what a buyer using this SDK sees (docs/protocol.md §Rate limits): the SDK parses a JSON-RPC
+ * error body whatever the HTTP status, so the code and `error.data` survive both settings.
+ */
+async function checkThrottle(dealer, res, status) {
+  const did = `${dealer.id ?? '?'} (rate_limited_status ${status})`;
+  const wire = new WireLog();
+  const resolver = new DefaultAgentCardResolver({ fetchImpl: wire.fetch });
+  const cardUrl = new URL(dealer.card_url);
+  const card = await resolver.resolve(cardUrl.origin, cardUrl.pathname);
+  const factory = new ClientFactory({
+    transports: [new JsonRpcTransportFactory({ fetchImpl: wire.fetch })],
+    cardResolver: resolver,
+    clientConfig: { interceptors: [new RequiredExtensionsInterceptor()] },
+  });
+  const client = await factory.createFromAgentCard(card);
+  const request = () => buildRequest({ type: INFO.request }, INFO);
+  res.check(`${did}: the first call is answered`, (await sendForError(client, request())) === undefined);
+  const error = await sendForError(client, request());
+  const sent = wire.lastPost();
+  const body = parseJson(sent?.body ?? '') ?? {};
+  res.check(
+    `${did}: the wire reply is HTTP ${status} with Retry-After and the JSON-RPC -32000 body`,
+    sent?.response.status === status &&
+      Number(sent?.response.headers.get('retry-after')) >= 1 &&
+      body.error?.code === AAP_BUSINESS_ERROR,
+    `status=${sent?.response.status} retry-after=${sent?.response.headers.get('retry-after')} body=${short(body, 200)}`,
+  );
+  res.check(
+    `${did}: the SDK raises JsonRpcTransportError with code -32000 and keeps error.data`,
+    error instanceof JsonRpcTransportError && error.envelopeCode === AAP_BUSINESS_ERROR,
+    describe(error),
+  );
+  checkAapErrorData(res, `${did}: RATE_LIMITED`, error?.data, 'RATE_LIMITED', true);
+  console.log(`finding ${did}: a buyer sees ${describe(error)}`);
+}
+
 // --- main ----------------------------------------------------------------------------------
 
 async function main(argv) {
+  if (argv.length === 3 && argv[0] === '--throttle') {
+    const endpoints = JSON.parse(await readFile(argv[2], 'utf8'));
+    const res = new Results();
+    const dealer = (endpoints.dealers ?? [])[0];
+    if (dealer) {
+      await checkThrottle(dealer, res, Number(argv[1]));
+    } else {
+      res.check('endpoints file lists at least one dealer', false);
+    }
+    console.log(`interop-js throttle: ${res.passed} passed, ${res.failed} failed`);
+    return res.failed === 0 && res.passed > 0 ? 0 : 1;
+  }
   if (argv.length !== 1) {
-    console.error('usage: client.mjs ENDPOINTS_FILE');
+    console.error('usage: client.mjs ENDPOINTS_FILE | client.mjs --throttle STATUS ENDPOINTS_FILE');
     return 2;
   }
   const endpoints = JSON.parse(await readFile(argv[0], 'utf8'));
