@@ -396,3 +396,74 @@ fn warnings_point_at_their_key_or_at_the_file_when_the_key_is_absent() {
         "{stderr}"
     );
 }
+
+/// `check` on one dealer whose search maps to `dms` of `upstreams` (the whole upstreams.yaml).
+fn check_with_upstreams(upstreams: &str) -> (bool, String, String) {
+    let dir = tempfile::tempdir().expect("temp");
+    let mappings = dir.path().join("mappings");
+    std::fs::create_dir_all(&mappings).expect("mkdir");
+    std::fs::write(mappings.join("upstreams.yaml"), upstreams).expect("write");
+    let units = r#"{"units": [{"vin": "1HGCY2F57RA000001", "year": 2024, "make": "Honda", "model": "Civic", "status": "In Stock"}]}"#;
+    std::fs::write(
+        mappings.join("inventory.search.yaml"),
+        status_table_search(units, "{ total: 1 }"),
+    )
+    .expect("write");
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &config,
+        "dealers:\n  - id: d\n    card: { name: D, description: D, url: https://d.example.com/a2a }\n    mappings: mappings\n",
+    )
+    .expect("write");
+    check(config.to_str().expect("utf-8 path"))
+}
+
+#[test]
+fn credentials_in_clear_outside_loopback_are_refused_unless_allowed() {
+    let cases = [
+        (
+            "dms: { kind: rest, base_url: \"http://dms.dealer.example\", auth: { kind: bearer, token: t0k } }\n",
+            "upstreams.yaml:1:20: `dms` sends its credentials over plain http://",
+        ),
+        (
+            "dms: { kind: rest, base_url: \"https://dms.dealer.example\", tls: { insecure_skip_verify: true } }\n",
+            "upstreams.yaml:1:67: `dms` certificates are not verified",
+        ),
+        (
+            "dms: { kind: rest, base_url: \"http://dms.dealer.example\" }\n\
+             mail: { kind: smtp, base_url: \"smtp://mail.dealer.example\", smtp: { from: a@b.example, to: [c@d.example], starttls: off } }\n",
+            "upstreams.yaml:2:107: `mail` with `starttls: off` lead e-mails",
+        ),
+    ];
+    for (upstreams, refused) in cases {
+        let (ok, _, stderr) = check_with_upstreams(upstreams);
+        assert!(!ok, "{upstreams}");
+        let line = stderr.lines().find(|l| l.contains(refused));
+        assert!(
+            line.is_some_and(|l| l.contains("`allow_plaintext: true`")),
+            "{refused}\n{stderr}"
+        );
+        // Allowed explicitly: `check` passes and notes it.
+        let allowed = upstreams.replace(" }\n", ", allow_plaintext: true }\n");
+        let (ok, stdout, stderr) = check_with_upstreams(&allowed);
+        assert!(ok, "{allowed}\n{stderr}");
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.ends_with("(allowed by `allow_plaintext: true`) (note)")),
+            "{stderr}"
+        );
+        assert!(stdout.contains("note(s)"), "{stdout}");
+    }
+    // No credentials, or a loopback host (a sidecar's legacy app): nothing to say.
+    for fine in [
+        "dms: { kind: rest, base_url: \"http://dms.dealer.example\" }\n",
+        "dms: { kind: rest, base_url: \"http://127.0.0.1:8000\", auth: { kind: bearer, token: t0k } }\n",
+        "dms: { kind: rest, base_url: \"http://[::1]:8000\", auth: { kind: bearer, token: t0k } }\n",
+        "dms: { kind: rest, base_url: \"https://dms.dealer.example\", auth: { kind: bearer, token: t0k } }\n",
+    ] {
+        let (ok, _, stderr) = check_with_upstreams(fine);
+        assert!(ok, "{fine}\n{stderr}");
+        assert!(!stderr.contains("allow_plaintext"), "{fine}\n{stderr}");
+    }
+}

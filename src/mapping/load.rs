@@ -397,6 +397,24 @@ impl Loader<'_> {
             let Some(file) = self.deserialize::<FileUpstream>(&src, &pointer, entry) else {
                 continue;
             };
+            for (at, risk) in file.plaintext_risks() {
+                let at = format!("{pointer}{at}");
+                if file.allow_plaintext {
+                    self.notes.push(src.problem(
+                        &at,
+                        format!("`{name}` {risk} (allowed by `allow_plaintext: true`)"),
+                    ));
+                } else {
+                    self.problems.push(src.problem(
+                        &at,
+                        format!(
+                            "`{name}` {risk}; use https:// (smtps:// or `starttls: required` for \
+                             mail) and verified certificates, or set `allow_plaintext: true` on \
+                             this upstream if the network between them is trusted"
+                        ),
+                    ));
+                }
+            }
             let meter = Meter::new(self.ctx.metrics, self.ctx.dealer_id, &name);
             match crate::upstream::build(&name, file) {
                 Ok(endpoint) => {

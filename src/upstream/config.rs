@@ -122,6 +122,68 @@ pub struct FileUpstream {
     /// Mail settings (`kind: smtp` only, and required there).
     #[serde(default)]
     pub smtp: Option<FileSmtp>,
+    /// Allow what sends credentials or lead data readable on the network to a host that is not
+    /// loopback: `http://` with authentication, e-mail without required STARTTLS, unverified
+    /// TLS certificates. Refused unless set; `check` notes each one that is allowed.
+    #[serde(default)]
+    pub allow_plaintext: bool,
+}
+
+impl FileUpstream {
+    /// What this entry would expose on the network (a JSON Pointer into the entry and why),
+    /// after `${NAME}` expansion. Nothing for a loopback host (a sidecar's legacy app, the
+    /// demo): that traffic never leaves the machine.
+    pub fn plaintext_risks(&self) -> Vec<(&'static str, String)> {
+        let Ok(url) = Url::parse(self.base_url.trim()) else {
+            return Vec::new(); // reported by validation
+        };
+        let host = url.host_str().unwrap_or_default();
+        let loopback = host.eq_ignore_ascii_case("localhost")
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        if loopback {
+            return Vec::new();
+        }
+        let mut risks = Vec::new();
+        if let (Some(auth), "http") = (&self.auth, url.scheme()) {
+            let what = match auth {
+                FileAuth::WsSecurity {
+                    password_type: FilePasswordType::Text,
+                    ..
+                } => "a WS-Security password in clear text",
+                FileAuth::WsSecurity { .. } => "a WS-Security user name and password digest",
+                FileAuth::Oauth2 { .. } => "OAuth2 bearer tokens",
+                _ => "its credentials",
+            };
+            risks.push(("/base_url", format!("sends {what} over plain http://")));
+        }
+        if self.kind == FileUpstreamKind::Smtp
+            && url.scheme() == "smtp"
+            && let Some(starttls @ (FileStartTls::Off | FileStartTls::Opportunistic)) =
+                self.smtp.as_ref().and_then(|m| m.starttls)
+        {
+            let how = if starttls == FileStartTls::Off {
+                "off"
+            } else {
+                "opportunistic"
+            };
+            risks.push((
+                "/smtp/starttls",
+                format!("with `starttls: {how}` lead e-mails (and SMTP AUTH) may travel in clear"),
+            ));
+        }
+        if self.tls.insecure_skip_verify {
+            risks.push((
+                "/tls/insecure_skip_verify",
+                "certificates are not verified: anyone on the path can read and change the traffic"
+                    .to_owned(),
+            ));
+        }
+        risks
+    }
 }
 
 fn default_max_concurrency() -> u64 {
