@@ -40,6 +40,19 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// `aap-gateway render --config config/demo.yaml --dealer demo_toyota` and `extra`.
+fn render_demo(extra: &[&str], stdin: Option<&str>) -> std::process::Output {
+    let mut args = vec![
+        "render",
+        "--config",
+        "config/demo.yaml",
+        "--dealer",
+        "demo_toyota",
+    ];
+    args.extend_from_slice(extra);
+    gateway(&args, stdin)
+}
+
 // ---------------------------------------------------------------------------------------------
 // reference
 
@@ -83,16 +96,7 @@ const SEARCH: &str = r#"{"type":"inventory.search.request","filters":{"make":["T
 
 #[test]
 fn render_prints_the_exact_upstream_request_with_secrets_masked() {
-    let out = gateway(
-        &[
-            "render",
-            "--config",
-            "config/demo.yaml",
-            "--dealer",
-            "demo_toyota",
-        ],
-        Some(SEARCH),
-    );
+    let out = render_demo(&[], Some(SEARCH));
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
     assert!(
@@ -112,13 +116,8 @@ fn render_prints_the_exact_upstream_request_with_secrets_masked() {
 
 #[test]
 fn render_with_a_canned_reply_shows_the_aap_reply() {
-    let out = gateway(
+    let out = render_demo(
         &[
-            "render",
-            "--config",
-            "config/demo.yaml",
-            "--dealer",
-            "demo_toyota",
             "--request",
             "-",
             "--upstream-reply",
@@ -145,16 +144,7 @@ fn render_masks_soap_passwords_and_reads_a_whole_jsonrpc_call() {
         "params": {"message": {"messageId": "m", "role": "ROLE_USER",
             "parts": [{"data": {"type": "inventory.vehicle.request", "vin": "4T1DAACKXRU176220"}}]}}
     });
-    let out = gateway(
-        &[
-            "render",
-            "--config",
-            "config/demo.yaml",
-            "--dealer",
-            "demo_toyota",
-        ],
-        Some(&call.to_string()),
-    );
+    let out = render_demo(&[], Some(&call.to_string()));
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
     assert!(
@@ -170,14 +160,8 @@ fn render_masks_soap_passwords_and_reads_a_whole_jsonrpc_call() {
 
 #[test]
 fn render_refuses_what_the_gateway_would_refuse() {
-    let out = gateway(
-        &[
-            "render",
-            "--config",
-            "config/demo.yaml",
-            "--dealer",
-            "demo_toyota",
-        ],
+    let out = render_demo(
+        &[],
         Some(r#"{"type":"inventory.search.request","filters":{"condition":["excellent"]}}"#),
     );
     assert!(!out.status.success());

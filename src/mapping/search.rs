@@ -468,6 +468,11 @@ enum SortField {
     UpdatedAt,
 }
 
+/// Every sort field AAP defines (docs/protocol.md §Sorting).
+pub fn sort_fields() -> impl Iterator<Item = &'static str> {
+    SortField::ALL.into_iter().map(SortField::name)
+}
+
 impl SortField {
     const ALL: [SortField; 9] = [
         SortField::Price,

@@ -138,21 +138,9 @@ fn spread(listings: &[Arc<Value>], mapped: &Mapped) -> Vec<Value> {
                 .map(|f| search(json!({ "filters": { key: f }, "pagination": { "limit": 100 } }))),
         );
     }
-    const SORTS: [&str; 9] = [
-        "price",
-        "list_price",
-        "msrp",
-        "mileage",
-        "year",
-        "make",
-        "model",
-        "stock",
-        "updated_at",
-    ];
     // Declared sort fields first: those are the declarations being checked.
-    let (mut sorts, rest): (Vec<&str>, Vec<&str>) = SORTS
-        .into_iter()
-        .partition(|f| mapped.supports.sort.contains_key(*f));
+    let (mut sorts, rest): (Vec<&str>, Vec<&str>) =
+        crate::mapping::search::sort_fields().partition(|f| mapped.supports.sort.contains_key(*f));
     sorts.extend(rest);
     for field in sorts {
         for order in ["asc", "desc"] {
