@@ -43,7 +43,9 @@ use crate::settings::OnBackendError;
 /// SHA-256 of the canonical JSON of a request.
 pub type Fingerprint = [u8; 32];
 
-/// Where a key lives: (dealer id, source agent name, key).
+/// Where a key lives: (dealer id, who sent it, key). Who sent it is the authenticated API key
+/// when auth is on — a client cannot then replay or block another client's keys by naming the
+/// same agent — else the request's `source_agent.name`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Scope {
     pub dealer: String,
@@ -52,16 +54,13 @@ pub struct Scope {
 }
 
 impl Scope {
-    /// The scope of a lead request's key, when it carries one.
-    pub fn of(dealer: &str, request: &Value) -> Option<Scope> {
+    /// The scope of a lead request's key, when it carries one; `api_key` is the id of the
+    /// caller's authenticated key, if any.
+    pub fn of(dealer: &str, api_key: Option<&str>, request: &Value) -> Option<Scope> {
         let key = request.get("idempotency_key")?.as_str()?;
-        let source = request
-            .pointer("/source_agent/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
         Some(Scope {
             dealer: dealer.to_owned(),
-            source: source.to_owned(),
+            source: key_owner(api_key, request).into_owned(),
             key: key.to_owned(),
         })
     }
@@ -74,6 +73,20 @@ impl Scope {
         hasher.update(self.source.as_bytes());
         hasher.update(self.key.as_bytes());
         format!("{}:{}", self.dealer, hex(&hasher.finalize().into()))
+    }
+}
+
+/// Who a lead's idempotency key belongs to (its scope, and its lead reference): the
+/// authenticated API key when there is one, else the request's `source_agent.name`.
+pub fn key_owner<'a>(api_key: Option<&str>, request: &'a Value) -> std::borrow::Cow<'a, str> {
+    match api_key {
+        Some(id) => std::borrow::Cow::Owned(format!("api key {id}")),
+        None => std::borrow::Cow::Borrowed(
+            request
+                .pointer("/source_agent/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        ),
     }
 }
 

@@ -11,6 +11,7 @@ use crate::idempotency::{self, Claim, Scope};
 use crate::mapping::lead::LeadMapping;
 use crate::mapping::{Answer, Handler};
 use crate::protocol::{Call, Caller, Reply, Skill};
+use crate::rate_limit::Client;
 
 /// Runs one decoded `SendMessage` call for `dealer`.
 pub async fn handle(
@@ -29,7 +30,7 @@ pub async fn handle(
     // The request schema, every failure at once.
     debug_span!("validate_request").in_scope(|| app.schemas.validate_call(skill, &call))?;
     if let Handler::Lead(lead) = handler {
-        return submit_lead(app, dealer, handler, lead, &call).await;
+        return submit_lead(app, dealer, &client, handler, lead, &call).await;
     }
     match handler.execute(&call).await? {
         Answer::Prebuilt(reply) => Ok(reply), // built and checked at load
@@ -42,13 +43,14 @@ pub async fn handle(
 async fn submit_lead(
     app: &App,
     dealer: &Dealer,
+    client: &Client,
     handler: &Handler,
     lead: &LeadMapping,
     call: &Call,
 ) -> Result<Reply, AapError> {
     let request = &call.data;
     let fingerprint = idempotency::fingerprint(request); // canonical JSON
-    let ticket = match Scope::of(dealer.id(), request) {
+    let ticket = match Scope::of(dealer.id(), client.key_id(), request) {
         Some(scope) => match app.idempotency.claim(scope, fingerprint).await {
             Ok(Claim::Replay(reply)) => {
                 app.metrics.idempotency_replay(&dealer.label);
@@ -75,7 +77,13 @@ async fn submit_lead(
     lead.check_request(request)?; // dealer rules on the request
     let inventory = dealer.handler_for(Skill::InventoryVehicle);
     let checked = lead.verify_vehicle(inventory, request).await?; // VEHICLE_NOT_FOUND / _UNAVAILABLE
-    let facts = lead.facts(request, &fingerprint, now, checked.as_ref()); // stable reference, ADF
+    let facts = lead.facts(
+        request,
+        &fingerprint,
+        now,
+        checked.as_ref(),
+        client.key_id(),
+    ); // reference, ADF
     let data = lead.deliver(None, request, &facts).await?; // acknowledged by the CRM, or an error
     let reply = check_reply(app, handler, lead.reply(data, request))?; // response schema
     if let Some(ticket) = ticket {

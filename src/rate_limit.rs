@@ -64,6 +64,16 @@ pub enum Client {
     Ip(IpAddr),
 }
 
+impl Client {
+    /// The authenticated API key's id, if the caller presented one.
+    pub fn key_id(&self) -> Option<&str> {
+        match self {
+            Client::Key(id) => Some(id),
+            Client::Ip(_) => None,
+        }
+    }
+}
+
 impl std::fmt::Display for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

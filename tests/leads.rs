@@ -562,6 +562,57 @@ async fn a_changed_payload_under_a_used_key_is_a_conflict() {
     assert_eq!(crm_leads(&sims).len(), 1);
 }
 
+/// Sends `request` to Demo Toyota with the API key `key`.
+async fn send_with_key(gw: &Gateway, key: &str, request: Value) -> Reply {
+    let mut headers = common::standard_headers();
+    headers.push(("x-api-key", key));
+    let body = common::send_message(request).to_string().into_bytes();
+    gw.post_raw(TOYOTA, &headers, body).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_api_keys_an_idempotency_key_belongs_to_the_callers_api_key() {
+    let sims = Simulators::start().await.expect("simulators");
+    let files = DemoCopy::new();
+    files.edit(
+        "config/demo.yaml",
+        "\ndealers:\n",
+        &format!(
+            "\nauth:\n  mode: api_key\n  keys:\n    - id: partner-a\n      sha256: {}\n    - id: partner-b\n      sha256: {}\ndealers:\n",
+            common::sha256_hex("key-a"),
+            common::sha256_hex("key-b")
+        ),
+    );
+    let gw = files.start(simulator_vars(&sims)).await;
+    let request = lead(&toyota(Status::InStock), "shared-key");
+    let first = send_with_key(&gw, "key-a", request.clone()).await;
+    let first_id = data(&first)["lead_id"].clone();
+    // Another client naming the same agent and key: its own lead, neither A's reply nor a
+    // conflict that would block A's retries.
+    // (Another customer too: the CRM merges leads of one customer for one car.)
+    let other = with(
+        with(
+            request.clone(),
+            "/customer/email",
+            json!("someone.else@example.com"),
+        ),
+        "/customer/phone",
+        json!("+14155550999"),
+    );
+    let second = send_with_key(&gw, "key-b", other).await;
+    assert_ne!(data(&second)["lead_id"], first_id);
+    assert_eq!(crm_leads(&sims).len(), 2);
+    // A's own key still replays for A, and conflicts for A.
+    let again = send_with_key(&gw, "key-a", request.clone()).await;
+    assert_eq!(data(&again)["lead_id"], first_id);
+    let changed = with(request, "/message", json!("Actually, the red one."));
+    assert_code(
+        &send_with_key(&gw, "key-a", changed).await,
+        "IDEMPOTENCY_CONFLICT",
+    );
+    assert_eq!(crm_leads(&sims).len(), 2);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn ten_concurrent_duplicates_make_exactly_one_crm_call() {
     let Rig { gw, sims } = rig().await;

@@ -235,7 +235,7 @@ async fn run_lead(lead: &LeadMapping, canned: &Canned, request: &Value) -> Resul
     crate::consent::check(request, now, &lead.policy.follow_up)?;
     lead.check_request(request)?;
     let fingerprint = crate::idempotency::fingerprint(request);
-    let facts = lead.facts(request, &fingerprint, now, None);
+    let facts = lead.facts(request, &fingerprint, now, None, None);
     let data = lead.deliver(Some(canned), request, &facts).await?;
     let reply = lead.reply(data, request);
     Ok(reply.payload.get("data").cloned().unwrap_or(Value::Null))

@@ -149,8 +149,9 @@ impl LeadMapping {
         fingerprint: &Fingerprint,
         now: Timestamp,
         checked: Option<&Value>,
+        api_key: Option<&str>,
     ) -> Value {
-        let reference = reference(&self.policy.dealer_id, request, fingerprint);
+        let reference = reference(&self.policy.dealer_id, api_key, request, fingerprint);
         let completed = checked.map(|unit| with_checked_vehicle(request, unit));
         let adf = adf::render(
             completed.as_ref().unwrap_or(request),
@@ -304,25 +305,27 @@ pub fn vehicle_lookup(request: &Value) -> Option<Value> {
 }
 
 /// The lead's stable external reference: the same for every retry of one submission. With an
-/// idempotency key it is derived from (dealer, source agent, key); without one from (dealer,
-/// payload), so even a keyless retry of the very same lead is recognised by the CRM.
-pub fn reference(dealer: &str, request: &Value, fingerprint: &Fingerprint) -> String {
+/// idempotency key it is derived from (dealer, the key's owner, key) — the owner as
+/// [`crate::idempotency::key_owner`] says, so two clients' keys never share a reference a CRM
+/// would de-duplicate on; without one from (dealer, payload), so even a keyless retry of the very
+/// same lead is recognised by the CRM.
+pub fn reference(
+    dealer: &str,
+    api_key: Option<&str>,
+    request: &Value,
+    fingerprint: &Fingerprint,
+) -> String {
     let mut hasher = Sha256::new();
     hasher.update(dealer.as_bytes());
     hasher.update([0]);
-    match (
-        request.get("idempotency_key").and_then(Value::as_str),
-        request
-            .pointer("/source_agent/name")
-            .and_then(Value::as_str),
-    ) {
-        (Some(key), source) => {
+    match request.get("idempotency_key").and_then(Value::as_str) {
+        Some(key) => {
             hasher.update(b"key\0");
-            hasher.update(source.unwrap_or_default().as_bytes());
+            hasher.update(crate::idempotency::key_owner(api_key, request).as_bytes());
             hasher.update([0]);
             hasher.update(key.as_bytes());
         }
-        (None, _) => {
+        None => {
             hasher.update(b"payload\0");
             hasher.update(fingerprint);
         }
@@ -426,13 +429,28 @@ mod tests {
         let c = json!({ "idempotency_key": "k1", "source_agent": { "name": "y" } });
         let f1 = [1; 32];
         let f2 = [2; 32];
-        assert_eq!(reference("d", &a, &f1), reference("d", &b, &f2));
-        assert_ne!(reference("d", &a, &f1), reference("e", &a, &f1));
-        assert_ne!(reference("d", &a, &f1), reference("d", &c, &f1));
+        assert_eq!(reference("d", None, &a, &f1), reference("d", None, &b, &f2));
+        assert_ne!(reference("d", None, &a, &f1), reference("e", None, &a, &f1));
+        assert_ne!(reference("d", None, &a, &f1), reference("d", None, &c, &f1));
         let keyless = json!({ "source_agent": { "name": "x" } });
-        assert_eq!(reference("d", &keyless, &f1), reference("d", &keyless, &f1));
-        assert_ne!(reference("d", &keyless, &f1), reference("d", &keyless, &f2));
-        assert_eq!(reference("d", &a, &f1).len(), 28);
+        assert_eq!(
+            reference("d", None, &keyless, &f1),
+            reference("d", None, &keyless, &f1)
+        );
+        assert_ne!(
+            reference("d", None, &keyless, &f1),
+            reference("d", None, &keyless, &f2)
+        );
+        assert_eq!(reference("d", None, &a, &f1).len(), 28);
+        // With API keys, the key's owner replaces the agent's name.
+        assert_ne!(
+            reference("d", Some("p"), &a, &f1),
+            reference("d", Some("q"), &a, &f1)
+        );
+        assert_ne!(
+            reference("d", Some("p"), &a, &f1),
+            reference("d", None, &a, &f1)
+        );
     }
 
     #[test]
