@@ -89,6 +89,19 @@ impl Format {
         }
     }
 
+    /// [`Format::decode_jq`] for a reply held in shared memory: JSON strings become slices of
+    /// `body` instead of copies.
+    pub fn decode_jq_shared(
+        &self,
+        body: &bytes::Bytes,
+        declared: Declared<'_>,
+    ) -> Result<JqValue, String> {
+        match self {
+            Format::Json => JqValue::from_json_bytes(body).map_err(not_json),
+            Format::Csv | Format::Xml { .. } => self.decode_jq(body, declared),
+        }
+    }
+
     /// Decodes a body nothing outside it declares a charset for ([`Format::decode_with`]).
     pub fn decode(&self, body: &[u8]) -> Result<Value, String> {
         self.decode_with(body, Declared::default())

@@ -54,6 +54,7 @@ use jaq_std::ValT as _;
 use jiff::civil::{Date, DateTime, Time};
 use serde_json::Value;
 
+mod json;
 mod plan;
 
 /// Most outputs [`Jq::run`] collects before it gives up on a program as runaway.
@@ -296,6 +297,12 @@ impl JqValue {
         serde_json::from_slice(body).map(JqValue)
     }
 
+    /// [`JqValue::from_json_slice`] for a body already held in shared memory (an upstream
+    /// reply): its strings become slices of `body`, not copies (see `extract/json.rs`).
+    pub fn from_json_bytes(body: &bytes::Bytes) -> Result<JqValue, serde_json::Error> {
+        json::parse(body).map(JqValue)
+    }
+
     /// Converts back to JSON. Whole floats become integers, NaN and infinities `null`, byte
     /// strings and invalid UTF-8 are decoded lossily, non-string object keys become their
     /// JSON text.
@@ -343,19 +350,27 @@ fn val_to_json(v: &Val) -> Value {
         Val::Null => Value::Null,
         Val::Bool(b) => Value::Bool(*b),
         Val::Num(n) => num_to_json(n),
-        Val::TStr(b) | Val::BStr(b) => Value::String(String::from_utf8_lossy(b).into_owned()),
+        Val::TStr(b) | Val::BStr(b) => Value::String(lossy(b)),
         Val::Arr(a) => Value::Array(a.iter().map(val_to_json).collect()),
         Val::Obj(o) => Value::Object(
             o.iter()
                 .map(|(k, v)| {
                     let key = match k {
-                        Val::TStr(b) | Val::BStr(b) => String::from_utf8_lossy(b).into_owned(),
+                        Val::TStr(b) | Val::BStr(b) => lossy(b),
                         other => other.to_string(),
                     };
                     (key, val_to_json(v))
                 })
                 .collect(),
         ),
+    }
+}
+
+/// The text of a jaq string: valid UTF-8 as is (checked the fast way), anything else lossily.
+fn lossy(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
     }
 }
 
@@ -960,6 +975,12 @@ fn num(v: &Val) -> Val {
 
 /// jq's `trim`: `White_Space` removed at both ends; bytes that are not UTF-8 stop it.
 fn trim_white_space(bytes: &[u8]) -> &[u8] {
+    // Most values start and end with a printable ASCII character: nothing to trim. (The ASCII
+    // characters with `White_Space` are U+0009..=U+000D and the space.)
+    let printable = |b: &u8| b.is_ascii() && !matches!(b, b'\t'..=b'\r' | b' ');
+    if bytes.first().is_some_and(printable) && bytes.last().is_some_and(printable) {
+        return bytes;
+    }
     let mut start = 0;
     for chunk in bytes.utf8_chunks() {
         let rest = chunk.valid().trim_start();
@@ -1646,6 +1667,12 @@ mod tests {
             r#"" \t\n""#,
             r#""\u00a0\u2003x\u3000\u0085""#,
             r#""\u200bx\u200b""#,
+            // One side trimmed only, by ASCII and by other White_Space (the ASCII fast path).
+            r#""x\u000b""#,
+            r#""\u000cx""#,
+            r#""a""#,
+            r#""x\u0085""#,
+            r#""\u2003x""#,
             r#"" New ""#,
             r#""Certified Pre-Owned""#,
             r#""1""#,
