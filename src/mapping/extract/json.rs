@@ -10,6 +10,7 @@
 //! (`i64`/`u64` as integers, the rest as floats), same objects (a repeated key keeps its first
 //! position and its last value), same errors from `serde_json` (including its nesting limit).
 
+use std::cell::Cell;
 use std::fmt;
 
 use bytes::Bytes;
@@ -19,22 +20,44 @@ use serde::de::{DeserializeSeed, Deserializer, Error, MapAccess, SeqAccess, Visi
 /// Parses `body` (a whole JSON text) into a [`Val`] whose strings share `body`.
 pub(super) fn parse(body: &Bytes) -> Result<Val, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let val = Shared(body).deserialize(&mut de)?;
+    let sizes = Default::default();
+    let val = Shared {
+        body,
+        sizes: &sizes,
+        depth: 0,
+    }
+    .deserialize(&mut de)?;
     de.end()?; // trailing characters are an error, as in `serde_json::from_slice`
     Ok(val)
 }
 
+/// Objects nested deeper than this share the last size hint.
+const SIZED_DEPTHS: usize = 8;
+
 /// A seed that builds values whose unescaped strings are slices of the body.
 #[derive(Clone, Copy)]
-struct Shared<'b>(&'b Bytes);
+struct Shared<'b> {
+    body: &'b Bytes,
+    /// The size of the last object seen at each depth: the records of a list are alike, so
+    /// the next one's map is allocated once at its size instead of growing four times.
+    sizes: &'b [Cell<usize>; SIZED_DEPTHS],
+    depth: usize,
+}
 
 impl Shared<'_> {
+    fn nested(self) -> Self {
+        Shared {
+            depth: self.depth + 1,
+            ..self
+        }
+    }
+
     /// A slice of the body when `s` lies in it (always, for `visit_borrowed_str`), else a copy.
     fn string(self, s: &str) -> Val {
-        let body = self.0.as_ref().as_ptr_range();
+        let body = self.body.as_ref().as_ptr_range();
         let range = s.as_bytes().as_ptr_range();
         if body.start <= range.start && range.end <= body.end {
-            Val::utf8_str(self.0.slice_ref(s.as_bytes()))
+            Val::utf8_str(self.body.slice_ref(s.as_bytes()))
         } else {
             Val::utf8_str(Bytes::copy_from_slice(s.as_bytes()))
         }
@@ -93,19 +116,23 @@ impl<'de> Visitor<'de> for Shared<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Val, A::Error> {
+        let inner = self.nested();
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(item) = seq.next_element_seed(self)? {
+        while let Some(item) = seq.next_element_seed(inner)? {
             items.push(item);
         }
         Ok(Val::Arr(Rc::new(items)))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Val, A::Error> {
-        let mut map = Map::default();
-        while let Some(key) = entries.next_key_seed(self)? {
-            let value = entries.next_value_seed(self)?;
+        let size = &self.sizes[self.depth.min(SIZED_DEPTHS - 1)];
+        let mut map = Map::with_capacity_and_hasher(size.get(), Default::default());
+        let inner = self.nested();
+        while let Some(key) = entries.next_key_seed(inner)? {
+            let value = entries.next_value_seed(inner)?;
             map.insert(key, value); // a repeated key: first position, last value
         }
+        size.set(map.len());
         Ok(Val::obj(map))
     }
 }
