@@ -112,7 +112,7 @@ fn render(mapped: &Mapped, request: &Value) -> aap_gateway::mapping::request::Re
 
 /// The reply side of one page, as `Mapped::fetch_page` + `Mapped::search` do it (private): decode,
 /// `items`, `item` per record, listable filter, `total`, page assembly.
-fn extract_page(mapped: &Mapped, request: &Value, body: &[u8]) -> Value {
+fn extract_page(mapped: &Mapped, request: &Value, body: &Bytes) -> Value {
     let ResponseSpec::List { items, total, item } = &mapped.response else {
         panic!("not a list mapping");
     };
@@ -127,12 +127,12 @@ fn extract_page_with(
     mapped: &Mapped,
     (items, total, item): Programs<'_>,
     request: &Value,
-    body: &[u8],
+    body: &Bytes,
 ) -> Value {
     let vars = jq_vars(mapped, request);
     let doc = mapped
         .format
-        .decode_jq(body, Declared::default())
+        .decode_jq_shared(body, Declared::default())
         .expect("decode");
     let records = items.run(&doc, &vars).expect("items");
     let mut vehicles = Vec::with_capacity(records.len());
