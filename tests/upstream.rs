@@ -1461,13 +1461,19 @@ async fn smtp_the_final_reply_has_its_own_data_timeout_and_a_cut_send_is_unconfi
         json!({ "timeouts": { "connect": "1s", "request": "200ms", "data": "700ms" } }),
     );
     let started = Instant::now();
-    let failure = mail.deliver(lead_mail("lead-1")).await.expect_err("timeout");
+    let failure = mail
+        .deliver(lead_mail("lead-1"))
+        .await
+        .expect_err("timeout");
     let elapsed = started.elapsed();
     assert!(
         matches!(failure.error, UpstreamError::Timeout { after } if after == Duration::from_millis(700)),
         "{failure:?}"
     );
-    assert!(failure.unconfirmed, "the message went out: its fate is unknown");
+    assert!(
+        failure.unconfirmed,
+        "the message went out: its fate is unknown"
+    );
     assert!(
         elapsed >= Duration::from_millis(700) && elapsed < Duration::from_millis(1700),
         "{elapsed:?}"
@@ -1498,8 +1504,14 @@ async fn smtp_a_refusal_before_the_message_is_certain() {
     // A refused port, and a 451 to the final dot: the server has no message either way.
     let dead = dead_port().await;
     let mail = mailer(&format!("smtp://{dead}"), json!({}));
-    let failure = mail.deliver(lead_mail("lead-1")).await.expect_err("refused");
-    assert!(matches!(failure.error, UpstreamError::Connect(_)), "{failure:?}");
+    let failure = mail
+        .deliver(lead_mail("lead-1"))
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(failure.error, UpstreamError::Connect(_)),
+        "{failure:?}"
+    );
     assert!(!failure.unconfirmed);
     let server = SmtpServer::start(|_| AfterData::Transient451).await;
     let mail = mailer(&server.url(), json!({}));

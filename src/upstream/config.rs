@@ -1184,7 +1184,10 @@ impl FileUpstream {
         }
         let data_timeout = c.duration(
             "/timeouts/data",
-            self.timeouts.data.as_deref().unwrap_or(DEFAULT_DATA_TIMEOUT),
+            self.timeouts
+                .data
+                .as_deref()
+                .unwrap_or(DEFAULT_DATA_TIMEOUT),
         );
         let smtp = self.smtp.unwrap_or_else(|| {
             c.problem("/smtp", "missing: `kind: smtp` needs `smtp: { from, to }`");

@@ -183,9 +183,10 @@ impl Mailer {
             .hello_name
             .clone()
             .map_or_else(ClientId::default, ClientId::Domain);
-        let credentials = settings.credentials.as_ref().map(|c| {
-            Credentials::new(c.username.clone(), c.password.expose().to_owned())
-        });
+        let credentials = settings
+            .credentials
+            .as_ref()
+            .map(|c| Credentials::new(c.username.clone(), c.password.expose().to_owned()));
         Ok(Mailer {
             inner: Arc::new(Inner {
                 name: name.to_owned(),
@@ -235,7 +236,10 @@ impl Mailer {
         let started = Instant::now();
         let result = self.send_unmetered(mail).instrument(span.clone()).await;
         if let Err(f) = &result {
-            span.record("error.kind", crate::telemetry::metrics::error_kind(&f.error));
+            span.record(
+                "error.kind",
+                crate::telemetry::metrics::error_kind(&f.error),
+            );
         }
         if let Some(meter) = self.inner.meter.get()
             && !matches!(
@@ -247,7 +251,10 @@ impl Mailer {
             )
         {
             // An accepted mail counts as a 2xx.
-            meter.observe(result.as_ref().map(|_| 200).map_err(|f| &f.error), started.elapsed());
+            meter.observe(
+                result.as_ref().map(|_| 200).map_err(|f| &f.error),
+                started.elapsed(),
+            );
         }
         result
     }
@@ -399,10 +406,14 @@ impl Inner {
             Ok(sent) => sent?,
             // Nothing was sent past `DATA`: the server has no message.
             Err(_) if !slotted.load(Ordering::Relaxed) => {
-                return Err(MailFailure::certain(UpstreamError::Busy { waited: request }));
+                return Err(MailFailure::certain(UpstreamError::Busy {
+                    waited: request,
+                }));
             }
             Err(_) => {
-                return Err(MailFailure::certain(UpstreamError::Timeout { after: request }));
+                return Err(MailFailure::certain(UpstreamError::Timeout {
+                    after: request,
+                }));
             }
         };
         let data = self.settings.data_timeout;
