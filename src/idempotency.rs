@@ -278,6 +278,7 @@ impl Idempotency {
         let fingerprint = hex(&ticket.fingerprint);
         let mut pause = POLL_FIRST;
         let mut epochs_seen = 0;
+        let mut retried = false;
         loop {
             let epoch = shared.epoch();
             let terms = Claiming {
@@ -364,6 +365,11 @@ impl Idempotency {
                     if epochs_seen > 2 {
                         return Err(in_progress(IN_PROGRESS_RETRY_AFTER));
                     }
+                }
+                Err(_) if !retried => {
+                    // A connection Redis dropped (a restart, a failover) is made anew on the
+                    // next call: one more try before falling back.
+                    retried = true;
                 }
                 Err(_) => {
                     // Logged once per outage by the backend; counted here.
