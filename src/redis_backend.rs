@@ -7,10 +7,12 @@
 //! - **Rate limits** use GCRA (the generic cell rate algorithm): one number per key, the
 //!   theoretical arrival time (TAT) of the next request. The clock is the Redis server's `TIME`,
 //!   so replicas with skewed clocks still agree.
-//! - **Idempotency** mirrors [`crate::idempotency`]: a reservation (with a lock TTL, so a crashed
-//!   replica's claim runs out), the stored reply for replay, and the fingerprint to detect a
-//!   conflicting payload. Single flight across replicas is the caller's job: [`Reservation::InFlight`]
-//!   says someone else is running the call.
+//! - **Idempotency** mirrors [`crate::idempotency`]: a claim under a lease (renewed by its
+//!   replica, so a dead replica's claim runs out; one that ran out mid-delivery is an unknown
+//!   outcome), the stored reply for replay or the held reference, and the fingerprint to detect
+//!   a conflicting payload. An epoch key tells replicas that Redis lost its data. Single flight
+//!   across replicas is the caller's job: [`Reservation::InFlight`] says someone else is running
+//!   the call.
 //!
 //! Every decision is one Lua script, so it is atomic and costs one round trip (`EVALSHA`, falling
 //! back to loading the script once after a Redis restart). Every call is bounded by `timeout`;
@@ -22,8 +24,12 @@
 //! ```text
 //! {prefix}rl:{key}     string  TAT in µs since the Unix epoch (server clock);
 //!                              expires when the bucket has drained (PX = TAT − now)
-//! {prefix}idem:{key}   hash    state=inflight, fp, token   expires after the lock TTL
-//!                              state=done, fp, reply       expires after the reply TTL
+//! {prefix}idem:{key}   hash    state=inflight, fp, token, lease (ms, server clock),
+//!                              phase=claimed|delivering, ref            expires after the reply TTL
+//!                              state=done, fp, reply                    expires after the reply TTL
+//!                              state=held, fp, ref                      expires after the reply TTL
+//! {prefix}idem-epoch   string  a random id; gone = Redis lost its data  never expires
+//! {prefix}idem-recovering  string  no free key handed out while it lives  expires after a lease
 //! ```
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
