@@ -271,7 +271,7 @@ impl Idempotency {
         &self,
         shared: &Arc<Shared>,
         scope: &Scope,
-        mut ticket: Ticket,
+        mut ticket: Box<Ticket>,
         until: Instant,
     ) -> Result<Claim, AapError> {
         let key = scope.shared_key();
@@ -553,8 +553,9 @@ impl Hold {
 /// The result of a claim.
 #[derive(Debug)]
 pub enum Claim {
-    /// Run the call; then record its outcome with the ticket.
-    Fresh(Ticket),
+    /// Run the call; then record its outcome with the ticket (boxed: it is large, the reply
+    /// small).
+    Fresh(Box<Ticket>),
     /// The stored reply of an earlier call with this key and payload.
     Replay(Reply),
 }
@@ -743,7 +744,7 @@ impl Store {
                             bytes,
                         },
                     );
-                    return Ok(Claim::Fresh(Ticket {
+                    return Ok(Claim::Fresh(Box::new(Ticket {
                         store: Some(Arc::clone(self)),
                         scope,
                         fingerprint,
@@ -752,7 +753,7 @@ impl Store {
                         on_ambiguous,
                         hold: None,
                         orphan: None,
-                    }));
+                    })));
                 }
             }
         };

@@ -147,7 +147,7 @@ struct Delivery {
     dealer: Arc<str>,
     request: Value,
     facts: Value,
-    ticket: Option<Ticket>,
+    ticket: Option<Box<Ticket>>,
 }
 
 impl Delivery {

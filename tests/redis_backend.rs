@@ -391,7 +391,7 @@ async fn a_claim_that_ran_out_mid_delivery_is_an_unknown_outcome() {
     };
     let store = backend(&server, "t:");
     let lease = Duration::from_millis(150);
-    for (key, hold) in [("resend", false), ("hold", true)] {
+    for key in ["resend", "hold"] {
         let token = reserved(&store, key, FP_A, lease).await;
         let delivering = store.renew(key, &held(&token, true), lease, TTL).await;
         assert_eq!(delivering.unwrap(), Renewal::Renewed);
