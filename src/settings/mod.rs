@@ -787,6 +787,7 @@ impl Loader {
             );
         }
         if let (Some(lease), Some(redis)) = (lock_ttl, redis_timeout)
+            && lease >= Duration::from_secs(1)
             && lease < redis * 6
         {
             self.problem(
