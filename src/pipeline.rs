@@ -3,6 +3,7 @@
 //! path. Each stage runs in its trace span (`DEBUG`: free unless traces are exported).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
@@ -138,6 +139,40 @@ async fn submit_lead(
     }
 }
 
+/// Lead deliveries running in this process (they outlive their request and the configuration
+/// that started them): shutdown waits for them, within its grace.
+static DELIVERIES: AtomicUsize = AtomicUsize::new(0);
+
+/// How many lead deliveries are running.
+pub fn deliveries_running() -> usize {
+    DELIVERIES.load(Ordering::SeqCst)
+}
+
+/// Returns once no lead delivery is running.
+pub async fn deliveries_finished() {
+    while deliveries_running() > 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Counts one running delivery while it lives (a panic included).
+struct Running(Arc<Metrics>);
+
+impl Running {
+    fn start(metrics: &Arc<Metrics>) -> Running {
+        DELIVERIES.fetch_add(1, Ordering::SeqCst);
+        metrics.lead_deliveries(1);
+        Running(Arc::clone(metrics))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        DELIVERIES.fetch_sub(1, Ordering::SeqCst);
+        self.0.lead_deliveries(-1);
+    }
+}
+
 /// One lead on its way to the CRM, owned by its own task: neither the buyer's disconnect nor
 /// the request deadline cuts it short; the upstream's own timeouts bound it.
 struct Delivery {
@@ -154,7 +189,7 @@ impl Delivery {
     /// Delivers, then records the outcome for the key: the reply, a free key (certainly not
     /// delivered), or what `on_ambiguous` makes of an unknown outcome.
     async fn run(mut self) -> Result<Reply, AapError> {
-        self.metrics.lead_deliveries(1);
+        let _running = Running::start(&self.metrics);
         let reference = self.facts["reference"]
             .as_str()
             .unwrap_or_default()
@@ -189,7 +224,6 @@ impl Delivery {
             }
             Err(failed) => self.unknown(&reference, failed.error).await,
         };
-        self.metrics.lead_deliveries(-1);
         answer
     }
 

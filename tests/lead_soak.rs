@@ -544,3 +544,53 @@ async fn soak_long_no_lead_lost_or_duplicated_under_faults() {
     };
     assert_exactly_once(&figures, 8);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_waits_for_a_running_lead_delivery() {
+    let sims = Simulators::start().await.expect("simulators");
+    let files = DemoCopy::new();
+    files.edit(
+        "config/demo.yaml",
+        "request_timeout: 15s",
+        "request_timeout: 2s\n  body_read_timeout: 1s",
+    );
+    let vars = common::simulator_vars(&sims);
+    let mut gw = replica(&files.path("config/demo.yaml"), &vars).await;
+    // The intake answers the final dot after 4 s: the buyer hears "in progress" at ~2 s.
+    sims.smtp.control.set_mode(Mode::Slow, 4000);
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let calls = Calls::default();
+    let sent = Instant::now();
+    let answered = try_once(
+        &client,
+        &format!("{}{HONDA}", gw.url),
+        &lead(0, 0, true),
+        &calls,
+    )
+    .await;
+    assert!(answered.is_none());
+    assert_eq!(calls.in_progress.load(Ordering::Relaxed), 1);
+
+    // SIGTERM now: the process drains, and waits for the delivery before it exits.
+    let signalled = Command::new("kill")
+        .args(["-TERM", &gw.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(signalled.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while gw.child.try_wait().expect("wait").is_none() {
+        assert!(Instant::now() < deadline, "the replica did not exit");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        sent.elapsed() >= Duration::from_millis(3800),
+        "exited {:?} after the lead was sent, before its delivery ended",
+        sent.elapsed()
+    );
+    assert_eq!(sims.smtp.messages().len(), 1);
+    let log = std::fs::read_to_string(gw._log.path()).expect("log");
+    assert!(log.contains("no lead delivery running"), "{log}");
+}
