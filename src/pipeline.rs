@@ -209,7 +209,7 @@ impl Delivery {
                 }
             })
         });
-        let answer = match result {
+        match result {
             Ok(reply) => {
                 if let Some(ticket) = self.ticket.take() {
                     ticket.complete(&reply).await; // replayed for the key from now on
@@ -223,8 +223,7 @@ impl Delivery {
                 Err(failed.error)
             }
             Err(failed) => self.unknown(&reference, failed.error).await,
-        };
-        answer
+        }
     }
 
     /// The CRM may or may not have the lead: counted, logged with the reference (never the
