@@ -30,7 +30,8 @@ const LIMIT_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(30
 #[derive(Debug)]
 pub struct App {
     pub settings: Settings,
-    pub schemas: Schemas,
+    /// Shared with lead deliveries, which outlive their request.
+    pub schemas: Arc<Schemas>,
     /// Most specific first (see `router`).
     pub dealers: Vec<Dealer>,
     /// `lead.submit` idempotency keys and their replies.
@@ -113,7 +114,7 @@ impl App {
         metrics: Arc<Metrics>,
         old: Option<&App>,
     ) -> Result<App, Vec<Problem>> {
-        let schemas = Schemas::load().map_err(|e| {
+        let schemas = Schemas::load().map(Arc::new).map_err(|e| {
             vec![Problem {
                 origin: crate::settings::Origin::WholeFile {
                     path: "schemas/".into(),
@@ -149,8 +150,14 @@ impl App {
             dealer.index = u16::try_from(i).unwrap_or(u16::MAX);
         }
         let keys = &settings.idempotency;
+        let limits = crate::idempotency::Limits {
+            ttl: keys.ttl,
+            max_entries: keys.max_entries,
+            max_bytes: keys.max_bytes,
+            on_ambiguous: keys.on_ambiguous,
+        };
         let idempotency = Arc::new(match &keys.backend {
-            LimitBackend::Memory => Idempotency::local(keys.ttl, keys.max_entries),
+            LimitBackend::Memory => Idempotency::local(limits).with_metrics(&metrics),
             LimitBackend::Redis { url } => {
                 let backend = RedisBackend::new(url, keys.redis_timeout, "aapgw:")
                     .map_err(|e| vec![settings.source.problem("/idempotency/redis_url", e)])?;
@@ -159,13 +166,8 @@ impl App {
                     OnBackendError::Deny => "deny",
                 };
                 backend.watch("idempotency", fallback, &metrics);
-                Idempotency::shared(
-                    keys.ttl,
-                    keys.max_entries,
-                    backend,
-                    keys.lock_ttl,
-                    keys.on_backend_error,
-                )
+                Idempotency::shared(limits, backend, keys.lock_ttl, keys.on_backend_error)
+                    .with_metrics(&metrics)
             }
         });
         let redis = match &settings.rate_limit.backend {
@@ -233,6 +235,8 @@ impl App {
             .flat_map(|d| d.feeds.iter())
             .map(|feed| tokio::spawn(Arc::clone(feed).keep_fresh()))
             .collect();
+        // Leases of the replicas' claims on lead keys, and recovery after a Redis restart.
+        tasks.push(tokio::spawn(Arc::clone(&self.idempotency).keep_shared()));
         // Full buckets carry no information: forget them so memory follows live clients only.
         let limits = Arc::clone(&self.limits);
         tasks.push(tokio::spawn(async move {
@@ -353,6 +357,11 @@ fn build_dealer(
             ),
         ));
     }
+    if let Some(Handler::Lead(lead)) = handlers.get(&Skill::LeadSubmit)
+        && let Some(note) = lead_deadline_note(lead, &handlers, settings.limits.request_timeout)
+    {
+        notes.push(note);
+    }
     if handlers.is_empty() && problems.is_empty() {
         problems.push(settings.source.problem(
             &dealer.pointer,
@@ -401,6 +410,58 @@ fn build_dealer(
         notes,
         carried,
         extension_uri: settings.aap.extension_uri.clone(),
+    })
+}
+
+/// A note for `check` when a lead's path (the vehicle check, then the delivery, each under its
+/// upstream's timeouts) can outlast `limits.request_timeout`: the buyer is then told "in
+/// progress" and joins the running delivery with a retry, which `check` should say.
+fn lead_deadline_note(
+    lead: &crate::mapping::lead::LeadMapping,
+    handlers: &BTreeMap<Skill, Handler>,
+    request_timeout: std::time::Duration,
+) -> Option<Problem> {
+    use crate::mapping::lead::Delivery;
+    let http = |u: &crate::upstream::Upstream| {
+        let s = u.settings();
+        (
+            s.queue_timeout + s.connect_timeout + s.request_timeout,
+            "timeouts.queue + connect + request",
+        )
+    };
+    let (delivery, terms) = match &lead.delivery {
+        Delivery::Http(mapped) => http(&mapped.upstream),
+        Delivery::Mail(mail) => {
+            let s = mail.mailer.settings();
+            (
+                s.request_timeout + s.data_timeout,
+                "timeouts.request + data",
+            )
+        }
+    };
+    let check = match handlers.get(&Skill::InventoryVehicle) {
+        Some(Handler::Proxy(mapped)) if lead.policy.check_vehicle => http(&mapped.upstream).0,
+        _ => std::time::Duration::ZERO,
+    };
+    let path = delivery + check;
+    (path > request_timeout).then(|| Problem {
+        origin: crate::settings::Origin::WholeFile {
+            path: lead.file.clone().into(),
+        },
+        message: format!(
+            "a lead's delivery may take up to {} (upstream `{}`: {terms}{}), longer than \
+             limits.request_timeout ({}): a buyer still waiting then is told \"in progress\" \
+             (retryable) and its retry with the same idempotency_key gets the delivery's \
+             outcome; the delivery itself is never cut short by the deadline",
+            humantime::format_duration(path),
+            lead.upstream(),
+            if check.is_zero() {
+                ""
+            } else {
+                ", plus the vehicle check"
+            },
+            humantime::format_duration(request_timeout),
+        ),
     })
 }
 

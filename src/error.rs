@@ -235,6 +235,19 @@ pub enum AapError {
     },
     #[error("internal error: {0}")]
     Internal(String),
+
+    // --- a lead whose delivery is not over: INTERNAL_ERROR, retryable, with a hint ---
+    /// A `lead.submit` with this idempotency key is being delivered (by this replica or
+    /// another), or the shared store is recovering from a restart: nothing new was started.
+    #[error("a lead with this idempotency key is in progress; retry after {retry_after:?}")]
+    LeadInProgress { retry_after: Duration },
+    /// The key's delivery ended with an unknown outcome and `idempotency.on_ambiguous: hold`
+    /// keeps it for reconciliation: never delivered again under this key.
+    #[error("the lead with reference {reference} is held for reconciliation")]
+    LeadHeld {
+        reference: String,
+        retry_after: Duration,
+    },
 }
 
 /// `"/data/vehicles/0/price (type: must be integer), …"` for logs.

@@ -7,10 +7,12 @@
 //! - **Rate limits** use GCRA (the generic cell rate algorithm): one number per key, the
 //!   theoretical arrival time (TAT) of the next request. The clock is the Redis server's `TIME`,
 //!   so replicas with skewed clocks still agree.
-//! - **Idempotency** mirrors [`crate::idempotency`]: a reservation (with a lock TTL, so a crashed
-//!   replica's claim runs out), the stored reply for replay, and the fingerprint to detect a
-//!   conflicting payload. Single flight across replicas is the caller's job: [`Reservation::InFlight`]
-//!   says someone else is running the call.
+//! - **Idempotency** mirrors [`crate::idempotency`]: a claim under a lease (renewed by its
+//!   replica, so a dead replica's claim runs out; one that ran out mid-delivery is an unknown
+//!   outcome), the stored reply for replay or the held reference, and the fingerprint to detect
+//!   a conflicting payload. An epoch key tells replicas that Redis lost its data. Single flight
+//!   across replicas is the caller's job: [`Reservation::InFlight`] says someone else is running
+//!   the call.
 //!
 //! Every decision is one Lua script, so it is atomic and costs one round trip (`EVALSHA`, falling
 //! back to loading the script once after a Redis restart). Every call is bounded by `timeout`;
@@ -22,8 +24,12 @@
 //! ```text
 //! {prefix}rl:{key}     string  TAT in µs since the Unix epoch (server clock);
 //!                              expires when the bucket has drained (PX = TAT − now)
-//! {prefix}idem:{key}   hash    state=inflight, fp, token   expires after the lock TTL
-//!                              state=done, fp, reply       expires after the reply TTL
+//! {prefix}idem:{key}   hash    state=inflight, fp, token, lease (ms, server clock),
+//!                              phase=claimed|delivering, ref            expires after the reply TTL
+//!                              state=done, fp, reply                    expires after the reply TTL
+//!                              state=held, fp, ref                      expires after the reply TTL
+//! {prefix}idem-epoch   string  a random id; gone = Redis lost its data  never expires
+//! {prefix}idem-recovering  string  no free key handed out while it lives  expires after a lease
 //! ```
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -65,13 +71,81 @@ pub enum BackendError {
 /// What [`RedisBackend::reserve`] found for a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reservation {
-    /// The key was free and is now held: run the call, then `complete` (or `release`) with
-    /// `token`.
-    Reserved { token: String },
-    /// Another call with this key is running (maybe on another replica).
-    InFlight { fingerprint: String },
+    /// The key was free and is now held: run the call, renew the lease meanwhile, then record
+    /// the outcome (or `release`) with `token`. `orphan`: the reference of a delivery whose
+    /// replica's lease ran out before it recorded an outcome (`on_ambiguous: resend`).
+    Reserved {
+        token: String,
+        orphan: Option<String>,
+    },
+    /// Another call with this key is running (maybe on another replica); its lease runs for
+    /// `lease_left` unless renewed.
+    InFlight {
+        fingerprint: String,
+        lease_left: Duration,
+    },
     /// A call with this key completed: `reply` is its stored reply.
     Done { fingerprint: String, reply: String },
+    /// The key's delivery had an unknown outcome and is held for reconciliation. `orphan`: it
+    /// was held just now, its replica's lease having run out mid-delivery.
+    Held {
+        fingerprint: String,
+        reference: String,
+        orphan: bool,
+    },
+    /// Redis lost its data: replicas are putting back what they know for `left` more; no key is
+    /// handed out meanwhile.
+    Recovering { left: Duration },
+    /// Redis's epoch is not the caller's (Redis lost its data, or the caller is new): adopt it,
+    /// put back what this replica knows, and ask again.
+    Epoch(String),
+}
+
+/// The terms of a claim (see [`RedisBackend::reserve`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Claiming<'a> {
+    pub lease: Duration,
+    /// How long the entry lives (the reply TTL).
+    pub ttl: Duration,
+    /// The epoch the caller knows (`""`: none yet).
+    pub epoch: &'a str,
+    /// How long free keys stay refused after Redis was found empty by a caller that knew it.
+    pub recovery: Duration,
+    /// `on_ambiguous: hold`: an orphaned delivery is held, not taken over.
+    pub hold_orphans: bool,
+}
+
+/// A claim this replica holds, as its lease renewal writes it.
+#[derive(Debug, Clone, Copy)]
+pub struct HeldClaim<'a> {
+    pub token: &'a str,
+    pub fingerprint: &'a str,
+    pub reference: &'a str,
+    /// The lead may be on its way: an orphaned claim is then an unknown outcome.
+    pub delivering: bool,
+}
+
+/// What a lease renewal found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    Renewed,
+    /// The claim had vanished (Redis restarted empty) and was put back.
+    PutBack,
+    /// Another claim or an outcome holds the key now.
+    Lost,
+}
+
+/// An outcome to put back into a Redis that lost it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seed {
+    Done {
+        fingerprint: String,
+        reply: String,
+    },
+    Held {
+        fingerprint: String,
+        reference: String,
+    },
 }
 
 struct Inner {
@@ -89,8 +163,11 @@ struct Inner {
     watch: OnceLock<Watch>,
     gcra: Script,
     reserve: Script,
-    complete: Script,
+    renew: Script,
+    finish: Script,
     release: Script,
+    epoch: Script,
+    seed: Script,
 }
 
 /// What an outage of one backend means, for its logs and metrics.
@@ -121,26 +198,88 @@ redis.call('SET', KEYS[1], string.format('%d', new_tat), 'PX', math.ceil((new_ta
 return {1, 0}
 ";
 
-/// KEYS[1]: the entry. ARGV[1]: fingerprint, ARGV[2]: the new token, ARGV[3]: lock TTL (ms).
-/// Returns {'reserved'}, {'inflight', fp} or {'done', fp, reply}.
+/// Idempotency claim. KEYS[1]: the entry, KEYS[2]: the epoch, KEYS[3]: the recovery marker.
+/// ARGV[1]: fingerprint, ARGV[2]: the new token, ARGV[3]: lease (ms), ARGV[4]: entry TTL (ms),
+/// ARGV[5]: the epoch the caller knows ('' if none), ARGV[6]: a new epoch in case there is none,
+/// ARGV[7]: the recovery time (ms), ARGV[8]: 'hold' or 'resend' for an orphaned delivery.
+///
+/// An absent epoch means Redis lost its data (or never had any): a caller that knew an epoch
+/// starts the recovery time, during which free keys are not handed out (the replicas put back
+/// what they know first). Returns {'epoch', e} when the caller's epoch is not Redis's,
+/// {'done', fp, reply}, {'held', fp, ref[, 'orphan']}, {'inflight', fp, lease_left_ms},
+/// {'recovering', ms}, {'reserved'} or {'reserved', 'orphan', ref} (taken over from a replica
+/// whose lease ran out while it delivered).
 const RESERVE_LUA: &str = r"
-local e = redis.call('HMGET', KEYS[1], 'state', 'fp', 'reply')
+if redis.replicate_commands then redis.replicate_commands() end
+local epoch = redis.call('GET', KEYS[2])
+if not epoch then
+  epoch = ARGV[6]
+  redis.call('SET', KEYS[2], epoch)
+  if ARGV[5] ~= '' then redis.call('SET', KEYS[3], '1', 'PX', ARGV[7]) end
+end
+if epoch ~= ARGV[5] then return {'epoch', epoch} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local e = redis.call('HMGET', KEYS[1], 'state', 'fp', 'reply', 'lease', 'phase', 'ref')
 if e[1] == 'done' then return {'done', e[2] or '', e[3] or ''} end
-if e[1] == 'inflight' then return {'inflight', e[2] or ''} end
+if e[1] == 'held' then return {'held', e[2] or '', e[6] or ''} end
+local orphan = false
+if e[1] == 'inflight' then
+  local lease = tonumber(e[4]) or 0
+  if lease > now or e[2] ~= ARGV[1] then
+    return {'inflight', e[2] or '', string.format('%d', math.max(lease - now, 0))}
+  end
+  if e[5] == 'delivering' then
+    if ARGV[8] == 'hold' then
+      redis.call('HSET', KEYS[1], 'state', 'held')
+      redis.call('HDEL', KEYS[1], 'token', 'lease', 'phase')
+      redis.call('PEXPIRE', KEYS[1], ARGV[4])
+      return {'held', e[2] or '', e[6] or '', 'orphan'}
+    end
+    orphan = true
+  end
+elseif redis.call('EXISTS', KEYS[3]) == 1 then
+  return {'recovering', string.format('%d', math.max(redis.call('PTTL', KEYS[3]), 1))}
+end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'state', 'inflight', 'fp', ARGV[1], 'token', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('HSET', KEYS[1], 'state', 'inflight', 'fp', ARGV[1], 'token', ARGV[2],
+  'lease', string.format('%d', now + tonumber(ARGV[3])), 'phase', 'claimed')
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+if orphan then return {'reserved', 'orphan', e[6] or ''} end
 return {'reserved'}
 ";
 
-/// KEYS[1]: the entry. ARGV[1]: token, ARGV[2]: fingerprint, ARGV[3]: reply, ARGV[4]: TTL (ms).
-/// Only an in-flight entry has a token, so a match means this caller still holds the key.
-/// Returns 1 when stored, 0 when the token no longer holds the key.
-const COMPLETE_LUA: &str = r"
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+/// Lease renewal. KEYS[1]: the entry. ARGV[1]: token, ARGV[2]: lease (ms), ARGV[3]: fingerprint,
+/// ARGV[4]: lead reference, ARGV[5]: phase ('claimed' or 'delivering'), ARGV[6]: entry TTL (ms).
+/// An entry that vanished (Redis restarted empty) is put back. Returns 1 when renewed, 2 when
+/// put back, 0 when another claim or an outcome holds the key now.
+const RENEW_LUA: &str = r"
+if redis.replicate_commands then redis.replicate_commands() end
+local e = redis.call('HMGET', KEYS[1], 'state', 'token')
+if e[1] and (e[1] ~= 'inflight' or e[2] ~= ARGV[1]) then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', KEYS[1], 'state', 'inflight', 'fp', ARGV[3], 'token', ARGV[1],
+  'lease', string.format('%d', now + tonumber(ARGV[2])), 'phase', ARGV[5], 'ref', ARGV[4])
+if not e[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[6])
+  return 2
+end
+return 1
+";
+
+/// KEYS[1]: the entry. ARGV[1]: token, ARGV[2]: state ('done' or 'held'), ARGV[3]: fingerprint,
+/// ARGV[4]: the reply (done) or the lead reference (held), ARGV[5]: TTL (ms). Records the
+/// outcome if `token` still holds the key, or the key vanished (Redis restarted empty).
+/// Returns 1 when stored, 0 when another claim or an outcome holds the key now.
+const FINISH_LUA: &str = r"
+local e = redis.call('HMGET', KEYS[1], 'state', 'token')
+if e[1] and (e[1] ~= 'inflight' or e[2] ~= ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'state', 'done', 'fp', ARGV[2], 'reply', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
+local field = 'reply'
+if ARGV[2] == 'held' then field = 'ref' end
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'fp', ARGV[3], field, ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 1
 ";
 
@@ -149,6 +288,33 @@ const RELEASE_LUA: &str = r"
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 return 1
+";
+
+/// KEYS[1]: the epoch, KEYS[2]: the recovery marker. ARGV as RESERVE_LUA's 5 to 7. Returns
+/// Redis's epoch (made now if there was none).
+const EPOCH_LUA: &str = r"
+local epoch = redis.call('GET', KEYS[1])
+if epoch then return epoch end
+redis.call('SET', KEYS[1], ARGV[2])
+if ARGV[1] ~= '' then redis.call('SET', KEYS[2], '1', 'PX', ARGV[3]) end
+return ARGV[2]
+";
+
+/// Puts back outcomes a replica knows. KEYS: entries; ARGV: per key four values (state, fp,
+/// reply or reference, TTL ms). A key Redis holds is left alone. Returns how many were written.
+const SEED_LUA: &str = r"
+local n = 0
+for i, key in ipairs(KEYS) do
+  local a = (i - 1) * 4
+  if redis.call('EXISTS', key) == 0 then
+    local field = 'reply'
+    if ARGV[a + 1] == 'held' then field = 'ref' end
+    redis.call('HSET', key, 'state', ARGV[a + 1], 'fp', ARGV[a + 2], field, ARGV[a + 3])
+    redis.call('PEXPIRE', key, ARGV[a + 4])
+    n = n + 1
+  end
+end
+return n
 ";
 
 impl RedisBackend {
@@ -201,8 +367,11 @@ impl RedisBackend {
                 watch: OnceLock::new(),
                 gcra: Script::new(GCRA_LUA),
                 reserve: Script::new(RESERVE_LUA),
-                complete: Script::new(COMPLETE_LUA),
+                renew: Script::new(RENEW_LUA),
+                finish: Script::new(FINISH_LUA),
                 release: Script::new(RELEASE_LUA),
+                epoch: Script::new(EPOCH_LUA),
+                seed: Script::new(SEED_LUA),
             }),
         })
     }
@@ -231,25 +400,70 @@ impl RedisBackend {
         }
     }
 
-    /// Idempotency: reserve `key` for a call with `fingerprint` (hex), holding it for `lock_ttl`
-    /// (so a crashed replica's reservation runs out), or report what is stored. One round trip.
+    /// Idempotency: claims `key` for a call with `fingerprint` (hex) under a `lease` (renewed
+    /// with [`RedisBackend::renew`]; a replica that dies frees its keys when it runs out), or
+    /// reports what holds it. See [`Claiming`] for the rest. One round trip.
     pub async fn reserve(
         &self,
         key: &str,
         fingerprint: &str,
-        lock_ttl: Duration,
+        claiming: &Claiming<'_>,
     ) -> Result<Reservation, BackendError> {
         let token = uuid::Uuid::new_v4().to_string();
+        let candidate = uuid::Uuid::new_v4().to_string();
         let mut call = self.inner.reserve.key(self.key("idem:", key));
-        call.arg(fingerprint).arg(&token).arg(millis(lock_ttl));
+        call.key(self.key("idem-", "epoch"))
+            .key(self.key("idem-", "recovering"));
+        call.arg(fingerprint)
+            .arg(&token)
+            .arg(millis(claiming.lease))
+            .arg(millis(claiming.ttl))
+            .arg(claiming.epoch)
+            .arg(&candidate)
+            .arg(millis(claiming.recovery))
+            .arg(if claiming.hold_orphans {
+                "hold"
+            } else {
+                "resend"
+            });
         let reply: Value = self
             .bounded(|mut conn| async move { call.invoke_async(&mut conn).await })
             .await?;
         parse_reservation(reply, token)
     }
 
-    /// Stores `reply` (opaque text) with `fingerprint` for `ttl`, only if `token` still holds the
-    /// reservation: `Ok(false)` when it does not (the lock expired, or another token holds it).
+    /// Renews the lease of the claim `token` holds on `key` (putting the claim back if Redis
+    /// lost it), recording the lead's `reference` and whether its delivery has begun.
+    pub async fn renew(
+        &self,
+        key: &str,
+        claim: &HeldClaim<'_>,
+        lease: Duration,
+        ttl: Duration,
+    ) -> Result<Renewal, BackendError> {
+        let mut call = self.inner.renew.key(self.key("idem:", key));
+        call.arg(claim.token)
+            .arg(millis(lease))
+            .arg(claim.fingerprint)
+            .arg(claim.reference)
+            .arg(if claim.delivering {
+                "delivering"
+            } else {
+                "claimed"
+            })
+            .arg(millis(ttl));
+        let renewed: i64 = self
+            .bounded(|mut conn| async move { call.invoke_async(&mut conn).await })
+            .await?;
+        Ok(match renewed {
+            1 => Renewal::Renewed,
+            2 => Renewal::PutBack,
+            _ => Renewal::Lost,
+        })
+    }
+
+    /// Stores `reply` (opaque text) with `fingerprint` for `ttl`, if `token` still holds the
+    /// claim (or Redis lost it): `Ok(false)` when another claim or an outcome holds the key.
     pub async fn complete(
         &self,
         key: &str,
@@ -258,8 +472,39 @@ impl RedisBackend {
         reply: &str,
         ttl: Duration,
     ) -> Result<bool, BackendError> {
-        let mut call = self.inner.complete.key(self.key("idem:", key));
-        call.arg(token).arg(fingerprint).arg(reply).arg(millis(ttl));
+        self.finish(key, token, "done", fingerprint, reply, ttl)
+            .await
+    }
+
+    /// Holds `key` for reconciliation (its delivery's outcome is unknown) for `ttl`, on the
+    /// same terms as [`RedisBackend::complete`].
+    pub async fn hold(
+        &self,
+        key: &str,
+        token: &str,
+        fingerprint: &str,
+        reference: &str,
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        self.finish(key, token, "held", fingerprint, reference, ttl)
+            .await
+    }
+
+    async fn finish(
+        &self,
+        key: &str,
+        token: &str,
+        state: &str,
+        fingerprint: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        let mut call = self.inner.finish.key(self.key("idem:", key));
+        call.arg(token)
+            .arg(state)
+            .arg(fingerprint)
+            .arg(value)
+            .arg(millis(ttl));
         let stored: i64 = self
             .bounded(|mut conn| async move { call.invoke_async(&mut conn).await })
             .await?;
@@ -274,6 +519,44 @@ impl RedisBackend {
             .bounded(|mut conn| async move { call.invoke_async(&mut conn).await })
             .await?;
         Ok(())
+    }
+
+    /// Redis's idempotency epoch: made now if Redis has none (it lost its data, or never had
+    /// any), starting the `recovery` time when the caller knew another (`known` non-empty).
+    pub async fn epoch(&self, known: &str, recovery: Duration) -> Result<String, BackendError> {
+        let candidate = uuid::Uuid::new_v4().to_string();
+        let mut call = self.inner.epoch.key(self.key("idem-", "epoch"));
+        call.key(self.key("idem-", "recovering"));
+        call.arg(known).arg(&candidate).arg(millis(recovery));
+        self.bounded(|mut conn| async move { call.invoke_async(&mut conn).await })
+            .await
+    }
+
+    /// Puts back outcomes Redis lost (keys it holds are left alone): `(key, outcome, ttl)`.
+    /// Returns how many were written. One round trip per call: callers batch.
+    pub async fn seed(&self, outcomes: &[(String, Seed, Duration)]) -> Result<u64, BackendError> {
+        if outcomes.is_empty() {
+            return Ok(0);
+        }
+        let mut call = self.inner.seed.prepare_invoke();
+        for (key, seed, ttl) in outcomes {
+            call.key(self.key("idem:", key));
+            let (state, fingerprint, value) = match seed {
+                Seed::Done { fingerprint, reply } => ("done", fingerprint, reply),
+                Seed::Held {
+                    fingerprint,
+                    reference,
+                } => ("held", fingerprint, reference),
+            };
+            call.arg(state)
+                .arg(fingerprint)
+                .arg(value)
+                .arg(millis(*ttl));
+        }
+        let written: i64 = self
+            .bounded(|mut conn| async move { call.invoke_async(&mut conn).await })
+            .await?;
+        Ok(u64::try_from(written).unwrap_or(0))
     }
 
     /// `PING`, for readiness reports.
@@ -420,18 +703,42 @@ fn parse_reservation(reply: Value, token: String) -> Result<Reservation, Backend
     let Value::Array(items) = reply else {
         return Err(malformed());
     };
-    let mut items = items.into_iter().map(text);
-    let state = items.next().flatten();
-    let fingerprint = items.next().flatten();
-    let stored = items.next().flatten();
-    match (state.as_deref(), fingerprint, stored) {
-        (Some("reserved"), None, None) => Ok(Reservation::Reserved { token }),
-        (Some("inflight"), Some(fingerprint), None) => Ok(Reservation::InFlight { fingerprint }),
-        (Some("done"), Some(fingerprint), Some(reply)) => {
-            Ok(Reservation::Done { fingerprint, reply })
-        }
-        _ => Err(malformed()),
-    }
+    let items: Vec<Option<String>> = items.into_iter().map(text).collect();
+    let at = |i: usize| items.get(i).cloned().flatten();
+    let ms = |i: usize| {
+        at(i)
+            .and_then(|t| t.parse::<u64>().ok())
+            .map(Duration::from_millis)
+    };
+    let reservation = match (at(0).as_deref(), items.len()) {
+        (Some("reserved"), 1) => Reservation::Reserved {
+            token,
+            orphan: None,
+        },
+        (Some("reserved"), 3) => Reservation::Reserved {
+            token,
+            orphan: Some(at(2).ok_or_else(malformed)?),
+        },
+        (Some("inflight"), 3) => Reservation::InFlight {
+            fingerprint: at(1).ok_or_else(malformed)?,
+            lease_left: ms(2).ok_or_else(malformed)?,
+        },
+        (Some("done"), 3) => Reservation::Done {
+            fingerprint: at(1).ok_or_else(malformed)?,
+            reply: at(2).ok_or_else(malformed)?,
+        },
+        (Some("held"), 3 | 4) => Reservation::Held {
+            fingerprint: at(1).ok_or_else(malformed)?,
+            reference: at(2).ok_or_else(malformed)?,
+            orphan: items.len() == 4,
+        },
+        (Some("recovering"), 2) => Reservation::Recovering {
+            left: ms(1).ok_or_else(malformed)?,
+        },
+        (Some("epoch"), 2) => Reservation::Epoch(at(1).ok_or_else(malformed)?),
+        _ => return Err(malformed()),
+    };
+    Ok(reservation)
 }
 
 fn text(value: Value) -> Option<String> {
@@ -511,31 +818,56 @@ mod tests {
     #[test]
     fn reserve_replies_are_decoded_strictly() {
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let array = |items: &[&str]| Value::Array(items.iter().map(|s| bulk(s)).collect());
         let token = || "t".to_owned();
+        let parse = |items: &[&str]| parse_reservation(array(items), token()).unwrap();
         assert_eq!(
-            parse_reservation(Value::Array(vec![bulk("reserved")]), token()).unwrap(),
-            Reservation::Reserved { token: token() }
-        );
-        assert_eq!(
-            parse_reservation(Value::Array(vec![bulk("inflight"), bulk("ab")]), token()).unwrap(),
-            Reservation::InFlight {
-                fingerprint: "ab".to_owned()
+            parse(&["reserved"]),
+            Reservation::Reserved {
+                token: token(),
+                orphan: None
             }
         );
         assert_eq!(
-            parse_reservation(
-                Value::Array(vec![bulk("done"), bulk("ab"), bulk("{}")]),
-                token()
-            )
-            .unwrap(),
+            parse(&["reserved", "orphan", "aap-1"]),
+            Reservation::Reserved {
+                token: token(),
+                orphan: Some("aap-1".to_owned())
+            }
+        );
+        assert_eq!(
+            parse(&["inflight", "ab", "1500"]),
+            Reservation::InFlight {
+                fingerprint: "ab".to_owned(),
+                lease_left: Duration::from_millis(1500)
+            }
+        );
+        assert_eq!(
+            parse(&["done", "ab", "{}"]),
             Reservation::Done {
                 fingerprint: "ab".to_owned(),
                 reply: "{}".to_owned()
             }
         );
-        let secret = Value::Array(vec![bulk("weird"), bulk("ab"), bulk("jane@example.com")]);
+        assert_eq!(
+            parse(&["held", "ab", "aap-1", "orphan"]),
+            Reservation::Held {
+                fingerprint: "ab".to_owned(),
+                reference: "aap-1".to_owned(),
+                orphan: true
+            }
+        );
+        assert_eq!(
+            parse(&["recovering", "900"]),
+            Reservation::Recovering {
+                left: Duration::from_millis(900)
+            }
+        );
+        assert_eq!(parse(&["epoch", "e2"]), Reservation::Epoch("e2".to_owned()));
+        let secret = array(&["weird", "ab", "jane@example.com"]);
         let error = parse_reservation(secret, token()).unwrap_err().to_string();
         assert!(!error.contains("jane"), "{error}");
+        assert!(parse_reservation(array(&["inflight", "ab", "soon"]), token()).is_err());
     }
 
     #[tokio::test]

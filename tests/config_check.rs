@@ -167,9 +167,36 @@ fn replicas_share_one_redis_set_from_the_environment() {
         lines,
         [
             "env AAP_GATEWAY__IDEMPOTENCY__BACKEND: `backend: redis` needs `redis_url` like redis://host:6379/0",
-            "env AAP_GATEWAY__IDEMPOTENCY__LOCK_TTL: must be at least 1s: it has to outlast a lead's delivery to the CRM",
+            "env AAP_GATEWAY__IDEMPOTENCY__LOCK_TTL: must be at least 1s: it is renewed every third of it, each renewal a Redis call",
         ]
     );
+}
+
+#[test]
+fn a_lease_too_short_for_its_renewals_and_an_unknown_ambiguity_policy_are_refused() {
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/demo.yaml");
+    let var = |k: &str, v: &str| (format!("AAP_GATEWAY__{k}"), v.to_owned());
+    let env = HashMap::from([
+        var("IDEMPOTENCY__LOCK_TTL", "2s"),
+        var("IDEMPOTENCY__REDIS_TIMEOUT", "500ms"),
+        var("IDEMPOTENCY__ON_AMBIGUOUS", "maybe"),
+        var("IDEMPOTENCY__MAX_BYTES", "100"),
+    ]);
+    let problems = settings::load_with_env(&demo, env).unwrap_err();
+    let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        [
+            "env AAP_GATEWAY__IDEMPOTENCY__LOCK_TTL: must be at least 6 × redis_timeout: a renewal every third of it has to get through even when Redis is slow",
+            "env AAP_GATEWAY__IDEMPOTENCY__MAX_BYTES: must be at least 65536 (64 KiB): one stored reply can take a few KiB",
+            "env AAP_GATEWAY__IDEMPOTENCY__ON_AMBIGUOUS: `maybe` is not one of resend, hold",
+        ]
+    );
+    // The defaults: a 6 s lease, resend, 64 MiB.
+    let s = settings::load_with_env(&demo, HashMap::new()).unwrap();
+    assert_eq!(s.idempotency.lock_ttl, std::time::Duration::from_secs(6));
+    assert_eq!(s.idempotency.on_ambiguous, settings::OnAmbiguous::Resend);
+    assert_eq!(s.idempotency.max_bytes, 64 * 1024 * 1024);
 }
 
 #[test]

@@ -79,6 +79,12 @@ const METRICS: &[(&str, MetricKind)] = &[
     ),
     ("aap_gateway_redis_fallbacks_total", MetricKind::Counter),
     ("aap_gateway_redis_degraded", MetricKind::Gauge),
+    (
+        "aap_gateway_lead_outcome_unknown_total",
+        MetricKind::Counter,
+    ),
+    ("aap_gateway_lead_in_progress_total", MetricKind::Counter),
+    ("aap_gateway_lead_deliveries_running", MetricKind::Gauge),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -897,3 +897,271 @@ async fn without_redis_local_still_delivers_and_deny_refuses_the_lead() {
     assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(crm_calls(&sims), calls, "no CRM call");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Exactly once: a delivery runs to its end in its own task, and its outcome belongs to the key
+
+/// Retries `request` on `gw` while the gateway answers "in progress" (as a buyer following the
+/// retry hint would), until `within`; the last reply and how many "in progress" answers came.
+async fn retry_while_in_progress(
+    gw: &Gateway,
+    path: &str,
+    request: &Value,
+    within: Duration,
+) -> (Reply, usize) {
+    let give_up = Instant::now() + within;
+    let mut in_progress = 0;
+    loop {
+        let reply = gw.send(path, request.clone()).await;
+        let pending = reply.body.get("error").is_some()
+            && reply.aap_code() == "INTERNAL_ERROR"
+            && reply.aap_error()["details"]["lead"] == "in_progress";
+        if !pending || Instant::now() > give_up {
+            return (reply, in_progress);
+        }
+        in_progress += 1;
+        let hint = reply.aap_error()["details"]["retry_after_ms"]
+            .as_u64()
+            .unwrap_or(100);
+        tokio::time::sleep(Duration::from_millis(hint.min(300))).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_buyer_who_disconnects_mid_delivery_gets_the_one_delivered_lead_on_retry() {
+    let Rig { gw, sims } = rig().await;
+    sims.crm.set_mode(Mode::Slow, 1200); // within the CRM's 5 s timeout
+    let request = lead(&toyota(Status::InStock), "gone-mid-delivery");
+    // The buyer gives up after 300 ms and closes its connection.
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .no_proxy()
+        .build()
+        .expect("client");
+    let body = common::send_message(request.clone()).to_string();
+    let mut post = impatient.post(gw.url(TOYOTA)).body(body);
+    for (k, v) in common::standard_headers() {
+        post = post.header(k, v);
+    }
+    assert!(post.send().await.is_err(), "the buyer timed out");
+
+    // The delivery went on without it; the retry joins it or gets its recorded reply.
+    let (retry, _) = retry_while_in_progress(&gw, TOYOTA, &request, Duration::from_secs(10)).await;
+    assert_eq!(data(&retry)["status"], "received", "{}", retry.text);
+    assert_eq!(crm_calls(&sims), 1, "one delivery, never a second");
+    let leads = crm_leads(&sims);
+    assert_eq!(leads.len(), 1, "{leads:?}");
+    assert_eq!(leads[0]["lead_id"], data(&retry)["lead_id"]);
+    // The abandoned request was logged and counted like any other.
+    let metrics = gw
+        .client()
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("aap_gateway_requests_total")
+                && l.contains("outcome=\"ABANDONED\"")
+                && l.contains("skill=\"lead.submit\"")),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_smtp_final_reply_slower_than_the_request_deadline_is_one_email() {
+    let sims = Simulators::start().await.expect("simulators");
+    let files = DemoCopy::new();
+    files.edit(
+        "config/demo.yaml",
+        "request_timeout: 15s",
+        "request_timeout: 2s\n  body_read_timeout: 1s",
+    );
+    files.edit(
+        "mappings/demo-honda/upstreams.yaml",
+        "timeouts: { connect: 2s, request: 10s }",
+        "timeouts: { connect: 1s, request: 1s }",
+    );
+    let gw = files.start(simulator_vars(&sims)).await;
+    // The intake answers the final dot after 4 s: past the buyer's deadline and the mail
+    // upstream's `timeouts.request` (cut to 1 s), well within its `timeouts.data`.
+    sims.smtp.control.set_mode(Mode::Slow, 4000);
+    let request = lead(&honda(Status::InStock), "slow-final-reply");
+    let started = Instant::now();
+    let first = gw.send(HONDA, request.clone()).await;
+    assert_code(&first, "INTERNAL_ERROR");
+    assert_eq!(first.aap_error()["retryable"], true);
+    assert_eq!(
+        first.aap_error()["details"]["lead"],
+        "in_progress",
+        "{}",
+        first.text
+    );
+    assert!(first.aap_error()["details"]["retry_after_ms"].as_u64() > Some(0));
+    assert!(
+        started.elapsed() < Duration::from_millis(2000),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let (retry, in_progress) =
+        retry_while_in_progress(&gw, HONDA, &request, Duration::from_secs(10)).await;
+    assert_eq!(data(&retry)["status"], "received", "{}", retry.text);
+    assert!(
+        in_progress >= 1,
+        "the retries were told to come back meanwhile"
+    );
+    assert_eq!(sims.smtp.messages().len(), 1, "exactly one e-mail");
+}
+
+/// A replica whose claims' leases are short (renewed every 500 ms), for the Redis tests below.
+async fn short_lease_replica(sims: &Simulators, redis_url: &str, extra: &str) -> Gateway {
+    let files = DemoCopy::new();
+    files.append(
+        "config/demo.yaml",
+        &format!(
+            "idempotency:\n  backend: redis\n  redis_url: {redis_url}\n  redis_timeout: 200ms\n  \
+             lock_ttl: 1500ms\n{extra}"
+        ),
+    );
+    files.start(simulator_vars(sims)).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redis_restarted_empty_never_lets_another_replica_deliver_again() {
+    let Some(mut redis) = common::redis::RedisServer::start() else {
+        return;
+    };
+    let sims = Simulators::start().await.expect("simulators");
+    let a = short_lease_replica(&sims, &redis.url, "").await;
+    let b = short_lease_replica(&sims, &redis.url, "").await;
+    let request = lead(&toyota(Status::InStock), "redis-restarted");
+    let first = a.send(TOYOTA, request.clone()).await;
+    assert_eq!(data(&first)["status"], "received");
+    // Both replicas have talked to Redis (and learnt its epoch) before it loses everything.
+    let other = lead(&toyota(Status::InStock), "warm-up-b");
+    let warm = b.send(TOYOTA, other).await;
+    assert!(warm.body.get("result").is_some(), "{}", warm.text);
+    let calls = crm_calls(&sims);
+
+    redis.restart(); // empty
+    let (retry, _) = retry_while_in_progress(&b, TOYOTA, &request, Duration::from_secs(10)).await;
+    assert_eq!(retry.payload(), first.payload(), "{}", retry.text);
+    assert_eq!(crm_calls(&sims), calls, "no second delivery");
+    assert!(a.app.idempotency.counters.restored.load(Relaxed) >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_replicas_claim_answers_in_progress_then_runs_out_within_its_lease() {
+    use aap_gateway::redis_backend::{Claiming, HeldClaim, RedisBackend, Reservation};
+    let Some(redis) = common::redis::RedisServer::start() else {
+        return;
+    };
+    let sims = Simulators::start().await.expect("simulators");
+    let gw = short_lease_replica(&sims, &redis.url, "").await;
+    let request = lead(&toyota(Status::InStock), "claimed-by-the-dead");
+    // A replica claims the key, starts delivering, and dies: its lease is never renewed.
+    let dead = RedisBackend::new(&redis.url, Duration::from_secs(1), "aapgw:").expect("backend");
+    let scope = aap_gateway::idempotency::Scope::of("demo_toyota", None, &request).expect("key");
+    let fingerprint =
+        aap_gateway::idempotency::hex(&aap_gateway::idempotency::fingerprint(&request));
+    let epoch = dead.epoch("", Duration::from_secs(1)).await.expect("epoch");
+    let terms = Claiming {
+        lease: Duration::from_millis(1500),
+        ttl: Duration::from_secs(3600),
+        epoch: &epoch,
+        recovery: Duration::from_secs(1),
+        hold_orphans: false,
+    };
+    let Reservation::Reserved { token, .. } = dead
+        .reserve(&scope.shared_key(), &fingerprint, &terms)
+        .await
+        .expect("reserve")
+    else {
+        panic!("the key was free");
+    };
+    let claim = HeldClaim {
+        token: &token,
+        fingerprint: &fingerprint,
+        reference: "aap-dead-replica",
+        delivering: true,
+    };
+    dead.renew(
+        &scope.shared_key(),
+        &claim,
+        Duration::from_millis(1500),
+        Duration::from_secs(3600),
+    )
+    .await
+    .expect("delivering");
+    let claimed = Instant::now();
+
+    // The retry joins the claim while its lease runs (1.5 s, not a 60 s lock or the 15 s
+    // deadline); once it ran out, the orphaned delivery is resent under its reference.
+    let (retry, _) = retry_while_in_progress(&gw, TOYOTA, &request, Duration::from_secs(20)).await;
+    assert_eq!(data(&retry)["status"], "received", "{}", retry.text);
+    let waited = claimed.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1000) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    assert_eq!(crm_leads(&sims).len(), 1);
+    assert_eq!(gw.app.idempotency.counters.ambiguous.load(Relaxed), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn under_hold_a_delivery_of_unknown_outcome_is_never_sent_again() {
+    let sims = Simulators::start().await.expect("simulators");
+    let files = DemoCopy::new();
+    files.edit(
+        "mappings/demo-toyota/upstreams.yaml",
+        "timeouts: { connect: 1s, request: 5s }",
+        "timeouts: { connect: 300ms, request: 500ms }",
+    );
+    files.append("config/demo.yaml", "idempotency:\n  on_ambiguous: hold\n");
+    let gw = files.start(simulator_vars(&sims)).await;
+    sims.crm.set_mode(Mode::Slow, 1200); // the CRM reads the lead, then answers too late
+    let request = lead(&toyota(Status::InStock), "held-for-reconciliation");
+    let first = gw.send(TOYOTA, request.clone()).await;
+    assert_eq!(
+        first.aap_error()["details"]["lead"],
+        "held",
+        "{}",
+        first.text
+    );
+    assert_eq!(first.aap_error()["retryable"], true);
+    assert!(
+        first.headers.contains_key("retry-after"),
+        "{:?}",
+        first.headers
+    );
+    sims.crm.set_mode(Mode::Normal, 0);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let retry = gw.send(TOYOTA, request).await;
+    assert_eq!(
+        retry.aap_error()["details"]["lead"],
+        "held",
+        "{}",
+        retry.text
+    );
+    assert_eq!(crm_calls(&sims), 1, "never delivered twice");
+    let metrics = gw
+        .client()
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains(
+            "aap_gateway_lead_outcome_unknown_total{dealer=\"demo_toyota\",action=\"hold\"} 1"
+        ),
+        "{metrics}"
+    );
+}

@@ -8,7 +8,9 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use aap_gateway::redis_backend::{BackendError, RedisBackend, Reservation};
+use aap_gateway::redis_backend::{
+    BackendError, Claiming, HeldClaim, RedisBackend, Renewal, Reservation, Seed,
+};
 use common::redis::RedisServer;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -46,15 +48,44 @@ async fn pttl(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
         .expect("PTTL")
 }
 
+/// How long free keys stay refused after Redis was found empty (these tests' choice).
+const RECOVERY: Duration = Duration::from_millis(400);
+
+fn terms(epoch: &str, lease: Duration) -> Claiming<'_> {
+    Claiming {
+        lease,
+        ttl: TTL,
+        epoch,
+        recovery: RECOVERY,
+        hold_orphans: false,
+    }
+}
+
+/// A claim by a replica that knows Redis's current epoch (learnt first, as the keeper does).
+async fn reserve(
+    backend: &RedisBackend,
+    key: &str,
+    fingerprint: &str,
+    lease: Duration,
+) -> Result<Reservation, BackendError> {
+    let epoch = backend.epoch("", RECOVERY).await?;
+    backend
+        .reserve(key, fingerprint, &terms(&epoch, lease))
+        .await
+}
+
 async fn reserved(backend: &RedisBackend, key: &str, fingerprint: &str, lock: Duration) -> String {
-    match backend
-        .reserve(key, fingerprint, lock)
+    match reserve(backend, key, fingerprint, lock)
         .await
         .expect("reserve")
     {
-        Reservation::Reserved { token } => token,
+        Reservation::Reserved { token, .. } => token,
         other => panic!("expected Reserved, got {other:?}"),
     }
+}
+
+fn in_flight(reservation: &Reservation, fingerprint: &str) -> bool {
+    matches!(reservation, Reservation::InFlight { fingerprint: f, .. } if f == fingerprint)
 }
 
 // === GCRA ===
@@ -198,21 +229,19 @@ async fn reserve_then_in_flight_then_done_with_the_reply() {
 
     let token = reserved(&store, "k", FP_A, LOCK).await;
     // A duplicate (from any replica) sees the running call and its fingerprint.
-    assert_eq!(
-        replica.reserve("k", FP_B, LOCK).await.unwrap(),
-        Reservation::InFlight {
-            fingerprint: FP_A.to_owned()
-        }
-    );
+    assert!(in_flight(
+        &reserve(&replica, "k", FP_B, LOCK).await.unwrap(),
+        FP_A
+    ));
 
     assert!(store.complete("k", &token, FP_A, REPLY, TTL).await.unwrap());
     let done = Reservation::Done {
         fingerprint: FP_A.to_owned(),
         reply: REPLY.to_owned(),
     };
-    assert_eq!(replica.reserve("k", FP_A, LOCK).await.unwrap(), done);
+    assert_eq!(reserve(&replica, "k", FP_A, LOCK).await.unwrap(), done);
     // Another payload gets the stored fingerprint back; comparing is the caller's job.
-    assert_eq!(replica.reserve("k", FP_B, LOCK).await.unwrap(), done);
+    assert_eq!(reserve(&replica, "k", FP_B, LOCK).await.unwrap(), done);
 
     // The reply is kept for the reply TTL, not the lock's.
     let ttl = pttl(&mut raw(&server).await, "t:idem:k").await;
@@ -224,7 +253,7 @@ async fn reserve_then_in_flight_then_done_with_the_reply() {
             .await
             .unwrap()
     );
-    assert_eq!(store.reserve("k", FP_A, LOCK).await.unwrap(), done);
+    assert_eq!(reserve(&store, "k", FP_A, LOCK).await.unwrap(), done);
 }
 
 #[tokio::test]
@@ -234,9 +263,6 @@ async fn a_wrong_token_can_neither_complete_nor_release() {
     };
     let store = backend(&server, "t:");
     let token = reserved(&store, "k", FP_A, LOCK).await;
-    let in_flight = Reservation::InFlight {
-        fingerprint: FP_A.to_owned(),
-    };
 
     assert!(
         !store
@@ -245,18 +271,24 @@ async fn a_wrong_token_can_neither_complete_nor_release() {
             .unwrap()
     );
     store.release("k", "not-the-token").await.unwrap();
-    assert_eq!(store.reserve("k", FP_A, LOCK).await.unwrap(), in_flight);
+    assert!(in_flight(
+        &reserve(&store, "k", FP_A, LOCK).await.unwrap(),
+        FP_A
+    ));
     // Nor can a token from another key.
     let other = reserved(&store, "other", FP_A, LOCK).await;
     assert!(!store.complete("k", &other, FP_A, REPLY, TTL).await.unwrap());
     store.release("k", &other).await.unwrap();
-    assert_eq!(store.reserve("k", FP_A, LOCK).await.unwrap(), in_flight);
+    assert!(in_flight(
+        &reserve(&store, "k", FP_A, LOCK).await.unwrap(),
+        FP_A
+    ));
 
     // Once done, releasing with the spent token keeps the reply.
     assert!(store.complete("k", &token, FP_A, REPLY, TTL).await.unwrap());
     store.release("k", &token).await.unwrap();
     assert!(matches!(
-        store.reserve("k", FP_A, LOCK).await.unwrap(),
+        reserve(&store, "k", FP_A, LOCK).await.unwrap(),
         Reservation::Done { .. }
     ));
 }
@@ -305,13 +337,155 @@ async fn an_expired_lock_frees_the_key_and_voids_its_token() {
             .unwrap()
     );
     store.release("k", &crashed).await.unwrap();
-    assert_eq!(
-        store.reserve("k", FP_A, LOCK).await.unwrap(),
-        Reservation::InFlight {
-            fingerprint: FP_A.to_owned()
-        }
-    );
+    assert!(in_flight(
+        &reserve(&store, "k", FP_A, LOCK).await.unwrap(),
+        FP_A
+    ));
     assert!(store.complete("k", &fresh, FP_A, REPLY, TTL).await.unwrap());
+}
+
+/// A replica's claim, as its keeper renews it.
+fn held<'a>(token: &'a str, delivering: bool) -> HeldClaim<'a> {
+    HeldClaim {
+        token,
+        fingerprint: FP_A,
+        reference: "aap-ref-1",
+        delivering,
+    }
+}
+
+#[tokio::test]
+async fn a_renewed_lease_holds_and_an_unrenewed_one_runs_out() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = backend(&server, "t:");
+    let lease = Duration::from_millis(300);
+    let token = reserved(&store, "k", FP_A, lease).await;
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let renewed = store.renew("k", &held(&token, false), lease, TTL).await;
+        assert_eq!(renewed.unwrap(), Renewal::Renewed);
+    }
+    // 600 ms after the claim, still held: the renewals count, not the first lease.
+    assert!(in_flight(
+        &reserve(&store, "k", FP_A, lease).await.unwrap(),
+        FP_A
+    ));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Not renewed and not yet delivering: the key is simply free again.
+    let other = reserve(&store, "k", FP_A, lease).await.unwrap();
+    assert!(
+        matches!(other, Reservation::Reserved { orphan: None, .. }),
+        "{other:?}"
+    );
+    // The first claim lost the key for good.
+    let late = store.renew("k", &held(&token, false), lease, TTL).await;
+    assert_eq!(late.unwrap(), Renewal::Lost);
+}
+
+#[tokio::test]
+async fn a_claim_that_ran_out_mid_delivery_is_an_unknown_outcome() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = backend(&server, "t:");
+    let lease = Duration::from_millis(150);
+    for key in ["resend", "hold"] {
+        let token = reserved(&store, key, FP_A, lease).await;
+        let delivering = store.renew(key, &held(&token, true), lease, TTL).await;
+        assert_eq!(delivering.unwrap(), Renewal::Renewed);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let epoch = store.epoch("", RECOVERY).await.unwrap();
+    // `resend`: taken over, the dead replica's reference handed on for the log.
+    let taken = store
+        .reserve("resend", FP_A, &terms(&epoch, LOCK))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&taken, Reservation::Reserved { orphan: Some(r), .. } if r == "aap-ref-1"),
+        "{taken:?}"
+    );
+    // `hold`: held for reconciliation, once and for every later claim.
+    let holding = Claiming {
+        hold_orphans: true,
+        ..terms(&epoch, LOCK)
+    };
+    let first = store.reserve("hold", FP_A, &holding).await.unwrap();
+    assert!(
+        matches!(&first, Reservation::Held { reference, orphan: true, .. } if reference == "aap-ref-1"),
+        "{first:?}"
+    );
+    let again = store.reserve("hold", FP_A, &holding).await.unwrap();
+    assert!(
+        matches!(again, Reservation::Held { orphan: false, .. }),
+        "{again:?}"
+    );
+}
+
+#[tokio::test]
+async fn after_redis_lost_its_data_free_keys_wait_while_claims_and_outcomes_are_put_back() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let a = backend(&server, "t:");
+    let b = backend(&server, "t:");
+    let epoch = a.epoch("", RECOVERY).await.unwrap();
+    let running = reserved(&a, "running", FP_A, LOCK).await;
+
+    server.restart(); // empty
+    // B knew the old epoch: the key it asks for is not handed out, it learns the new epoch ...
+    let mut found = b.reserve("done", FP_A, &terms(&epoch, LOCK)).await;
+    for _ in 0..20 {
+        if found.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        found = b.reserve("done", FP_A, &terms(&epoch, LOCK)).await;
+    }
+    let Ok(Reservation::Epoch(current)) = found else {
+        panic!("expected the new epoch, got {found:?}");
+    };
+    assert_ne!(current, epoch);
+    // ... and with it hears that Redis is recovering.
+    let recovering = b.reserve("done", FP_A, &terms(&current, LOCK)).await;
+    assert!(
+        matches!(recovering, Ok(Reservation::Recovering { .. })),
+        "{recovering:?}"
+    );
+    // Meanwhile A (once its connection, dropped by the restart, is made anew) puts back its
+    // running claim and an outcome it knows.
+    while a.ping().await.is_err() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let put_back = a.renew("running", &held(&running, true), LOCK, TTL).await;
+    assert_eq!(put_back.unwrap(), Renewal::PutBack);
+    let seed = Seed::Done {
+        fingerprint: FP_A.to_owned(),
+        reply: REPLY.to_owned(),
+    };
+    let written = a
+        .seed(&[
+            ("done".to_owned(), seed.clone(), TTL),
+            ("running".to_owned(), seed, TTL),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(written, 1, "a key Redis holds is left alone");
+    tokio::time::sleep(RECOVERY).await;
+    assert!(matches!(
+        b.reserve("done", FP_A, &terms(&current, LOCK))
+            .await
+            .unwrap(),
+        Reservation::Done { .. }
+    ));
+    assert!(in_flight(
+        &b.reserve("running", FP_A, &terms(&current, LOCK))
+            .await
+            .unwrap(),
+        FP_A
+    ));
 }
 
 // === Outages ===
@@ -330,7 +504,7 @@ async fn an_outage_fails_every_call_within_the_timeout_and_restart_recovers() {
     for _ in 0..3 {
         fails_fast("ping", shared.ping()).await;
         fails_fast("gcra", shared.gcra("k", SHORT, 1)).await;
-        fails_fast("reserve", shared.reserve("k", FP_A, LOCK)).await;
+        fails_fast("reserve", reserve(&shared, "k", FP_A, LOCK)).await;
         fails_fast("complete", shared.complete("k", "t", FP_A, REPLY, TTL)).await;
         fails_fast("release", shared.release("k", "t")).await;
     }
@@ -485,7 +659,8 @@ fn backend_futures_are_send() {
     fn send<T: Send>(_: &T) {}
     let shared = RedisBackend::new("redis://127.0.0.1:1", TIMEOUT, "t:").unwrap();
     send(&shared.gcra("k", TIMEOUT, 1));
-    send(&shared.reserve("k", FP_A, LOCK));
+    let claiming = terms("", LOCK);
+    send(&shared.reserve("k", FP_A, &claiming));
     send(&shared.complete("k", "t", FP_A, REPLY, TTL));
     send(&shared.release("k", "t"));
     send(&shared.ping());

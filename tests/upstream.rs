@@ -1167,6 +1167,8 @@ enum AfterData {
     Transient451,
     Permanent550,
     NeverAnswer,
+    /// 250 after a pause (a server that scans before it queues).
+    AcceptAfter(Duration),
 }
 
 struct SmtpServer {
@@ -1299,6 +1301,10 @@ async fn smtp_session(
                         "550 5.7.1 Rejected as spam from jane.doe@example.com\r\n".to_owned()
                     }
                     AfterData::NeverAnswer => std::future::pending().await,
+                    AfterData::AcceptAfter(pause) => {
+                        tokio::time::sleep(pause).await;
+                        format!("250 2.0.0 Ok: queued as Q{index}\r\n")
+                    }
                 }
             }
             "NOOP" | "RSET" => "250 2.0.0 Ok\r\n".to_owned(),
@@ -1440,7 +1446,7 @@ async fn smtp_refusals_after_data_are_errors_that_quote_only_codes() {
 }
 
 #[tokio::test]
-async fn smtp_a_server_that_never_answers_data_times_out_within_the_request_timeout() {
+async fn smtp_the_final_reply_has_its_own_data_timeout_and_a_cut_send_is_unconfirmed() {
     let server = SmtpServer::start(|i| {
         if i == 0 {
             AfterData::NeverAnswer
@@ -1449,28 +1455,68 @@ async fn smtp_a_server_that_never_answers_data_times_out_within_the_request_time
         }
     })
     .await;
+    // `request` (200 ms) bounds the envelope only: the reply to the final dot gets `data`.
     let mail = mailer(
         &server.url(),
-        json!({ "timeouts": { "connect": "1s", "request": "300ms" } }),
+        json!({ "timeouts": { "connect": "1s", "request": "200ms", "data": "700ms" } }),
     );
     let started = Instant::now();
-    let error = mail.send(lead_mail("lead-1")).await.expect_err("timeout");
+    let failure = mail
+        .deliver(lead_mail("lead-1"))
+        .await
+        .expect_err("timeout");
     let elapsed = started.elapsed();
     assert!(
-        matches!(error, UpstreamError::Timeout { after } if after == Duration::from_millis(300)),
-        "{error:?}"
+        matches!(failure.error, UpstreamError::Timeout { after } if after == Duration::from_millis(700)),
+        "{failure:?}"
     );
     assert!(
-        elapsed >= Duration::from_millis(300) && elapsed < Duration::from_millis(1300),
+        failure.unconfirmed,
+        "the message went out: its fate is unknown"
+    );
+    assert!(
+        elapsed >= Duration::from_millis(700) && elapsed < Duration::from_millis(1700),
         "{elapsed:?}"
     );
 
     // The connection left mid-transaction is never reused: the late reply to lead-1 must not
-    // be read as the answer for lead-2. (The pause lets lettre hand the connection back first.)
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // be read as the answer for lead-2.
     let receipt = mail.send(lead_mail("lead-2")).await.expect("accepted");
     assert_eq!(receipt.server_reply, "250 2.0.0 Ok: queued as Q1");
     assert_eq!(server.connections(), 2);
+}
+
+#[tokio::test]
+async fn smtp_a_slow_final_reply_within_the_data_timeout_is_one_accepted_message() {
+    let server = SmtpServer::start(|_| AfterData::AcceptAfter(Duration::from_millis(800))).await;
+    // Slower than `request` (200 ms), within the default `data` (10 minutes).
+    let mail = mailer(
+        &server.url(),
+        json!({ "timeouts": { "connect": "1s", "request": "200ms" } }),
+    );
+    let receipt = mail.send(lead_mail("lead-1")).await.expect("accepted");
+    assert_eq!(receipt.server_reply, "250 2.0.0 Ok: queued as Q0");
+    assert_eq!(server.messages().len(), 1);
+}
+
+#[tokio::test]
+async fn smtp_a_refusal_before_the_message_is_certain() {
+    // A refused port, and a 451 to the final dot: the server has no message either way.
+    let dead = dead_port().await;
+    let mail = mailer(&format!("smtp://{dead}"), json!({}));
+    let failure = mail
+        .deliver(lead_mail("lead-1"))
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(failure.error, UpstreamError::Connect(_)),
+        "{failure:?}"
+    );
+    assert!(!failure.unconfirmed);
+    let server = SmtpServer::start(|_| AfterData::Transient451).await;
+    let mail = mailer(&server.url(), json!({}));
+    let failure = mail.deliver(lead_mail("lead-1")).await.expect_err("451");
+    assert!(!failure.unconfirmed, "{failure:?}");
 }
 
 #[tokio::test]

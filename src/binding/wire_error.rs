@@ -433,7 +433,44 @@ pub fn to_wire(error: &AapError, stamp: &ErrorStamp) -> WireError {
         | AapError::UpstreamUnavailable { .. }
         | AapError::InvalidUpstreamResponse { .. }
         | AapError::Internal(_) => internal(stamp, true, None),
+        AapError::LeadInProgress { retry_after } => lead_pending(
+            stamp,
+            *retry_after,
+            "in_progress",
+            "This lead is still being delivered to the dealer; retry with the same \
+             idempotency_key to get its outcome. It will not be delivered twice.",
+        ),
+        AapError::LeadHeld { retry_after, .. } => lead_pending(
+            stamp,
+            *retry_after,
+            "held",
+            "The dealer's systems may have received this lead but did not confirm it; it is \
+             held for the dealer to reconcile. Retry with the same idempotency_key later; do \
+             not resubmit it under a new key.",
+        ),
     }
+}
+
+/// `INTERNAL_ERROR`, retryable with a hint, for a lead whose delivery is not over (`state`:
+/// `in_progress` or `held`): the buyer is told to come back with the same key, not why.
+fn lead_pending(
+    stamp: &ErrorStamp,
+    retry_after: Duration,
+    state: &str,
+    message: &str,
+) -> WireError {
+    aap(
+        AapParts {
+            code: AapCode::InternalError,
+            summary: message.to_owned(),
+            message: message.to_owned(),
+            retryable: true,
+            details: Some(json!({ "retry_after_ms": millis(retry_after), "lead": state })),
+            violations: None,
+            retry_after: Some(retry_after),
+        },
+        stamp,
+    )
 }
 
 /// `RATE_LIMITED` with its retry hint, sent with `status` on the HTTP+JSON binding.

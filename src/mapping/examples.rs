@@ -236,7 +236,10 @@ async fn run_lead(lead: &LeadMapping, canned: &Canned, request: &Value) -> Resul
     lead.check_request(request)?;
     let fingerprint = crate::idempotency::fingerprint(request);
     let facts = lead.facts(request, &fingerprint, now, None, None);
-    let data = lead.deliver(Some(canned), request, &facts).await?;
+    let data = lead
+        .deliver(Some(canned), request, &facts)
+        .await
+        .map_err(|u| u.error)?;
     let reply = lead.reply(data, request);
     Ok(reply.payload.get("data").cloned().unwrap_or(Value::Null))
 }
@@ -296,7 +299,9 @@ fn error_code(error: &AapError) -> Option<&'static str> {
         | AapError::UpstreamRefused { .. }
         | AapError::InvalidUpstreamResponse { .. }
         | AapError::InvalidReply { .. }
-        | AapError::Internal(_) => Some("INTERNAL_ERROR"),
+        | AapError::Internal(_)
+        | AapError::LeadInProgress { .. }
+        | AapError::LeadHeld { .. } => Some("INTERNAL_ERROR"),
         AapError::RateLimited { .. }
         | AapError::Overloaded { .. }
         | AapError::UpstreamBusy { .. } => Some("RATE_LIMITED"),

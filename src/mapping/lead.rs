@@ -15,7 +15,9 @@
 //!   docs/protocol.md §Lead request and reply).
 //!
 //! Only an acknowledged delivery is answered: a CRM that fails, times out or answers something
-//! the mapping cannot read gives `INTERNAL_ERROR` (retryable), never `received`.
+//! the mapping cannot read gives `INTERNAL_ERROR` (retryable), never `received`. A failed
+//! delivery says whether the CRM may have taken the lead anyway ([`Undelivered::uncertain`]),
+//! which decides what becomes of its idempotency key.
 
 use std::sync::Arc;
 
@@ -34,6 +36,33 @@ use crate::error::{AapCode, AapError};
 use crate::idempotency::Fingerprint;
 use crate::protocol::{Call, Reply, Skill, SkillRef};
 use crate::upstream::{MailPart, Mailer, OutgoingMail};
+
+/// Why a delivery gave no reply, and whether the CRM may have the lead all the same.
+#[derive(Debug)]
+pub struct Undelivered {
+    pub error: AapError,
+    /// `false`: the lead certainly did not reach the CRM (refused before it was accepted: no
+    /// connection, breaker open, a full queue, an SMTP refusal, an HTTP error status or SOAP
+    /// fault read back whole, a domain error rule). `true`: it may have (a timeout or a lost
+    /// connection once the request or message was out, or an acknowledgement the mapping
+    /// could not read).
+    pub uncertain: bool,
+}
+
+impl Undelivered {
+    /// Sorts an HTTP delivery's error: only failures that prove the CRM refused or never saw
+    /// the call are certain.
+    fn http(error: AapError) -> Undelivered {
+        let uncertain = matches!(
+            error,
+            AapError::UpstreamTimeout { .. }
+                | AapError::InvalidUpstreamResponse { .. }
+                | AapError::InvalidReply { .. }
+                | AapError::Internal(_)
+        );
+        Undelivered { error, uncertain }
+    }
+}
 
 /// A dealer's compiled lead mapping.
 #[derive(Debug)]
@@ -187,16 +216,27 @@ impl LeadMapping {
         canned: Option<&Canned>,
         request: &Value,
         facts: &Value,
-    ) -> Result<Value, AapError> {
+    ) -> Result<Value, Undelivered> {
         match &self.delivery {
             Delivery::Http(mapped) => {
                 let transport = match canned {
                     Some(c) => Transport::Canned(c),
                     None => Transport::Live(&mapped.upstream),
                 };
-                mapped.execute_lead(transport, request, facts).await
+                mapped
+                    .execute_lead(transport, request, facts)
+                    .await
+                    .map_err(Undelivered::http)
             }
             Delivery::Mail(mail) => self.mail(mail, canned.is_some(), request, facts).await,
+        }
+    }
+
+    /// The upstream (or mailer) the lead goes to, for logs.
+    pub fn upstream(&self) -> &str {
+        match &self.delivery {
+            Delivery::Http(mapped) => mapped.upstream.name(),
+            Delivery::Mail(mail) => mail.mailer.name(),
         }
     }
 
@@ -206,7 +246,11 @@ impl LeadMapping {
         offline: bool,
         request: &Value,
         facts: &Value,
-    ) -> Result<Value, AapError> {
+    ) -> Result<Value, Undelivered> {
+        let certain = |error| Undelivered {
+            error,
+            uncertain: false,
+        };
         let values = minijinja::context! {
             request => TplValue::from(minijinja::value::Serde(request)),
             tables => mail.shared.tables_tpl.clone(),
@@ -216,7 +260,8 @@ impl LeadMapping {
         let subject = mail
             .subject
             .render("subject", Context::Header, &values)
-            .map_err(|e| AapError::Internal(format!("{}: mail subject: {e}", self.file)))?;
+            .map_err(|e| AapError::Internal(format!("{}: mail subject: {e}", self.file)))
+            .map_err(certain)?;
         let text = |key: &str| {
             facts
                 .get(key)
@@ -244,9 +289,12 @@ impl LeadMapping {
             };
             let receipt = mail
                 .mailer
-                .send(outgoing)
+                .deliver(outgoing)
                 .await
-                .map_err(|e| e.into_aap(mail.mailer.name()))?;
+                .map_err(|f| Undelivered {
+                    error: f.error.into_aap(mail.mailer.name()),
+                    uncertain: f.unconfirmed,
+                })?;
             json!({ "message_id": receipt.message_id, "server_reply": receipt.server_reply })
         } else {
             // Examples run offline: the receipt a server would give.
@@ -264,12 +312,14 @@ impl LeadMapping {
         mail.response
             .run_one(&JqValue::from_json(&receipt), &vars)
             .map(|v| v.to_json())
-            .map_err(|_| {
+            .map_err(|_| Undelivered {
                 // jq messages quote values, and lead values are personal data.
-                AapError::Internal(format!(
+                error: AapError::Internal(format!(
                     "{}: the response jq failed on the mail receipt",
                     self.file
-                ))
+                )),
+                // The server accepted the message.
+                uncertain: true,
             })
     }
 

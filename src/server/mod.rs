@@ -153,6 +153,23 @@ async fn serve(
     if let Some(reloader) = reloader {
         reloader.abort();
     }
+    drop(gateway);
+    tracing::info!(grace = ?grace, "shutting down: draining in-flight requests and lead deliveries");
+    // A lead delivery outlives its request: it gets the same grace to end (and its key's lease
+    // keeps being renewed meanwhile: background work stops last).
+    let drained = async {
+        graceful.shutdown().await;
+        crate::pipeline::deliveries_finished().await;
+    };
+    tokio::select! {
+        () = drained => tracing::info!("all connections drained, no lead delivery running"),
+        () = tokio::time::sleep(grace) => {
+            tracing::warn!(
+                lead_deliveries = crate::pipeline::deliveries_running(),
+                "shutdown grace elapsed; closing remaining connections"
+            );
+        }
+    }
     let tasks = std::mem::take(
         &mut *background
             .lock()
@@ -160,14 +177,6 @@ async fn serve(
     );
     for task in tasks {
         task.abort();
-    }
-    drop(gateway);
-    tracing::info!(grace = ?grace, "shutting down: draining in-flight requests");
-    tokio::select! {
-        () = graceful.shutdown() => tracing::info!("all connections drained"),
-        () = tokio::time::sleep(grace) => {
-            tracing::warn!("shutdown grace elapsed; closing remaining connections");
-        }
     }
     admin_task.abort();
 }

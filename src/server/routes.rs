@@ -102,6 +102,7 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
             }
             let (parts, body) = req.into_parts();
             let mut log = RequestLog::arrived("jsonrpc", dealer.id(), &parts.headers, arrived);
+            log.count_if_abandoned(&app.metrics, &dealer.label);
             let bytes = match read_body(app, &parts.headers, body).await {
                 Ok(bytes) => bytes,
                 Err((response, outcome)) => {
@@ -122,6 +123,7 @@ pub async fn route(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
             }
             let (parts, body) = req.into_parts();
             let mut log = RequestLog::arrived("http_json", dealer.id(), &parts.headers, arrived);
+            log.count_if_abandoned(&app.metrics, &dealer.label);
             let bytes = if route == http_json::Route::SendMessage {
                 match read_body(app, &parts.headers, body).await {
                     Ok(bytes) => bytes,

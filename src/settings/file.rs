@@ -311,12 +311,20 @@ pub struct FileIdempotency {
     pub on_backend_error: String,
     /// How long a Redis command may take before it counts as a backend error.
     pub redis_timeout: String,
-    /// How long a replica's claim on a key holds while it delivers the lead.
+    /// The lease of a replica's claim on a key in Redis: renewed every third of it while the
+    /// replica works on the lead, so a replica that dies frees its keys after this long.
     pub lock_ttl: String,
     /// How long a reply is replayed for its key (at least 24 h: docs/protocol.md §Idempotency).
     pub ttl: String,
     /// Most keys held in memory; the oldest completed ones are dropped first beyond it.
     pub max_entries: u64,
+    /// Most bytes of keys and stored replies held in memory; the oldest completed entries are
+    /// dropped first beyond it.
+    pub max_bytes: u64,
+    /// A delivery whose outcome is unknown (the connection was lost, or the CRM timed out, after
+    /// it may have taken the lead): `resend` it under the same reference / Message-ID on the
+    /// buyer's retry, or `hold` the key for reconciliation (retries are told it is held).
+    pub on_ambiguous: String,
 }
 
 impl Default for FileIdempotency {
@@ -326,9 +334,11 @@ impl Default for FileIdempotency {
             redis_url: None,
             on_backend_error: "local".to_owned(),
             redis_timeout: "250ms".to_owned(),
-            lock_ttl: "60s".to_owned(),
+            lock_ttl: "6s".to_owned(),
             ttl: "24h".to_owned(),
             max_entries: 100_000,
+            max_bytes: 64 * 1024 * 1024,
+            on_ambiguous: "resend".to_owned(),
         }
     }
 }

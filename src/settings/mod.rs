@@ -73,11 +73,26 @@ pub struct IdempotencySettings {
     /// (INTERNAL_ERROR, retryable).
     pub on_backend_error: OnBackendError,
     pub redis_timeout: Duration,
-    /// How long a replica's reservation of a key holds (longer than a lead delivery takes), so
-    /// a replica that dies mid-call does not lock the key for the whole TTL.
+    /// The lease of a replica's claim on a key, renewed every third of it while the replica
+    /// works on the lead: a replica that dies frees its keys after this long.
     pub lock_ttl: Duration,
     pub ttl: Duration,
     pub max_entries: usize,
+    /// Bytes of keys and stored replies held in memory at most.
+    pub max_bytes: usize,
+    pub on_ambiguous: OnAmbiguous,
+}
+
+/// What a delivery whose outcome is unknown leaves for the buyer's retry
+/// (`idempotency.on_ambiguous`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnAmbiguous {
+    /// The retry delivers again under the same reference and Message-ID: no lead is lost; a CRM
+    /// that took the first one sees a recognisable resend.
+    Resend,
+    /// The key is held: retries are told so (retryable, with a hint) until an operator has
+    /// reconciled the lead with the CRM, or the key's `ttl` ends. Never a second delivery.
+    Hold,
 }
 
 /// A quota: `count` calls per `period`, `burst` at once.
@@ -768,9 +783,30 @@ impl Loader {
         if lock_ttl.is_some_and(|t| t < Duration::from_secs(1)) {
             self.problem(
                 "/idempotency/lock_ttl",
-                "must be at least 1s: it has to outlast a lead's delivery to the CRM",
+                "must be at least 1s: it is renewed every third of it, each renewal a Redis call",
             );
         }
+        if let (Some(lease), Some(redis)) = (lock_ttl, redis_timeout)
+            && lease >= Duration::from_secs(1)
+            && lease < redis * 6
+        {
+            self.problem(
+                "/idempotency/lock_ttl",
+                "must be at least 6 × redis_timeout: a renewal every third of it has to get \
+                 through even when Redis is slow",
+            );
+        }
+        let on_ambiguous = match file.on_ambiguous.as_str() {
+            "resend" => Some(OnAmbiguous::Resend),
+            "hold" => Some(OnAmbiguous::Hold),
+            other => {
+                self.problem(
+                    "/idempotency/on_ambiguous",
+                    format!("`{other}` is not one of resend, hold"),
+                );
+                None
+            }
+        };
         let ttl = self.duration("/idempotency/ttl", &file.ttl);
         if ttl.is_some_and(|t| t < Duration::from_secs(24 * 3600)) {
             self.warn(
@@ -785,6 +821,15 @@ impl Loader {
         } else {
             usize::try_from(file.max_entries).ok()
         };
+        let max_bytes = if file.max_bytes < 64 * 1024 {
+            self.problem(
+                "/idempotency/max_bytes",
+                "must be at least 65536 (64 KiB): one stored reply can take a few KiB",
+            );
+            None
+        } else {
+            Some(usize::try_from(file.max_bytes).unwrap_or(usize::MAX))
+        };
         Some(IdempotencySettings {
             backend: backend?,
             on_backend_error: on_backend_error?,
@@ -792,6 +837,8 @@ impl Loader {
             lock_ttl: lock_ttl.filter(|t| *t >= Duration::from_secs(1))?,
             ttl: ttl?,
             max_entries: max_entries?,
+            max_bytes: max_bytes?,
+            on_ambiguous: on_ambiguous?,
         })
     }
 

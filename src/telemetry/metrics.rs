@@ -100,6 +100,12 @@ struct PhaseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UnknownOutcomeLabels {
+    dealer: Arc<str>,
+    action: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StoreLabels {
     store: &'static str,
 }
@@ -129,6 +135,9 @@ pub struct Metrics {
     connections_timed_out: Family<PhaseLabels, Counter>,
     redis_fallbacks: Family<StoreLabels, Counter>,
     redis_degraded: Family<StoreLabels, Gauge>,
+    leads_unknown: Family<UnknownOutcomeLabels, Counter>,
+    leads_in_progress: Family<DealerLabels, Counter>,
+    lead_deliveries: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -244,6 +253,27 @@ impl Metrics {
             "1 while the last call to a store's Redis failed (store: rate_limit, idempotency)",
             redis_degraded.clone(),
         );
+        let leads_unknown = Family::default();
+        registry.register(
+            "aap_gateway_lead_outcome_unknown",
+            "Lead deliveries whose outcome is unknown (connection lost or timed out after the \
+             CRM may have taken the lead, or a replica died delivering it), by what \
+             idempotency.on_ambiguous made of them (action: resend, hold)",
+            leads_unknown.clone(),
+        );
+        let leads_in_progress = Family::default();
+        registry.register(
+            "aap_gateway_lead_in_progress",
+            "lead.submit calls answered \"in progress\" (retryable): their key's delivery was \
+             still running, or Redis was recovering",
+            leads_in_progress.clone(),
+        );
+        let lead_deliveries = Gauge::default();
+        registry.register(
+            "aap_gateway_lead_deliveries_running",
+            "Lead deliveries running in their own task (they outlive a buyer who went away)",
+            lead_deliveries.clone(),
+        );
         let build_info = Family::<VersionLabels, Gauge>::default();
         build_info
             .get_or_create(&VersionLabels {
@@ -274,6 +304,9 @@ impl Metrics {
             connections_timed_out,
             redis_fallbacks,
             redis_degraded,
+            leads_unknown,
+            leads_in_progress,
+            lead_deliveries,
         })
     }
 
@@ -380,6 +413,28 @@ impl Metrics {
             dealer: Arc::clone(dealer),
         };
         self.conflicts.get_or_create(&labels).inc();
+    }
+
+    /// A lead delivery whose outcome is unknown; `action`: `resend` or `hold`.
+    pub fn lead_ambiguous(&self, dealer: &Arc<str>, action: &'static str) {
+        let labels = UnknownOutcomeLabels {
+            dealer: Arc::clone(dealer),
+            action,
+        };
+        self.leads_unknown.get_or_create(&labels).inc();
+    }
+
+    /// A `lead.submit` answered "in progress".
+    pub fn lead_in_progress(&self, dealer: &Arc<str>) {
+        let labels = DealerLabels {
+            dealer: Arc::clone(dealer),
+        };
+        self.leads_in_progress.get_or_create(&labels).inc();
+    }
+
+    /// A lead delivery task started (`+1`) or ended (`-1`).
+    pub fn lead_deliveries(&self, delta: i64) {
+        self.lead_deliveries.inc_by(delta);
     }
 
     /// A configuration reload: applied (`true`) or refused.

@@ -87,6 +87,18 @@ pub struct RequestLog {
     pub skill: &'static str,
     /// `ok`, the AAP code, or the A2A error reason.
     pub outcome: &'static str,
+    /// Where a request dropped before it was answered (the client went away) is logged and
+    /// counted, as [`ABANDONED`] with status 499.
+    abandoned: Option<(Arc<Metrics>, Arc<str>)>,
+}
+
+/// The outcome of a request whose client went away before the answer (status 499, as
+/// proxies log it). A lead it submitted is still delivered: its retry gets the outcome.
+pub const ABANDONED: &str = "ABANDONED";
+
+/// The status logged for an abandoned request.
+fn client_closed() -> StatusCode {
+    StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST)
 }
 
 impl RequestLog {
@@ -135,7 +147,14 @@ impl RequestLog {
             binding,
             skill: NO_SKILL,
             outcome: "ok",
+            abandoned: None,
         }
+    }
+
+    /// From now on, dropping this record unfinished (the client went away) writes its line
+    /// and metrics as [`ABANDONED`], for `dealer`.
+    pub fn count_if_abandoned(&mut self, metrics: &Arc<Metrics>, dealer: &Arc<str>) {
+        self.abandoned = Some((Arc::clone(metrics), Arc::clone(dealer)));
     }
 
     /// Notes the skill the request named.
@@ -147,7 +166,12 @@ impl RequestLog {
     }
 
     /// Writes the log line and the metrics of the finished request.
-    pub fn finish(self, metrics: &Metrics, dealer: &Arc<str>, status: StatusCode) {
+    pub fn finish(mut self, metrics: &Metrics, dealer: &Arc<str>, status: StatusCode) {
+        self.abandoned = None;
+        self.write(metrics, dealer, status);
+    }
+
+    fn write(&self, metrics: &Metrics, dealer: &Arc<str>, status: StatusCode) {
         let elapsed = self.started.elapsed();
         self.span.record("skill", self.skill);
         self.span.record("outcome", self.outcome);
@@ -180,6 +204,15 @@ impl RequestLog {
             latency_ms = elapsed.as_secs_f64() * 1000.0,
             "request"
         );
+    }
+}
+
+impl Drop for RequestLog {
+    fn drop(&mut self) {
+        if let Some((metrics, dealer)) = self.abandoned.take() {
+            self.outcome = ABANDONED;
+            self.write(&metrics, &dealer, client_closed());
+        }
     }
 }
 

@@ -259,6 +259,10 @@ pub struct FileTimeouts {
     /// `request` timeout. A call that waits longer is refused as local overload (retryable,
     /// never a circuit-breaker failure: the upstream was not asked).
     pub queue: Option<String>,
+    /// `kind: smtp` only: deadline for sending the message and reading the reply to its final
+    /// dot, e.g. `10m` (the default, RFC 5321 §4.5.3.2.6: servers may scan or queue first). A
+    /// send cut here may still arrive, so it must outlast the server's slowest answer.
+    pub data: Option<String>,
 }
 
 impl Default for FileTimeouts {
@@ -267,6 +271,7 @@ impl Default for FileTimeouts {
             connect: "2s".to_owned(),
             request: "5s".to_owned(),
             queue: None,
+            data: None,
         }
     }
 }
@@ -489,8 +494,11 @@ pub struct SmtpSettings {
     pub hello_name: Option<String>,
     pub credentials: Option<SmtpCredentials>,
     pub connect_timeout: Duration,
-    /// Bounds a whole send: slot wait, connection, `AUTH`, the transaction and the reply.
+    /// Bounds everything before the message: slot wait, connection, `AUTH`, `MAIL`, `RCPT`,
+    /// `DATA`.
     pub request_timeout: Duration,
+    /// Bounds the message and the reply to its final dot (`timeouts.data`).
+    pub data_timeout: Duration,
     pub breaker_failures: u32,
     pub breaker_cool_down: Duration,
     pub max_concurrency: usize,
@@ -1113,6 +1121,12 @@ impl FileUpstream {
             None
         };
 
+        if self.timeouts.data.is_some() {
+            c.problem(
+                "/timeouts/data",
+                "only `kind: smtp` uses it (the reply to a message's final dot)",
+            );
+        }
         let queue_timeout = match &self.timeouts.queue {
             Some(text) => c.duration("/timeouts/queue", text),
             None => common.request_timeout,
@@ -1168,6 +1182,13 @@ impl FileUpstream {
                 "not used by `kind: smtp`: the wait for a slot counts against `request`",
             );
         }
+        let data_timeout = c.duration(
+            "/timeouts/data",
+            self.timeouts
+                .data
+                .as_deref()
+                .unwrap_or(DEFAULT_DATA_TIMEOUT),
+        );
         let smtp = self.smtp.unwrap_or_else(|| {
             c.problem("/smtp", "missing: `kind: smtp` needs `smtp: { from, to }`");
             FileSmtp::default()
@@ -1262,6 +1283,7 @@ impl FileUpstream {
             credentials,
             connect_timeout: common.connect_timeout?,
             request_timeout: common.request_timeout?,
+            data_timeout: data_timeout?,
             breaker_failures: common.breaker_failures?,
             breaker_cool_down: common.breaker_cool_down?,
             max_concurrency: common.max_concurrency?,
@@ -1270,6 +1292,10 @@ impl FileUpstream {
         })
     }
 }
+
+/// `timeouts.data` of `kind: smtp` when unset: RFC 5321 §4.5.3.2.6's wait for the reply to
+/// the final dot.
+pub const DEFAULT_DATA_TIMEOUT: &str = "10m";
 
 fn invalid_settings() -> Vec<UpstreamConfigProblem> {
     vec![UpstreamConfigProblem {

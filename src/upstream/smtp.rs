@@ -5,32 +5,35 @@
 //!  mapping ── OutgoingMail ──▶ Mailer::send
 //!                                breaker ─ open? fail fast (CircuitOpen)
 //!                                message ─ MIME built by lettre (Message-ID from the caller)
-//!                                send    ─ under timeouts.request: slot → pooled connection
-//!                                          (TLS/STARTTLS, EHLO, AUTH) → MAIL/RCPT/DATA → 250
-//!                              ◀── MailReceipt | UpstreamError (never retried)
+//!                                envelope ─ under timeouts.request: slot → pooled connection
+//!                                           (TLS/STARTTLS, EHLO, AUTH) → MAIL/RCPT/DATA 354
+//!                                content ─ under timeouts.data: message → final dot → 250
+//!                              ◀── MailReceipt | MailFailure (never retried)
 //! ```
 //!
-//! The protocol is lettre's (`AsyncSmtpTransport` with its connection pool); this module adds
-//! what a gateway needs around it:
+//! The protocol is lettre's (`AsyncSmtpConnection`); this module drives the transaction itself
+//! because a lead needs to know *where* a send stopped:
 //!
-//! - `timeouts.request` bounds the whole send. lettre itself only times the TCP connect.
-//! - Never retried: once `DATA` is under way the gateway cannot know whether the server kept the
-//!   message, and a lead must not arrive twice. The caller's stable `Message-ID` lets a CRM (or
-//!   a person) recognise a resend.
-//! - A send cut short (timeout, or the caller went away) retires the whole connection pool. The
-//!   connection it used may be mid-transaction; lettre would park it and the next message on it
-//!   could read the late reply meant for this one, and report a delivery that did not happen.
-//!   The retired pool closes its connections once nothing uses it any more.
-//! - The transport is built on the first send, not at load: lettre's pool starts a background
-//!   task, which needs the runtime that `aap-gateway check` never starts. Everything that can
-//!   be wrong (addresses, TLS roots, credentials) is checked at load.
+//! - **Before the message** (slot, connection, `AUTH`, `MAIL`, `RCPT`, `DATA`): bounded by
+//!   `timeouts.request` (the wait for a slot included). A failure here is certain: the server
+//!   has no message, and the lead may be sent again.
+//! - **The message and the reply to its final dot**: bounded by `timeouts.data` (10 minutes by
+//!   default, as RFC 5321 §4.5.3.2.6 asks: servers often scan or queue before answering). A
+//!   4xx/5xx reply is certain too; a timeout or a lost connection is not: the server may have
+//!   kept the message ([`MailFailure::unconfirmed`]). The caller's stable `Message-ID` lets a
+//!   CRM (or a person) recognise a resend.
+//! - Never retried here: whether to send again is the caller's decision.
+//! - Connections are pooled (at most `max_concurrency`, idle ones closed after 30 s and checked
+//!   with `NOOP` before reuse). A connection whose send did not end cleanly is dropped, never
+//!   reused: the late reply meant for one message must not be read as another's.
 //! - Circuit breaker as for HTTP: timeouts, connection and protocol failures and transient (4xx)
 //!   refusals count as failures; an accepted message or a permanent (5xx) refusal proves the
-//!   server is up.
+//!   server is up. Waiting for a slot is the gateway's own queue, not a server failure.
 //!
 //! Logging: one `debug` event per send (upstream, outcome, elapsed). Recipients, subjects,
 //! bodies and the server's reply text are never logged; errors carry reply codes only.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -38,10 +41,10 @@ use lettre::address::Envelope;
 use lettre::message::header::{ContentDisposition, ContentType};
 use lettre::message::{Message, MultiPart, SinglePart};
 use lettre::transport::smtp::authentication::{Credentials, Mechanism};
-use lettre::transport::smtp::client::{Tls, TlsParameters};
-use lettre::transport::smtp::extension::ClientId;
-use lettre::transport::smtp::{AsyncSmtpTransportBuilder, PoolConfig};
-use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
+use lettre::transport::smtp::client::{AsyncSmtpConnection, Tls, TlsParameters};
+use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
+use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
+use lettre::transport::smtp::response::Response;
 use tokio::sync::Semaphore;
 use tracing::Instrument as _;
 
@@ -65,19 +68,34 @@ pub struct Mailer {
 struct Inner {
     name: String,
     settings: SmtpSettings,
-    builder: AsyncSmtpTransportBuilder,
-    pool: Mutex<Pool>,
+    tls: Tls,
+    hello: ClientId,
+    credentials: Option<Credentials>,
+    /// Connections that ended their last send cleanly, with the time they went idle.
+    idle: Mutex<Vec<(AsyncSmtpConnection, Instant)>>,
     slots: Semaphore,
     breaker: Breaker,
     /// Metrics of this mailer's sends, once the app attaches them.
     meter: std::sync::OnceLock<crate::telemetry::metrics::Meter>,
 }
 
-/// The current transport; `generation` tells a send whether the one it used was retired since.
-#[derive(Default)]
-struct Pool {
-    generation: u64,
-    transport: Option<AsyncSmtpTransport<Tokio1Executor>>,
+/// Why a send failed, and whether the server may have kept the message anyway.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct MailFailure {
+    pub error: UpstreamError,
+    /// The whole message went out and no reply to its final dot came back (a timeout or a lost
+    /// connection): the server may have queued it. `false`: it certainly has no message.
+    pub unconfirmed: bool,
+}
+
+impl MailFailure {
+    fn certain(error: UpstreamError) -> MailFailure {
+        MailFailure {
+            error,
+            unconfirmed: false,
+        }
+    }
 }
 
 /// One message to send.
@@ -122,6 +140,7 @@ impl Mailer {
     }
 
     /// Prepares the transport for already validated settings (TLS roots are loaded here).
+    /// Nothing connects before the first send.
     pub fn from_settings(
         name: &str,
         settings: SmtpSettings,
@@ -160,33 +179,21 @@ impl Mailer {
                 "SMTP credentials may travel in plain text (smtp.starttls is not `required`)"
             );
         }
-        let max_size = u32::try_from(settings.max_concurrency).unwrap_or(u32::MAX);
-        let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(&settings.host)
-            .port(settings.port)
-            .tls(tls)
-            // lettre applies this to the TCP connect only; `send` bounds the rest.
-            .timeout(Some(settings.connect_timeout))
-            .pool_config(
-                PoolConfig::new()
-                    .max_size(max_size)
-                    .idle_timeout(POOL_IDLE_TIMEOUT),
-            );
-        if let Some(hello_name) = &settings.hello_name {
-            builder = builder.hello_name(ClientId::Domain(hello_name.clone()));
-        }
-        if let Some(credentials) = &settings.credentials {
-            builder = builder
-                .credentials(Credentials::new(
-                    credentials.username.clone(),
-                    credentials.password.expose().to_owned(),
-                ))
-                .authentication(vec![Mechanism::Plain, Mechanism::Login]);
-        }
+        let hello = settings
+            .hello_name
+            .clone()
+            .map_or_else(ClientId::default, ClientId::Domain);
+        let credentials = settings
+            .credentials
+            .as_ref()
+            .map(|c| Credentials::new(c.username.clone(), c.password.expose().to_owned()));
         Ok(Mailer {
             inner: Arc::new(Inner {
                 name: name.to_owned(),
-                builder,
-                pool: Mutex::new(Pool::default()),
+                tls,
+                hello,
+                credentials,
+                idle: Mutex::new(Vec::new()),
                 slots: Semaphore::new(settings.max_concurrency),
                 breaker: Breaker::new(name, settings.breaker_failures, settings.breaker_cool_down),
                 settings,
@@ -210,13 +217,16 @@ impl Mailer {
         self.inner.breaker.state()
     }
 
-    /// Sends one message; Ok only when the server accepted it (250 after DATA). Never retried
-    /// (a lead must not be mailed twice). Whole send bounded by timeouts.request; the circuit
-    /// breaker applies as for HTTP upstreams.
-    ///
-    /// `Timeout` after the message went out does not prove it was lost: the server may still
-    /// accept it, hence the stable `Message-ID`.
+    /// Sends one message; Ok only when the server accepted it (250 after the final dot). Never
+    /// retried. See [`Mailer::deliver`] for whether a failed send may still have arrived.
     pub async fn send(&self, mail: OutgoingMail) -> Result<MailReceipt, UpstreamError> {
+        self.deliver(mail).await.map_err(|f| f.error)
+    }
+
+    /// [`Mailer::send`], saying on failure whether the server may have kept the message: only
+    /// a send that lost its connection or timed out after the whole message went out is
+    /// [`MailFailure::unconfirmed`].
+    pub async fn deliver(&self, mail: OutgoingMail) -> Result<MailReceipt, MailFailure> {
         let span = tracing::debug_span!(
             "upstream",
             otel.kind = "client",
@@ -225,12 +235,26 @@ impl Mailer {
         );
         let started = Instant::now();
         let result = self.send_unmetered(mail).instrument(span.clone()).await;
-        if let Err(e) = &result {
-            span.record("error.kind", crate::telemetry::metrics::error_kind(e));
+        if let Err(f) = &result {
+            span.record(
+                "error.kind",
+                crate::telemetry::metrics::error_kind(&f.error),
+            );
         }
-        if let Some(meter) = self.inner.meter.get() {
+        if let Some(meter) = self.inner.meter.get()
+            && !matches!(
+                result,
+                Err(MailFailure {
+                    error: UpstreamError::Busy { .. },
+                    ..
+                })
+            )
+        {
             // An accepted mail counts as a 2xx.
-            meter.observe(result.as_ref().map(|_| 200), started.elapsed());
+            meter.observe(
+                result.as_ref().map(|_| 200).map_err(|f| &f.error),
+                started.elapsed(),
+            );
         }
         result
     }
@@ -240,40 +264,54 @@ impl Mailer {
         let _ = self.inner.meter.set(meter);
     }
 
-    async fn send_unmetered(&self, mail: OutgoingMail) -> Result<MailReceipt, UpstreamError> {
+    async fn send_unmetered(&self, mail: OutgoingMail) -> Result<MailReceipt, MailFailure> {
         let inner = &*self.inner;
         let started = Instant::now();
         let message_id = mail.message_id.clone();
-        let (envelope, bytes) = inner.message(mail)?;
+        let (envelope, bytes) = inner.message(mail).map_err(MailFailure::certain)?;
         let permit = match inner.breaker.try_acquire() {
             Ok(permit) => permit,
             Err(retry_after) => {
                 tracing::debug!(upstream = %inner.name, "circuit open; not sending");
-                return Err(UpstreamError::CircuitOpen { retry_after });
+                return Err(MailFailure::certain(UpstreamError::CircuitOpen {
+                    retry_after,
+                }));
             }
         };
-        let after = inner.settings.request_timeout;
-        let outcome = tokio::time::timeout(after, inner.deliver(&envelope, &bytes))
-            .await
-            .unwrap_or(Err(UpstreamError::Timeout { after }));
+        let outcome = inner.transaction(&envelope, &bytes).await;
         let elapsed_ms = started.elapsed().as_millis() as u64;
         match &outcome {
             Ok(_) => {
                 tracing::debug!(upstream = %inner.name, outcome = "accepted", elapsed_ms, "mail sent");
             }
-            Err(error) => {
-                tracing::debug!(upstream = %inner.name, error = %error, elapsed_ms, "mail not sent");
+            Err(f) => {
+                tracing::debug!(
+                    upstream = %inner.name,
+                    error = %f.error,
+                    unconfirmed = f.unconfirmed,
+                    elapsed_ms,
+                    "mail not sent"
+                );
             }
         }
-        permit.record(matches!(
-            outcome,
-            Ok(_)
-                | Err(UpstreamError::Rejected {
-                    permanent: true,
-                    ..
-                })
-                | Err(UpstreamError::Auth(_))
-        ));
+        match &outcome {
+            // The gateway's own queue: the server was not asked (the permit goes unused).
+            Err(MailFailure {
+                error: UpstreamError::Busy { .. },
+                ..
+            }) => drop(permit),
+            other => permit.record(matches!(
+                other,
+                Ok(_)
+                    | Err(MailFailure {
+                        error: UpstreamError::Rejected {
+                            permanent: true,
+                            ..
+                        } | UpstreamError::Auth(_),
+                        ..
+                    })
+            )),
+        }
         let reply = outcome?;
         Ok(MailReceipt {
             message_id,
@@ -284,7 +322,6 @@ impl Mailer {
 
 impl std::fmt::Debug for Mailer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Not the transport builder: its `Debug` is lettre's to decide.
         f.debug_struct("Mailer")
             .field("name", &self.inner.name)
             .field("settings", &self.inner.settings)
@@ -347,53 +384,145 @@ impl Inner {
         Ok((message.envelope().clone(), message.formatted()))
     }
 
-    /// One delivery on a pooled connection, in a concurrency slot: the server's final reply.
-    async fn deliver(&self, envelope: &Envelope, bytes: &[u8]) -> Result<String, UpstreamError> {
-        let _slot = self
-            .slots
-            .acquire()
-            .await
-            .map_err(|_| UpstreamError::Protocol("mailer closed".to_owned()))?;
-        let (generation, transport) = self.transport();
-        let mut cut_short = RetireUnlessFinished {
-            inner: self,
-            generation,
-            finished: false,
-        };
-        let result = transport.send_raw(envelope, bytes).await;
-        cut_short.finished = true;
-        let response = result.map_err(|e| self.classify(&e))?;
-        let mut reply = response.code().to_string();
-        for line in response.message() {
-            reply.push(' ');
-            reply.push_str(line);
-        }
-        Ok(reply)
-    }
-
-    fn transport(&self) -> (u64, AsyncSmtpTransport<Tokio1Executor>) {
-        let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
-        let generation = pool.generation;
-        let transport = pool
-            .transport
-            .get_or_insert_with(|| self.builder.clone().build())
-            .clone();
-        (generation, transport)
-    }
-
-    /// Drops the transport of `generation` (if still current): the next send starts a new
-    /// pool, and the old one closes its connections when its last user is done.
-    fn retire(&self, generation: u64) {
-        let old = {
-            let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
-            if pool.generation != generation {
-                return;
+    /// One transaction on a pooled connection: the envelope under `timeouts.request` (the wait
+    /// for a slot included), the message and its final reply under `timeouts.data`.
+    async fn transaction(&self, envelope: &Envelope, bytes: &[u8]) -> Result<String, MailFailure> {
+        let request = self.settings.request_timeout;
+        let slotted = AtomicBool::new(false);
+        let envelope_sent = tokio::time::timeout(request, async {
+            let slot = self.slots.acquire().await.map_err(|_| MailFailure {
+                error: UpstreamError::Protocol("mailer closed".to_owned()),
+                unconfirmed: false,
+            })?;
+            slotted.store(true, Ordering::Relaxed);
+            let mut conn = self.connection().await.map_err(|e| self.certain(&e))?;
+            match self.envelope(&mut conn, envelope, bytes).await {
+                Ok(()) => Ok((slot, conn)),
+                Err(e) => Err(self.certain(&e)),
             }
-            pool.generation += 1;
-            pool.transport.take()
+        })
+        .await;
+        let (slot, mut conn) = match envelope_sent {
+            Ok(sent) => sent?,
+            // Nothing was sent past `DATA`: the server has no message.
+            Err(_) if !slotted.load(Ordering::Relaxed) => {
+                return Err(MailFailure::certain(UpstreamError::Busy {
+                    waited: request,
+                }));
+            }
+            Err(_) => {
+                return Err(MailFailure::certain(UpstreamError::Timeout {
+                    after: request,
+                }));
+            }
         };
-        tracing::debug!(upstream = %self.name, "send cut short; SMTP connection pool retired");
-        drop(old);
+        let data = self.settings.data_timeout;
+        let reply = match tokio::time::timeout(data, conn.message(bytes)).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => {
+                // A reply code is the server's answer: it refused the message. Anything else
+                // (a lost connection) leaves the message's fate unknown.
+                let error = self.classify(&e);
+                let unconfirmed = e.status().is_none();
+                return Err(MailFailure { error, unconfirmed });
+            }
+            Err(_) => {
+                return Err(MailFailure {
+                    error: UpstreamError::Timeout { after: data },
+                    unconfirmed: true,
+                });
+            }
+        };
+        // A clean end: the connection may carry the next message.
+        self.park(conn);
+        drop(slot);
+        Ok(reply_text(&reply))
+    }
+
+    /// `MAIL`, `RCPT` for each recipient, `DATA` answered by 354.
+    async fn envelope(
+        &self,
+        conn: &mut AsyncSmtpConnection,
+        envelope: &Envelope,
+        bytes: &[u8],
+    ) -> Result<(), lettre::transport::smtp::Error> {
+        let mut options = Vec::new();
+        let info = conn.server_info();
+        let non_ascii = envelope
+            .from()
+            .into_iter()
+            .chain(envelope.to())
+            .any(|a| !AsRef::<str>::as_ref(a).is_ascii());
+        if non_ascii && info.supports_feature(Extension::SmtpUtfEight) {
+            options.push(MailParameter::SmtpUtfEight);
+        }
+        if !bytes.is_ascii() && info.supports_feature(Extension::EightBitMime) {
+            options.push(MailParameter::Body(MailBodyParameter::EightBitMime));
+        }
+        conn.command(Mail::new(envelope.from().cloned(), options))
+            .await?;
+        for to in envelope.to() {
+            conn.command(Rcpt::new(to.clone(), Vec::new())).await?;
+        }
+        conn.command(Data).await?;
+        Ok(())
+    }
+
+    /// An idle connection that still answers `NOOP`, or a new one (TLS, EHLO, AUTH).
+    async fn connection(&self) -> Result<AsyncSmtpConnection, lettre::transport::smtp::Error> {
+        loop {
+            let idle = {
+                let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+                idle.retain(|(_, since)| since.elapsed() < POOL_IDLE_TIMEOUT);
+                idle.pop()
+            };
+            let Some((mut conn, _)) = idle else {
+                break;
+            };
+            if conn.test_connected().await {
+                return Ok(conn);
+            }
+        }
+        let wrapper = match &self.tls {
+            Tls::Wrapper(parameters) => Some(parameters.clone()),
+            _ => None,
+        };
+        let mut conn = AsyncSmtpConnection::connect_tokio1(
+            (self.settings.host.as_str(), self.settings.port),
+            Some(self.settings.connect_timeout),
+            &self.hello,
+            wrapper,
+            None,
+        )
+        .await?;
+        match &self.tls {
+            Tls::Opportunistic(parameters) if conn.can_starttls() => {
+                conn.starttls(parameters.clone(), &self.hello).await?;
+            }
+            Tls::Required(parameters) => conn.starttls(parameters.clone(), &self.hello).await?,
+            _ => {}
+        }
+        if let Some(credentials) = &self.credentials {
+            conn.auth(&[Mechanism::Plain, Mechanism::Login], credentials)
+                .await?;
+        }
+        Ok(conn)
+    }
+
+    /// Keeps a connection whose last send ended cleanly for the next message.
+    fn park(&self, conn: AsyncSmtpConnection) {
+        if conn.has_broken() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < self.settings.max_concurrency {
+            idle.push((conn, Instant::now()));
+        }
+    }
+
+    /// A failure before the message went out.
+    fn certain(&self, error: &lettre::transport::smtp::Error) -> MailFailure {
+        MailFailure::certain(self.classify(error))
     }
 
     fn classify(&self, error: &lettre::transport::smtp::Error) -> UpstreamError {
@@ -440,32 +569,14 @@ impl Inner {
     }
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
-        // lettre's pool spawns its clean-up when dropped, which needs a runtime; without one
-        // (the process is ending) there is nothing left to clean.
-        if tokio::runtime::Handle::try_current().is_err() {
-            let pool = self.pool.get_mut().unwrap_or_else(PoisonError::into_inner);
-            if let Some(transport) = pool.transport.take() {
-                std::mem::forget(transport);
-            }
-        }
+/// `250 2.0.0 Ok: queued as …`: the code and the reply's lines.
+fn reply_text(response: &Response) -> String {
+    let mut reply = response.code().to_string();
+    for line in response.message() {
+        reply.push(' ');
+        reply.push_str(line);
     }
-}
-
-/// Retires the pool unless the send it guards finished (see the module doc).
-struct RetireUnlessFinished<'a> {
-    inner: &'a Inner,
-    generation: u64,
-    finished: bool,
-}
-
-impl Drop for RetireUnlessFinished<'_> {
-    fn drop(&mut self) {
-        if !self.finished {
-            self.inner.retire(self.generation);
-        }
-    }
+    reply
 }
 
 /// `local@domain` as a `Message-ID` needs it (RFC 5322 §3.6.4), in a form that cannot break
