@@ -830,15 +830,20 @@ impl Loader {
     fn backend(&mut self, section: &str, name: &str, url: Option<&str>) -> Option<LimitBackend> {
         match (name, url) {
             ("memory", _) => Some(LimitBackend::Memory),
-            ("redis", Some(url)) if url.starts_with("redis://") || url.starts_with("rediss://") => {
-                Some(LimitBackend::Redis {
+            // Checked here, where the problem can name the variable or line it came from.
+            ("redis", Some(url)) => match crate::redis_backend::parse_url(url) {
+                Ok(_) => Some(LimitBackend::Redis {
                     url: url.to_owned(),
-                })
-            }
-            ("redis", _) => {
+                }),
+                Err(message) => {
+                    self.problem(&format!("{section}/redis_url"), message);
+                    None
+                }
+            },
+            ("redis", None) => {
                 self.problem(
                     &format!("{section}/backend"),
-                    "`backend: redis` needs `redis_url` like redis://host:6379/0",
+                    "`backend: redis` needs `redis_url` like redis://host:6379/0 (rediss:// for TLS)",
                 );
                 None
             }
