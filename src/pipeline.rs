@@ -21,8 +21,8 @@ pub async fn handle(
     call: Call,
 ) -> Result<Reply, AapError> {
     let (skill, handler) = dealer.handler(&call.skill)?; // UNSUPPORTED_SKILL
-    // The API key when auth is on (401/403), else the address.
-    let client = debug_span!("auth").in_scope(|| app.client(dealer, caller))?;
+    // The API key when the skill needs one or one is sent (401/403), else the address.
+    let client = debug_span!("auth").in_scope(|| app.client(dealer, skill, caller))?;
     app.limits
         .check(dealer.index, dealer.id(), skill, &client)
         .instrument(debug_span!("rate_limit"))

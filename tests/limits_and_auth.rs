@@ -3,7 +3,8 @@
 //! quotas per skill and per client, forwarded addresses believed only from trusted proxies and
 //! only in the header they write (IPv6 per /64),
 //! and authentication: 401 with `WWW-Authenticate`, 403 for a key not allowed at the dealer,
-//! the card declaring its security only when keys are required, cards and health public.
+//! keys per skill (leads behind keys, search public), the card declaring its security only
+//! where keys are required, cards and health public.
 
 mod common;
 
@@ -363,6 +364,105 @@ async fn the_card_declares_security_only_when_keys_are_required() {
         .await
         .expect("health");
     assert_eq!(health.status(), 200);
+}
+
+/// The demo (search on Toyota's REST DMS) with `auth` appended: keys for leads only.
+async fn leads_need_a_key() -> (Gateway, aap_gateway::demo::Simulators) {
+    let sims = aap_gateway::demo::Simulators::start()
+        .await
+        .expect("simulators");
+    let copy = common::DemoCopy::new();
+    copy.append(
+        "config/demo.yaml",
+        &format!(
+            "auth:\n  mode: none\n  skills:\n    lead.submit: api_key\n  keys:\n    - id: partner\n      sha256: {}\n",
+            common::sha256_hex("partner-secret-key")
+        ),
+    );
+    let gw = copy.start(common::simulator_vars(&sims)).await;
+    (gw, sims)
+}
+
+async fn skill_call(gw: &Gateway, data: Value, extra: &[(&str, &str)]) -> Reply {
+    let mut headers = standard_headers();
+    headers.extend_from_slice(extra);
+    gw.post_raw(
+        "/a2a",
+        &headers,
+        send_message(data).to_string().into_bytes(),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn leads_can_need_a_key_while_search_stays_public() {
+    let (gw, _sims) = leads_need_a_key().await;
+    let search = json!({ "type": "inventory.search.request", "pagination": { "limit": 1 } });
+    // An incomplete lead: past authentication it fails the schema, which shows the key worked.
+    let lead = json!({ "type": "lead.submit.request" });
+
+    let anonymous_search = skill_call(&gw, search.clone(), &[]).await;
+    assert!(ok(&anonymous_search), "{}", anonymous_search.text);
+    let anonymous_lead = skill_call(&gw, lead.clone(), &[]).await;
+    assert_eq!(anonymous_lead.status, 401, "{}", anonymous_lead.text);
+    assert_eq!(anonymous_lead.error_info()["reason"], "UNAUTHENTICATED");
+
+    let key = [("authorization", "Bearer partner-secret-key")];
+    let keyed_lead = skill_call(&gw, lead, &key).await;
+    assert_eq!(keyed_lead.status, 200, "{}", keyed_lead.text);
+    assert_eq!(keyed_lead.aap_code(), "SCHEMA_VALIDATION_FAILED");
+    // A key sent to a public skill is checked too: a wrong one is reported, not ignored.
+    let keyed_search = skill_call(&gw, search.clone(), &key).await;
+    assert!(ok(&keyed_search), "{}", keyed_search.text);
+    let wrong_key = skill_call(&gw, search, &[("x-api-key", "not-a-key")]).await;
+    assert_eq!(wrong_key.status, 401, "{}", wrong_key.text);
+
+    // The card: both schemes, no agent-wide requirement (anonymous access is allowed), and
+    // the requirement on lead.submit alone.
+    let card = gw.card("/.well-known/agent-card.json").await;
+    assert!(card["securitySchemes"]["bearer"].is_object(), "{card}");
+    assert!(card.get("securityRequirements").is_none(), "{card}");
+    let requirements: Vec<(&str, &Value)> = card["skills"]
+        .as_array()
+        .expect("skills")
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_str().unwrap_or_default(),
+                &s["securityRequirements"],
+            )
+        })
+        .collect();
+    for (id, required) in requirements {
+        if id == "lead.submit" {
+            assert_eq!(
+                required,
+                &json!([{ "schemes": { "bearer": { "list": [] } } }, { "schemes": { "apiKey": { "list": [] } } }]),
+                "{id}"
+            );
+        } else {
+            assert!(required.is_null(), "{id} is public: {required}");
+        }
+    }
+}
+
+#[test]
+fn bad_per_skill_auth_is_located() {
+    let dealer = "dealers:\n  - id: d\n    card: { name: D, description: D. }\n";
+    common::assert_settings_problems(
+        &format!(
+            "auth:\n  mode: none\n  skills:\n    lead.submit: keys\n    lead.teleport: api_key\n{dealer}"
+        ),
+        &[
+            (4, "`keys` is not one of none, api_key"),
+            (5, "`lead.teleport` is not an AAP skill"),
+        ],
+    );
+    // A skill that needs a key needs keys.
+    common::assert_settings_problems(
+        &format!("auth:\n  skills:\n    lead.submit: api_key\n{dealer}"),
+        &[(1, "need at least one key (`keys` or `keys_file`)")],
+    );
 }
 
 #[test]

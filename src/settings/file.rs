@@ -204,8 +204,9 @@ pub struct FileRateLimit {
     pub enabled: bool,
     /// `memory` (per replica) or `redis` (shared by every replica).
     pub backend: String,
-    /// `redis://host:port/db` for `backend: redis`; usually set through the environment
-    /// (`AAP_GATEWAY__RATE_LIMIT__REDIS_URL`), as `${NAME}` is not expanded in this file.
+    /// `redis://host:port/db` (`rediss://` for TLS) for `backend: redis`; usually set through
+    /// the environment (`AAP_GATEWAY__RATE_LIMIT__REDIS_URL`), as `${NAME}` is not expanded in
+    /// this file.
     pub redis_url: Option<String>,
     /// When Redis cannot be reached: `local` (fall back to this replica's limits) or `deny`.
     pub on_backend_error: String,
@@ -255,11 +256,15 @@ pub struct FileQuota {
     pub burst: u32,
 }
 
-/// `auth`: who may call. `none` (AAP's default: public agents) or `api_key`.
+/// `auth`: who may call which skill. `none` (AAP's default: public agents) or `api_key`.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileAuth {
+    /// What every skill needs unless `skills` says otherwise: `none` or `api_key`.
     pub mode: String,
+    /// Per-skill exceptions to `mode`, e.g. `lead.submit: api_key` with `mode: none` keeps
+    /// search public and lets only key holders submit leads.
+    pub skills: std::collections::BTreeMap<String, String>,
     /// API keys, stored hashed: `sha256` is the hex SHA-256 of the key.
     pub keys: Vec<FileApiKey>,
     /// A YAML file with more `keys:` (e.g. a mounted secret), relative to this file.
@@ -270,6 +275,7 @@ impl Default for FileAuth {
     fn default() -> Self {
         FileAuth {
             mode: "none".to_owned(),
+            skills: std::collections::BTreeMap::new(),
             keys: Vec::new(),
             keys_file: None,
         }

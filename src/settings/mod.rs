@@ -209,8 +209,12 @@ pub struct ConnectionSettings {
     pub http2_keep_alive_timeout: Duration,
 }
 
+/// API keys and the skills that need one. Present only when at least one skill does.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuthSettings {
+    /// Skills served without a key (`auth.mode` and `auth.skills` resolved); every other skill
+    /// needs one.
+    pub public_skills: std::collections::BTreeSet<crate::protocol::Skill>,
     pub keys: Vec<ApiKey>,
     /// `keys_file`, resolved: a reload watches its folder (a mounted secret changes apart from
     /// the configuration file).
@@ -939,24 +943,55 @@ impl Loader {
     }
 
     fn auth(&mut self, file: FileAuth) -> Option<Option<AuthSettings>> {
-        match file.mode.as_str() {
-            "none" => {
-                if !file.keys.is_empty() || file.keys_file.is_some() {
-                    self.warn(
-                        "/auth/mode",
-                        "keys are configured but `mode` is none: calls are not authenticated",
-                    );
-                }
-                return Some(None);
-            }
-            "api_key" => {}
+        let needs_key = |this: &mut Loader, pointer: &str, mode: &str| match mode {
+            "none" => Some(false),
+            "api_key" => Some(true),
             other => {
-                self.problem(
-                    "/auth/mode",
-                    format!("`{other}` is not one of none, api_key"),
-                );
-                return None;
+                this.problem(pointer, format!("`{other}` is not one of none, api_key"));
+                None
             }
+        };
+        let default = needs_key(self, "/auth/mode", &file.mode);
+        let mut public_skills = std::collections::BTreeSet::new();
+        let mut complete = default.is_some();
+        for skill in crate::protocol::Skill::ALL {
+            if default == Some(false) && !file.skills.contains_key(skill.id()) {
+                public_skills.insert(skill);
+            }
+        }
+        for (name, mode) in &file.skills {
+            let pointer = format!("/auth/skills/{name}");
+            let Some(skill) = crate::protocol::Skill::from_id(name) else {
+                self.problem(
+                    &pointer,
+                    format!(
+                        "`{name}` is not an AAP skill; use one of {}",
+                        crate::protocol::Skill::ids()
+                    ),
+                );
+                complete = false;
+                continue;
+            };
+            match needs_key(self, &pointer, mode) {
+                Some(false) => {
+                    public_skills.insert(skill);
+                }
+                Some(true) => {}
+                None => complete = false,
+            }
+        }
+        if !complete {
+            return None;
+        }
+        if public_skills.len() == crate::protocol::Skill::ALL.len() {
+            if !file.keys.is_empty() || file.keys_file.is_some() {
+                self.warn(
+                    "/auth/mode",
+                    "keys are configured but no skill needs one (`mode: none` and no \
+                     `skills` entry on api_key): calls are not authenticated",
+                );
+            }
+            return Some(None);
         }
         let mut keys = Vec::new();
         for (i, key) in file.keys.iter().enumerate() {
@@ -996,7 +1031,8 @@ impl Loader {
         if keys.is_empty() {
             self.problem(
                 "/auth",
-                "`mode: api_key` needs at least one key (`keys` or `keys_file`)",
+                "skills that need an API key (`mode` or `skills` on api_key) need at least one \
+                 key (`keys` or `keys_file`)",
             );
             return None;
         }
@@ -1006,7 +1042,11 @@ impl Loader {
                 self.problem("/auth/keys", format!("key id `{}` is used twice", key.id));
             }
         }
-        Some(Some(AuthSettings { keys, keys_file }))
+        Some(Some(AuthSettings {
+            public_skills,
+            keys,
+            keys_file,
+        }))
     }
 
     fn api_key(&mut self, pointer: &str, file: &FileApiKey) -> Option<ApiKey> {
