@@ -226,6 +226,11 @@ pub struct FileRateLimit {
     pub default: FileQuota,
     /// Per-skill quotas replacing the default, e.g. `lead.submit: { rate: 10/min, burst: 3 }`.
     pub skills: std::collections::BTreeMap<String, FileQuota>,
+    /// Quotas of each dealer for a skill, all clients together (checked after the client's own),
+    /// e.g. `lead.submit: { rate: 600/h, burst: 60 }` so that many keys or addresses together
+    /// cannot flood one dealer's CRM. `lead.submit` unset: 600/h, burst 60, or the largest
+    /// per-client quota for leads if that is higher (see `Quota::per_dealer_lead_default`).
+    pub per_dealer: std::collections::BTreeMap<String, FileQuota>,
 }
 
 impl Default for FileRateLimit {
@@ -244,6 +249,7 @@ impl Default for FileRateLimit {
                 burst: 20,
             },
             skills: std::collections::BTreeMap::new(),
+            per_dealer: std::collections::BTreeMap::new(),
         }
     }
 }

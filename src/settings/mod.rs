@@ -98,6 +98,25 @@ impl Quota {
             period: Duration::from_secs(1),
             burst: 200,
         };
+        Quota::at_least(floor, configured)
+    }
+
+    /// `rate_limit.per_dealer` for `lead.submit` when unset: 600 leads an hour per dealer,
+    /// burst 60, from all clients together — far above a real dealer's lead flow, far below
+    /// what a flood from many keys or addresses would push into its CRM — raised to the most
+    /// one client may submit (`quotas`: the per-client quotas that apply to `lead.submit`), so
+    /// an unset setting never refuses what a quota the operator wrote allows.
+    pub fn per_dealer_lead_default(quotas: impl Iterator<Item = Quota>) -> Quota {
+        let floor = Quota {
+            count: 600,
+            period: Duration::from_secs(3600),
+            burst: 60,
+        };
+        Quota::at_least(floor, quotas)
+    }
+
+    /// `floor`, raised to the fastest rate and largest burst among `configured`.
+    fn at_least(floor: Quota, configured: impl Iterator<Item = Quota>) -> Quota {
         configured.fold(floor, |most, q| Quota {
             burst: most.burst.max(q.burst),
             ..if q.per_second() > most.per_second() {
@@ -172,6 +191,8 @@ pub struct RateLimitSettings {
     pub per_ip: Quota,
     pub default: Quota,
     pub skills: HashMap<crate::protocol::Skill, Quota>,
+    /// Quotas of each dealer for a skill, all clients together (`lead.submit` always has one).
+    pub per_dealer: HashMap<crate::protocol::Skill, Quota>,
 }
 
 /// The forwarding header a trusted proxy writes (`rate_limit.client_ip_header`).
@@ -456,6 +477,14 @@ impl Loader {
         let rate_limit = self.rate_limit(rate_limit);
         let idempotency = self.idempotency(idempotency?, shared_redis_url);
         let auth = self.auth(auth?);
+        let rate_limit = rate_limit.map(|mut limits| {
+            let lead = crate::protocol::Skill::LeadSubmit;
+            if !limits.per_dealer.contains_key(&lead) {
+                let quota = lead_quota_default(&limits, auth.as_ref().and_then(Option::as_ref));
+                limits.per_dealer.insert(lead, quota);
+            }
+            limits
+        });
         let provider = provider?.map(|p| self.provider("/provider", p));
         let dealers = dealers?;
         if let Some(Some(auth)) = &auth {
@@ -906,24 +935,8 @@ impl Loader {
             }
         };
         let default = self.quota("/rate_limit/default", &file.default);
-        let mut skills = HashMap::new();
-        for (name, quota) in &file.skills {
-            let pointer = yaml::push_pointer("/rate_limit/skills", name);
-            match crate::protocol::Skill::from_id(name) {
-                Some(skill) => {
-                    if let Some(q) = self.quota(&pointer, quota) {
-                        skills.insert(skill, q);
-                    }
-                }
-                None => self.problem(
-                    &pointer,
-                    format!(
-                        "`{name}` is not an AAP skill; use one of {}",
-                        crate::protocol::Skill::ids()
-                    ),
-                ),
-            }
-        }
+        let skills = self.skill_quotas("/rate_limit/skills", &file.skills);
+        let per_dealer = self.skill_quotas("/rate_limit/per_dealer", &file.per_dealer);
         let per_ip = match &file.per_ip {
             Some(quota) => self.quota("/rate_limit/per_ip", quota),
             None => default
@@ -939,7 +952,35 @@ impl Loader {
             per_ip: per_ip?,
             default: default?,
             skills,
+            per_dealer,
         })
+    }
+
+    /// A map of skill id → quota (`rate_limit.skills`, `rate_limit.per_dealer`).
+    fn skill_quotas(
+        &mut self,
+        base: &str,
+        file: &std::collections::BTreeMap<String, FileQuota>,
+    ) -> HashMap<crate::protocol::Skill, Quota> {
+        let mut quotas = HashMap::new();
+        for (name, quota) in file {
+            let pointer = yaml::push_pointer(base, name);
+            match crate::protocol::Skill::from_id(name) {
+                Some(skill) => {
+                    if let Some(q) = self.quota(&pointer, quota) {
+                        quotas.insert(skill, q);
+                    }
+                }
+                None => self.problem(
+                    &pointer,
+                    format!(
+                        "`{name}` is not an AAP skill; use one of {}",
+                        crate::protocol::Skill::ids()
+                    ),
+                ),
+            }
+        }
+        quotas
     }
 
     fn auth(&mut self, file: FileAuth) -> Option<Option<AuthSettings>> {
@@ -960,7 +1001,7 @@ impl Loader {
             }
         }
         for (name, mode) in &file.skills {
-            let pointer = format!("/auth/skills/{name}");
+            let pointer = yaml::push_pointer("/auth/skills", name);
             let Some(skill) = crate::protocol::Skill::from_id(name) else {
                 self.problem(
                     &pointer,
@@ -1274,6 +1315,21 @@ impl Loader {
                 }
             }
         }
+    }
+}
+
+/// The unset `rate_limit.per_dealer` of `lead.submit` ([`Quota::per_dealer_lead_default`]):
+/// the per-client quotas that apply to a lead are the skill's own, else each key's or the
+/// default (see `rate_limit::Limiter::pick`).
+fn lead_quota_default(limits: &RateLimitSettings, auth: Option<&AuthSettings>) -> Quota {
+    match limits.skills.get(&crate::protocol::Skill::LeadSubmit) {
+        Some(quota) => Quota::per_dealer_lead_default(std::iter::once(*quota)),
+        None => Quota::per_dealer_lead_default(
+            std::iter::once(limits.default).chain(
+                auth.iter()
+                    .flat_map(|a| a.keys.iter().filter_map(|k| k.quota)),
+            ),
+        ),
     }
 }
 
