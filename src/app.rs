@@ -250,15 +250,20 @@ impl App {
         tasks
     }
 
-    /// Who is calling: the API key's id when authentication is on (401/403 otherwise), else
-    /// the client's address.
-    pub fn client(&self, dealer: &Dealer, caller: &Caller) -> Result<Client, AapError> {
+    /// Who is calling `skill`: the API key's id when the skill needs one or the caller sent
+    /// one (401/403 when it is missing or wrong), else the client's address.
+    pub fn client(
+        &self,
+        dealer: &Dealer,
+        skill: Skill,
+        caller: &Caller,
+    ) -> Result<Client, AapError> {
         match &self.auth {
-            Some(auth) => auth
+            Some(auth) if auth.requires_key(skill) || caller.presented.is_some() => auth
                 .authenticate(caller.presented, dealer.id())
                 .map(Client::Key),
             // An IPv6 client by its /64: one host holds the whole block.
-            None => Ok(Client::Ip(crate::rate_limit::bucket_ip(caller.ip))),
+            Some(_) | None => Ok(Client::Ip(crate::rate_limit::bucket_ip(caller.ip))),
         }
     }
 
@@ -393,7 +398,16 @@ fn build_dealer(
         jsonrpc_url: &jsonrpc_url,
         skills: &skills,
         loaded_at,
-        api_key_required: settings.auth.is_some(),
+        secured: &skills
+            .iter()
+            .copied()
+            .filter(|s| {
+                settings
+                    .auth
+                    .as_ref()
+                    .is_some_and(|a| !a.public_skills.contains(s))
+            })
+            .collect::<Vec<_>>(),
         http_json: settings.http_json,
     });
     Ok(Dealer {

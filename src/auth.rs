@@ -1,10 +1,13 @@
-//! Client authentication, optional (`auth.mode: api_key`; AAP agents are public by default).
+//! Client authentication, optional and per skill (`auth.mode`, `auth.skills`; AAP agents are
+//! public by default), e.g. API keys for `lead.submit` while search stays public.
 //!
 //! A caller presents an API key as `Authorization: Bearer <key>` or `X-API-Key: <key>`. Keys are
 //! configured by their SHA-256 only, so a leaked configuration leaks no key; the binding hashes
 //! what the caller sent ([`Presented`]) and this module looks the hash up. A key may be limited
 //! to some dealers and may carry its own quota. The authenticated key id — never the key — is
-//! the client for rate limits and logs.
+//! the client for rate limits, lead idempotency and logs. A key presented to a public skill is
+//! checked all the same: a wrong key is a client bug to report early, not a reason to count the
+//! caller as someone else.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,6 +16,7 @@ use http::HeaderMap;
 use sha2::{Digest, Sha256};
 
 use crate::error::AapError;
+use crate::protocol::Skill;
 use crate::settings::AuthSettings;
 
 /// The `WWW-Authenticate` challenge of a 401.
@@ -45,6 +49,11 @@ impl Presented {
                 .map(|k| Sha256::digest(k.as_bytes()).into()),
         )
     }
+
+    /// Whether the caller sent a key at all.
+    pub fn is_some(&self) -> bool {
+        self.0.is_some()
+    }
 }
 
 #[derive(Debug)]
@@ -53,15 +62,17 @@ struct Entry {
     dealers: Option<Vec<String>>,
 }
 
-/// The configured keys, by hash.
+/// The configured keys, by hash, and the skills served without one.
 #[derive(Debug)]
 pub struct Authenticator {
     keys: HashMap<[u8; 32], Entry>,
+    public_skills: std::collections::BTreeSet<Skill>,
 }
 
 impl Authenticator {
     pub fn new(settings: &AuthSettings) -> Authenticator {
         Authenticator {
+            public_skills: settings.public_skills.clone(),
             keys: settings
                 .keys
                 .iter()
@@ -76,6 +87,11 @@ impl Authenticator {
                 })
                 .collect(),
         }
+    }
+
+    /// Whether calls of `skill` must present a key.
+    pub fn requires_key(&self, skill: Skill) -> bool {
+        !self.public_skills.contains(&skill)
     }
 
     /// The id of the key `presented`, if it is valid for `dealer`.
@@ -113,6 +129,7 @@ mod tests {
             quota: None,
         };
         Authenticator::new(&AuthSettings {
+            public_skills: [Skill::InventorySearch].into(),
             keys: vec![
                 key("everywhere", "s3cret-all", None),
                 key(
@@ -167,6 +184,14 @@ mod tests {
             bad,
             Err(AapError::Unauthenticated { invalid: true })
         ));
+    }
+
+    #[test]
+    fn only_the_public_skills_go_without_a_key() {
+        let a = auth();
+        assert!(!a.requires_key(Skill::InventorySearch));
+        assert!(a.requires_key(Skill::LeadSubmit));
+        assert!(a.requires_key(Skill::DealerInformation));
     }
 
     #[test]

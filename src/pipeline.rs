@@ -30,8 +30,8 @@ pub async fn handle(
     // The binding's deadline started with this call: a lead answers before it runs out.
     let deadline = Instant::now() + app.settings.limits.request_timeout;
     let (skill, handler) = dealer.handler(&call.skill)?; // UNSUPPORTED_SKILL
-    // The API key when auth is on (401/403), else the address.
-    let client = debug_span!("auth").in_scope(|| app.client(dealer, caller))?;
+    // The API key when the skill needs one or one is sent (401/403), else the address.
+    let client = debug_span!("auth").in_scope(|| app.client(dealer, skill, caller))?;
     app.limits
         .check(dealer.index, dealer.id(), skill, &client)
         .instrument(debug_span!("rate_limit"))

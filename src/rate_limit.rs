@@ -14,6 +14,9 @@
 //!   unauthenticated, failing or malformed floods are refused before they cost anything.
 //! - **Quota**: the skill's own quota when configured, else the key's quota, else the default.
 //!   Each (dealer, client, skill) has its own bucket.
+//! - **Per dealer** (`rate_limit.per_dealer`, always set for `lead.submit`): one bucket per
+//!   (dealer, skill) shared by every client, checked after the client's own, so that many keys
+//!   or addresses together cannot push more leads into one dealer's CRM than it expects.
 //! - **Memory** (`governor`, keyed GCRA): keys whose bucket is full again carry no information
 //!   and are swept, so memory stays bounded however many distinct clients appear; past
 //!   [`MAX_KEYS`] a sweep runs inline.
@@ -169,6 +172,10 @@ type Keyed<C> =
 type PerAddress<C> =
     RateLimiter<IpAddr, DefaultKeyedStateStore<IpAddr>, C, NoOpMiddleware<<C as Clock>::Instant>>;
 
+/// A per-dealer limiter of one skill, keyed by dealer index (a handful of buckets: no sweep).
+type PerDealer<C> =
+    RateLimiter<u16, DefaultKeyedStateStore<u16>, C, NoOpMiddleware<<C as Clock>::Instant>>;
+
 /// The limits of one configuration.
 pub struct Limiter<C: Clock + Clone = DefaultClock> {
     clock: C,
@@ -181,6 +188,8 @@ pub struct Limiter<C: Clock + Clone = DefaultClock> {
     keys: HashMap<Arc<str>, (Keyed<C>, Quota)>,
     /// `rate_limit.per_ip`, for every public request (memory only: it must cost nothing).
     per_address: PerAddress<C>,
+    /// `rate_limit.per_dealer`: all clients of a dealer together, per skill.
+    per_dealer: HashMap<Skill, (PerDealer<C>, Quota)>,
     redis: Option<RedisBackend>,
     on_backend_error: OnBackendError,
     backend_errors: AtomicU64,
@@ -268,6 +277,15 @@ impl<C: Clock + Clone> Limiter<C> {
                 governor_quota(settings.per_ip),
                 clock.clone(),
             ),
+            per_dealer: settings
+                .per_dealer
+                .iter()
+                .map(|(s, q)| {
+                    let limiter =
+                        RateLimiter::dashmap_with_clock(governor_quota(*q), clock.clone());
+                    (*s, (limiter, *q))
+                })
+                .collect(),
             redis,
             on_backend_error: settings.on_backend_error,
             backend_errors: AtomicU64::new(0),
@@ -318,8 +336,9 @@ impl<C: Clock + Clone> Limiter<C> {
             })
     }
 
-    /// Counts one call of `client` to `skill` at dealer number `dealer`; `RATE_LIMITED` with
-    /// the time until the next call would be admitted when the quota is spent.
+    /// Counts one call of `client` to `skill` at dealer number `dealer` — against the client's
+    /// quota, then the dealer's for that skill when it has one; `RATE_LIMITED` with the time
+    /// until the next call would be admitted when either is spent.
     pub async fn check(
         &self,
         dealer: u16,
@@ -331,25 +350,47 @@ impl<C: Clock + Clone> Limiter<C> {
             return Ok(());
         }
         let (limiter, quota) = self.pick(skill, client);
-        if let Some(redis) = &self.redis {
-            let key = format!("{dealer_id}:{}:{client}", skill.id()); // stored as {prefix}rl:{key}
-            match redis
-                .gcra(&key, quota.emission_interval(), quota.burst)
-                .await
-            {
-                Ok(None) => return Ok(()),
-                Ok(Some(retry_after)) => return Err(AapError::RateLimited { retry_after }),
-                Err(e) => {
-                    self.backend_failed(&e.to_string());
-                    if self.on_backend_error == OnBackendError::Deny {
-                        return Err(AapError::RateLimited {
-                            retry_after: OVERLOAD_RETRY_AFTER,
-                        });
-                    }
+        // Stored as {prefix}rl:{key}.
+        let key = format!("{dealer_id}:{}:{client}", skill.id());
+        if !self.shared(&key, quota).await? {
+            self.check_local(limiter, (dealer, skill, client.clone()))?;
+        }
+        if let Some((limiter, quota)) = self.per_dealer.get(&skill) {
+            // `all` names no client (those are `key:…` and `ip:…`).
+            let key = format!("{dealer_id}:{}:all", skill.id());
+            if !self.shared(&key, *quota).await? {
+                limiter
+                    .check_key(&dealer)
+                    .map_err(|not_until| AapError::RateLimited {
+                        retry_after: not_until.wait_time_from(self.clock.now()),
+                    })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The shared (Redis) decision for `key`: `Ok(true)` admitted there, `Ok(false)` when the
+    /// local limits decide (no Redis, or it failed under `on_backend_error: local`).
+    async fn shared(&self, key: &str, quota: Quota) -> Result<bool, AapError> {
+        let Some(redis) = &self.redis else {
+            return Ok(false);
+        };
+        match redis
+            .gcra(key, quota.emission_interval(), quota.burst)
+            .await
+        {
+            Ok(None) => Ok(true),
+            Ok(Some(retry_after)) => Err(AapError::RateLimited { retry_after }),
+            Err(e) => {
+                self.backend_failed(&e.to_string());
+                match self.on_backend_error {
+                    OnBackendError::Deny => Err(AapError::RateLimited {
+                        retry_after: OVERLOAD_RETRY_AFTER,
+                    }),
+                    OnBackendError::Local => Ok(false),
                 }
             }
         }
-        self.check_local(limiter, (dealer, skill, client.clone()))
     }
 
     fn pick(&self, skill: Skill, client: &Client) -> (&Keyed<C>, Quota) {
@@ -389,6 +430,9 @@ impl<C: Clock + Clone> Limiter<C> {
         }
         self.per_address.retain_recent();
         self.per_address.shrink_to_fit();
+        for (limiter, _) in self.per_dealer.values() {
+            limiter.retain_recent();
+        }
     }
 
     /// Buckets held in memory.
@@ -399,6 +443,11 @@ impl<C: Clock + Clone> Limiter<C> {
             .map(RateLimiter::len)
             .sum::<usize>()
             + self.per_address.len()
+            + self
+                .per_dealer
+                .values()
+                .map(|(l, _)| l.len())
+                .sum::<usize>()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -456,6 +505,7 @@ mod tests {
                 burst,
             },
             skills: HashMap::new(),
+            per_dealer: HashMap::new(),
         }
     }
 
@@ -549,6 +599,37 @@ mod tests {
         // Another client, another dealer.
         assert!(admitted(&l, Skill::InventorySearch, &ip(2)));
         assert!(futures_lite(l.check(1, "e", Skill::InventorySearch, &c)).is_ok());
+    }
+
+    #[test]
+    fn a_dealers_lead_quota_holds_across_clients_and_says_when_to_retry() {
+        let clock = FakeRelativeClock::default();
+        let mut s = settings(100, Duration::from_secs(1), 100);
+        s.per_dealer.insert(
+            Skill::LeadSubmit,
+            Quota {
+                count: 6,
+                period: Duration::from_secs(60),
+                burst: 3,
+            },
+        );
+        let l = Limiter::with_fake_clock(&s, &[], clock.clone());
+        // Three leads from three clients spend the dealer's burst...
+        for n in 1..=3 {
+            assert!(admitted(&l, Skill::LeadSubmit, &ip(n)), "lead {n}");
+        }
+        // ...so a fourth client, well within its own quota, is refused with the dealer's wait.
+        match futures_lite(l.check(0, "d", Skill::LeadSubmit, &ip(4))) {
+            Err(AapError::RateLimited { retry_after }) => {
+                assert_eq!(retry_after, Duration::from_secs(10));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Other skills and other dealers are not held back.
+        assert!(admitted(&l, Skill::InventorySearch, &ip(4)));
+        assert!(futures_lite(l.check(1, "e", Skill::LeadSubmit, &ip(4))).is_ok());
+        clock.advance(Duration::from_secs(10));
+        assert!(admitted(&l, Skill::LeadSubmit, &ip(4)));
     }
 
     #[test]

@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, RedisError, RedisResult, Script, Value};
+use redis::{Client, ConnectionAddr, RedisError, RedisResult, Script, Value};
 
 use crate::telemetry::metrics::Metrics;
 
@@ -318,35 +318,14 @@ return n
 ";
 
 impl RedisBackend {
-    /// Validates the URL (`redis://[[user]:password@]host[:port][/db]`) and builds the client.
+    /// Validates the URL ([`parse_url`]) and builds the client.
     /// Connects lazily on first use and reconnects after failures: no connection is attempted
     /// here, so `check` and startup never wait for Redis (and no runtime is needed yet).
     pub fn new(url: &str, timeout: Duration, prefix: &str) -> Result<RedisBackend, String> {
-        let scheme = url
-            .split_once("://")
-            .map(|(scheme, _)| scheme.to_ascii_lowercase());
-        match scheme.as_deref() {
-            Some("redis") => {}
-            Some("rediss") => {
-                return Err(
-                    "rediss:// (TLS) is not supported: this build's redis client has no \
-                     TLS support (redis crate feature `tokio-rustls-comp`); use redis:// on a \
-                     private network"
-                        .to_owned(),
-                );
-            }
-            Some(other) => {
-                return Err(format!(
-                    "redis url scheme `{other}` is not supported, use redis://"
-                ));
-            }
-            None => return Err("redis url must start with redis://".to_owned()),
-        }
         if timeout.is_zero() {
             return Err("redis timeout must be greater than zero".to_owned());
         }
-        // redis-rs' parse errors name the problem, never the URL.
-        let client = Client::open(url).map_err(|e| format!("invalid redis url: {e}"))?;
+        let client = parse_url(url)?;
         let info = client.get_connection_info();
         let settings = info.redis_settings();
         let credentials = if settings.username().is_some() || settings.password().is_some() {
@@ -354,7 +333,11 @@ impl RedisBackend {
         } else {
             ""
         };
-        let server = format!("redis://{credentials}{}/{}", info.addr(), settings.db());
+        let scheme = match info.addr() {
+            ConnectionAddr::TcpTls { .. } => "rediss",
+            _ => "redis",
+        };
+        let server = format!("{scheme}://{credentials}{}/{}", info.addr(), settings.db());
         Ok(RedisBackend {
             inner: Arc::new(Inner {
                 client,
@@ -749,6 +732,38 @@ fn text(value: Value) -> Option<String> {
     }
 }
 
+/// Checks a Redis URL the way the settings loader and [`RedisBackend::new`] read it:
+/// `redis://[[user]:password@]host[:port][/db]`, or `rediss://…` for TLS. Over TLS the server's
+/// certificate and host name are always verified, against the system's trust store (or the
+/// certificates `SSL_CERT_FILE` / `SSL_CERT_DIR` name instead); redis-rs' `#insecure` (no
+/// verification) is refused. No connection is made. Messages never echo the URL, which may
+/// hold a password.
+pub fn parse_url(url: &str) -> Result<Client, String> {
+    let scheme = url
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("redis" | "rediss") => {}
+        Some(other) => {
+            return Err(format!(
+                "redis url scheme `{other}` is not supported, use redis:// or rediss:// (TLS)"
+            ));
+        }
+        None => return Err("redis url must start with redis:// or rediss:// (TLS)".to_owned()),
+    }
+    // redis-rs' parse errors name the problem, never the URL.
+    let client = Client::open(url).map_err(|e| format!("invalid redis url: {e}"))?;
+    match client.get_connection_info().addr() {
+        ConnectionAddr::TcpTls { insecure: true, .. } => Err(
+            "rediss:// with #insecure (no certificate check) is not supported: trust the \
+             server's CA instead (SSL_CERT_FILE or SSL_CERT_DIR)"
+                .to_owned(),
+        ),
+        ConnectionAddr::TcpTls { .. } | ConnectionAddr::Tcp(..) => Ok(client),
+        _ => Err("redis url must name a host (unix sockets are not supported)".to_owned()),
+    }
+}
+
 /// A TTL in whole milliseconds, at least 1 (`PEXPIRE 0` would delete the key at once).
 fn millis(ttl: Duration) -> u64 {
     clamp_units(ttl.as_millis())
@@ -792,12 +807,25 @@ mod tests {
     }
 
     #[test]
-    fn tls_and_foreign_schemes_are_refused_clearly() {
-        let tls = RedisBackend::new("rediss://:pw@cache:6380", T, "p:").unwrap_err();
-        assert!(tls.contains("TLS") && !tls.contains("pw"), "{tls}");
+    fn tls_urls_are_accepted_and_shown_as_tls_without_credentials() {
+        let backend = RedisBackend::new("rediss://:pw@cache:6380/2", T, "p:").unwrap();
+        assert_eq!(
+            format!("{backend:?}"),
+            r#"RedisBackend { server: "rediss://***@cache:6380/2", prefix: "p:", timeout: 50ms, .. }"#
+        );
+    }
+
+    #[test]
+    fn unverified_tls_and_foreign_schemes_are_refused_clearly() {
+        let insecure = RedisBackend::new("rediss://:pw@cache:6380/#insecure", T, "p:").unwrap_err();
+        assert!(
+            insecure.contains("#insecure") && !insecure.contains("pw"),
+            "{insecure}"
+        );
         let http = RedisBackend::new("http://cache:6379", T, "p:").unwrap_err();
         assert!(http.contains("`http`"), "{http}");
         assert!(RedisBackend::new("cache:6379", T, "p:").is_err());
+        assert!(RedisBackend::new("redis+unix:///tmp/redis.sock", T, "p:").is_err());
         assert!(RedisBackend::new("REDIS://cache:6379", T, "p:").is_ok());
         assert!(RedisBackend::new("redis://cache:6379", Duration::ZERO, "p:").is_err());
     }

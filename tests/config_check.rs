@@ -166,7 +166,7 @@ fn replicas_share_one_redis_set_from_the_environment() {
     assert_eq!(
         lines,
         [
-            "env AAP_GATEWAY__IDEMPOTENCY__BACKEND: `backend: redis` needs `redis_url` like redis://host:6379/0",
+            "env AAP_GATEWAY__IDEMPOTENCY__BACKEND: `backend: redis` needs `redis_url` like redis://host:6379/0 (rediss:// for TLS)",
             "env AAP_GATEWAY__IDEMPOTENCY__LOCK_TTL: must be at least 1s: it is renewed every third of it, each renewal a Redis call",
         ]
     );

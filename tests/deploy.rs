@@ -142,6 +142,138 @@ fn kubernetes_manifests_parse_with_known_kinds() {
     }
 }
 
+/// Both manifest folders and the chart (by default, in both modes) ship a NetworkPolicy for
+/// the gateway's pod; `check_set` then holds it to the pod (see `check_network_policy`).
+#[test]
+fn network_policies_are_shipped_and_fit_their_pods() {
+    for folder in ["sidecar", "standalone"] {
+        let set = kubernetes_set(folder);
+        assert_eq!(
+            set.all("NetworkPolicy").count(),
+            1,
+            "deploy/kubernetes/{folder}: a NetworkPolicy"
+        );
+    }
+    let Some(python) = helm_python() else { return };
+    let chart = "deploy/helm/aap-gateway";
+    let secret = with_secret();
+    for (label, values, set_json, mode) in [
+        ("defaults", vec![], vec![secret.as_str()], Mode::Standalone),
+        (
+            "ci/sidecar-values.yaml",
+            vec![format!("{chart}/ci/sidecar-values.yaml")],
+            vec![],
+            Mode::Sidecar,
+        ),
+        (
+            "another release name",
+            vec![],
+            vec![secret.as_str(), r#"{"fullnameOverride": "dealer-gw"}"#],
+            Mode::Standalone,
+        ),
+    ] {
+        let set = render_chart(&python, chart, label, &values, &set_json);
+        assert_eq!(set.all("NetworkPolicy").count(), 1, "{label}");
+        check_set(&set, mode);
+        if mode == Mode::Sidecar {
+            // The legacy container's port is on no ingress rule (check_set: exactly the
+            // gateway's two ports are open), even though the container declares it.
+            let policy = &set.one("NetworkPolicy").yaml;
+            let text = format!("{:?}", policy["spec"]["ingress"]);
+            assert!(!text.contains("8000"), "{label}: {text}");
+        }
+    }
+}
+
+/// `networkPolicy.enabled: false` renders none; `networkPolicy.egress.enabled: false` keeps the
+/// ingress rules and leaves egress open; an empty `from` or a destination without ports is
+/// refused at render time (each would allow everything).
+#[test]
+fn helm_network_policies_can_be_turned_off_and_refuse_open_rules() {
+    let Some(python) = helm_python() else { return };
+    let chart = "deploy/helm/aap-gateway";
+    let secret = with_secret();
+    let off = render_chart(
+        &python,
+        chart,
+        "networkPolicy off",
+        &[],
+        &[&secret, r#"{"networkPolicy": {"enabled": false}}"#],
+    );
+    assert_eq!(off.all("NetworkPolicy").count(), 0);
+    let ingress_only = render_chart(
+        &python,
+        chart,
+        "egress off",
+        &[],
+        &[
+            &secret,
+            r#"{"networkPolicy": {"egress": {"enabled": false}}}"#,
+        ],
+    );
+    let spec = &ingress_only.one("NetworkPolicy").yaml["spec"];
+    assert_eq!(
+        seq(&spec["policyTypes"]),
+        [Yaml::String("Ingress".to_owned())]
+    );
+    assert!(spec["egress"].is_badvalue());
+    assert_eq!(seq(&spec["ingress"]).len(), 2);
+    check_set(&ingress_only, Mode::Standalone);
+    for (label, set_json, message) in [
+        (
+            "empty ingressFrom",
+            r#"{"networkPolicy": {"ingressFrom": []}}"#,
+            "ingressFrom",
+        ),
+        (
+            "empty peer",
+            r#"{"networkPolicy": {"monitoringFrom": [{}]}}"#,
+            "monitoringFrom",
+        ),
+        (
+            "destination without ports",
+            r#"{"networkPolicy": {"egress": {"to": [{"cidr": "10.1.0.0/16"}]}}}"#,
+            "ports",
+        ),
+        (
+            "destination without peer",
+            r#"{"networkPolicy": {"egress": {"to": [{"ports": [443]}]}}}"#,
+            "egress/to/0",
+        ),
+    ] {
+        let error = render_chart_error(&python, chart, &[&secret, set_json]);
+        assert!(error.contains(message), "{label}: {error}");
+    }
+}
+
+/// A Redis URL or upstream whose port the egress rules do not allow is caught: the check is
+/// not a formality.
+#[test]
+fn an_upstream_port_outside_the_egress_rules_is_caught() {
+    let set = kubernetes_set("standalone");
+    let pods = gateway_pods(&set);
+    let pod = &pods[0];
+    let view = PodView::build(&set, pod);
+    let config = view.host_path(&pod.config_path);
+    let checked = Checked {
+        name: "standalone, CRM moved to port 8443",
+        set: &set,
+        pod,
+        ports: container_ports(pod.container),
+        settings: load_settings(&config, &view.env),
+    };
+    let mut env = view.env.clone();
+    check_network_policy(&checked, &env);
+    env.insert(
+        "CRM_URL".to_owned(),
+        "https://crm.example-dealer-group.com:8443".to_owned(),
+    );
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        check_network_policy(&checked, &env);
+    }));
+    assert!(caught.is_err(), "CRM_URL on 8443 passed the egress check");
+}
+
 #[test]
 fn sidecar_manifests_match_the_binary() {
     let set = kubernetes_set("sidecar");
@@ -603,6 +735,9 @@ fn check_set(set: &Set, mode: Mode) {
     if mode == Mode::Sidecar {
         check_sidecar(&pod, &view.env);
     }
+    if set.all("NetworkPolicy").next().is_some() {
+        check_network_policy(&pod, &view.env);
+    }
     serve_and_probe(name, &config, &view.env, &pod.settings, &probes);
 }
 
@@ -921,6 +1056,139 @@ fn check_sidecar(c: &Checked<'_>, env: &BTreeMap<String, String>) {
             others.contains(&port),
             "{name}: 127.0.0.1:{port} is no port of the legacy container ({others:?})"
         );
+    }
+}
+
+/// The NetworkPolicy of the gateway's pod: exactly one selects it; it isolates both directions;
+/// its ingress opens exactly the public and the admin port, each in a rule of its own with
+/// named, non-empty peers (an empty `from` or a rule without ports admits everyone or every
+/// port) — so no other port of the pod, the sidecar's legacy app included, is reachable; its
+/// egress allows DNS (UDP and TCP 53) and reaches the port of every upstream, Redis and
+/// collector URL in the pod's environment that is not on loopback, and nothing without a
+/// destination and ports.
+fn check_network_policy(c: &Checked<'_>, env: &BTreeMap<String, String>) {
+    let name = c.name;
+    let policies: Vec<&Doc> = c
+        .set
+        .all("NetworkPolicy")
+        .filter(|p| selects(&p.yaml["spec"]["podSelector"]["matchLabels"], c.labels()))
+        .collect();
+    assert_eq!(
+        policies.len(),
+        c.set.all("NetworkPolicy").count(),
+        "{name}: a NetworkPolicy selects no gateway pod (a selector typo is silent)"
+    );
+    let [policy] = policies[..] else {
+        panic!(
+            "{name}: {} NetworkPolicies select the gateway pod",
+            policies.len()
+        );
+    };
+    let spec = &policy.yaml["spec"];
+    let types: BTreeSet<&str> = seq(&spec["policyTypes"])
+        .iter()
+        .filter_map(Yaml::as_str)
+        .collect();
+    assert!(types.contains("Ingress"), "{name}: policyTypes {types:?}");
+
+    let peers_named = |peers: &Yaml, what: &str| {
+        let list = seq(peers);
+        assert!(
+            !list.is_empty(),
+            "{name}: {what} with no peer admits everyone"
+        );
+        for peer in list {
+            assert!(
+                peer.as_hash().is_some_and(|h| !h.is_empty()),
+                "{name}: {what}: an empty peer"
+            );
+        }
+    };
+    let rule_ports = |rule: &Yaml, what: &str| -> Vec<(String, u16)> {
+        let ports = seq(&rule["ports"]);
+        assert!(
+            !ports.is_empty(),
+            "{name}: {what} without ports opens every port"
+        );
+        ports
+            .iter()
+            .map(|p| {
+                let protocol = p["protocol"].as_str().unwrap_or("TCP").to_owned();
+                let port = match &p["port"] {
+                    Yaml::Integer(n) => u16::try_from(*n).expect("port"),
+                    other => panic!("{name}: {what}: port {other:?} (use numbers: a legacy container may share a port name)"),
+                };
+                (protocol, port)
+            })
+            .collect()
+    };
+
+    let mut opened = BTreeSet::new();
+    for (i, rule) in seq(&spec["ingress"]).iter().enumerate() {
+        let what = format!("ingress rule {i}");
+        peers_named(&rule["from"], &what);
+        let ports = rule_ports(rule, &what);
+        assert_eq!(ports.len(), 1, "{name}: {what} mixes ports: {ports:?}");
+        assert_eq!(ports[0].0, "TCP", "{name}: {what}");
+        assert!(opened.insert(ports[0].1), "{name}: {what} repeats a port");
+    }
+    assert_eq!(
+        opened,
+        BTreeSet::from([c.listen(), c.admin()]),
+        "{name}: the policy must open the public and admin ports and nothing else"
+    );
+
+    if !types.contains("Egress") {
+        assert!(
+            spec["egress"].is_badvalue(),
+            "{name}: egress rules without Egress"
+        );
+        return;
+    }
+    let mut reachable = BTreeSet::new();
+    for (i, rule) in seq(&spec["egress"]).iter().enumerate() {
+        let what = format!("egress rule {i}");
+        peers_named(&rule["to"], &what);
+        reachable.extend(rule_ports(rule, &what));
+    }
+    for protocol in ["UDP", "TCP"] {
+        assert!(
+            reachable.contains(&(protocol.to_owned(), 53)),
+            "{name}: no DNS over {protocol}"
+        );
+    }
+    for (var, value) in env {
+        let Some(port) = url_port(value) else {
+            continue;
+        };
+        if loopback_port(value).is_some() {
+            continue;
+        }
+        assert!(
+            reachable.contains(&("TCP".to_owned(), port)),
+            "{name}: {var} ({}) needs TCP port {port}, which the NetworkPolicy's egress does not allow",
+            value.split('@').next_back().unwrap_or_default()
+        );
+    }
+}
+
+/// The port a URL connects to (explicit, or its scheme's), for http(s) and redis(s) URLs.
+fn url_port(value: &str) -> Option<u16> {
+    let (scheme, rest) = value.split_once("://")?;
+    let default = match scheme {
+        "http" => 80,
+        "https" => 443,
+        "redis" => 6379,
+        "rediss" => 6380,
+        _ => return None,
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    match host_port.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(']') || host_port.starts_with('[') => {
+            port.parse().ok().or(Some(default))
+        }
+        _ => Some(default),
     }
 }
 
@@ -1514,6 +1782,7 @@ fn check_kinds(set: &Set) {
         ("autoscaling/v2", "HorizontalPodAutoscaler"),
         ("policy/v1", "PodDisruptionBudget"),
         ("monitoring.coreos.com/v1", "ServiceMonitor"),
+        ("networking.k8s.io/v1", "NetworkPolicy"),
         ("kustomize.config.k8s.io/v1beta1", "Kustomization"),
     ];
     assert!(!set.docs.is_empty(), "{}: no manifests", set.name);

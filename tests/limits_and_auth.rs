@@ -3,7 +3,8 @@
 //! quotas per skill and per client, forwarded addresses believed only from trusted proxies and
 //! only in the header they write (IPv6 per /64),
 //! and authentication: 401 with `WWW-Authenticate`, 403 for a key not allowed at the dealer,
-//! the card declaring its security only when keys are required, cards and health public.
+//! keys per skill (leads behind keys, search public), the card declaring its security only
+//! where keys are required, cards and health public.
 
 mod common;
 
@@ -248,6 +249,120 @@ async fn the_demo_quotas_are_generous_but_real() {
     );
 }
 
+/// Many clients together cannot push more leads into one dealer than `rate_limit.per_dealer`
+/// allows: the fourth client of a dealer whose lead burst is 3 is refused in the protocol's
+/// shape, with the dealer bucket's wait, though its own quota is untouched; another dealer and
+/// another skill are not held back. (The leads are incomplete: a schema failure shows a lead was
+/// admitted past the limits, and no CRM is needed.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dealers_lead_quota_holds_across_clients() {
+    let sims = aap_gateway::demo::Simulators::start()
+        .await
+        .expect("simulators");
+    let copy = common::DemoCopy::new();
+    copy.edit(
+        "config/demo.yaml",
+        "rate_limit:\n",
+        "rate_limit:\n  trusted_proxies: [127.0.0.1/32]\n  per_dealer:\n    lead.submit: { rate: 1/min, burst: 3 }\n",
+    );
+    let gw = copy.start(common::simulator_vars(&sims)).await;
+    async fn lead(gw: &Gateway, path: &str, client: &str) -> Reply {
+        let mut headers = standard_headers();
+        headers.push(("x-forwarded-for", client));
+        let body = send_message(json!({ "type": "lead.submit.request" }));
+        gw.post_raw(path, &headers, body.to_string().into_bytes())
+            .await
+    }
+    for client in ["203.0.113.1", "203.0.113.2", "203.0.113.3"] {
+        let reply = lead(&gw, "/a2a", client).await;
+        assert_eq!(
+            reply.aap_code(),
+            "SCHEMA_VALIDATION_FAILED",
+            "{client}: {}",
+            reply.text
+        );
+    }
+    let refused = lead(&gw, "/a2a", "203.0.113.4").await;
+    assert_eq!(refused.status, 200, "{}", refused.text);
+    assert_eq!(refused.aap_code(), "RATE_LIMITED", "{}", refused.text);
+    let ms = refused.aap_error()["details"]["retry_after_ms"]
+        .as_u64()
+        .expect("retry_after_ms");
+    // One lead a minute for the dealer, its burst spent: the next in ~60 s.
+    assert!(
+        (59_000..=60_000).contains(&ms),
+        "the dealer bucket's wait: {ms}"
+    );
+    assert_eq!(refused.headers["retry-after"], "60");
+    // Demo Honda's leads have their own bucket; Demo Toyota's search is not a lead.
+    let honda = lead(&gw, "/dealers/demo-honda/a2a", "203.0.113.4").await;
+    assert_eq!(
+        honda.aap_code(),
+        "SCHEMA_VALIDATION_FAILED",
+        "{}",
+        honda.text
+    );
+    let mut headers = standard_headers();
+    headers.push(("x-forwarded-for", "203.0.113.4"));
+    let search = gw
+        .post_raw(
+            "/a2a",
+            &headers,
+            send_message(
+                json!({ "type": "inventory.search.request", "pagination": { "limit": 1 } }),
+            )
+            .to_string()
+            .into_bytes(),
+        )
+        .await;
+    assert!(ok(&search), "{}", search.text);
+}
+
+#[test]
+fn the_dealer_lead_quota_defaults_to_generous_and_never_below_a_clients() {
+    let load = |rate_limit: &str| {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("gateway.yaml");
+        let yaml = format!(
+            "{rate_limit}\ndealers:{}",
+            common::profile_dealer("quiet_motors", "Quiet Motors", "")
+        );
+        std::fs::write(&path, yaml).expect("write");
+        aap_gateway::settings::load_with_env(&path, std::collections::HashMap::new())
+            .expect("settings")
+            .rate_limit
+            .per_dealer
+    };
+    let lead = aap_gateway::protocol::Skill::LeadSubmit;
+    let quota = |count, secs, burst| aap_gateway::settings::Quota {
+        count,
+        period: std::time::Duration::from_secs(secs),
+        burst,
+    };
+    // Unset, with the shipped kind of lead quota: 600 an hour, burst 60.
+    let shipped = load("rate_limit:\n  skills:\n    lead.submit: { rate: 10/min, burst: 3 }");
+    assert_eq!(shipped[&lead], quota(600, 3600, 60));
+    // Raised to what one client may send.
+    let generous = load("rate_limit:\n  skills:\n    lead.submit: { rate: 5/s, burst: 100 }");
+    assert_eq!(generous[&lead], quota(5, 1, 100));
+    // Written: as written, for any skill.
+    let written = load(
+        "rate_limit:\n  per_dealer:\n    lead.submit: { rate: 100/h, burst: 10 }\n    inventory.search: { rate: 50/s, burst: 100 }",
+    );
+    assert_eq!(written[&lead], quota(100, 3600, 10));
+    assert_eq!(
+        written[&aap_gateway::protocol::Skill::InventorySearch],
+        quota(50, 1, 100)
+    );
+    common::assert_settings_problems(
+        "rate_limit:\n  per_dealer:\n    lead.submitt: { rate: 1/h, burst: 1 }\n    lead.submit: { rate: lots, burst: 1 }\ndealers:\n  - id: d\n    card: { name: D, description: D. }\n",
+        &[
+            (3, "`lead.submitt` is not an AAP skill"),
+            (4, "`lots` is not a rate like 10/s"),
+        ],
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Authentication
 
@@ -363,6 +478,105 @@ async fn the_card_declares_security_only_when_keys_are_required() {
         .await
         .expect("health");
     assert_eq!(health.status(), 200);
+}
+
+/// The demo (search on Toyota's REST DMS) with `auth` appended: keys for leads only.
+async fn leads_need_a_key() -> (Gateway, aap_gateway::demo::Simulators) {
+    let sims = aap_gateway::demo::Simulators::start()
+        .await
+        .expect("simulators");
+    let copy = common::DemoCopy::new();
+    copy.append(
+        "config/demo.yaml",
+        &format!(
+            "auth:\n  mode: none\n  skills:\n    lead.submit: api_key\n  keys:\n    - id: partner\n      sha256: {}\n",
+            common::sha256_hex("partner-secret-key")
+        ),
+    );
+    let gw = copy.start(common::simulator_vars(&sims)).await;
+    (gw, sims)
+}
+
+async fn skill_call(gw: &Gateway, data: Value, extra: &[(&str, &str)]) -> Reply {
+    let mut headers = standard_headers();
+    headers.extend_from_slice(extra);
+    gw.post_raw(
+        "/a2a",
+        &headers,
+        send_message(data).to_string().into_bytes(),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn leads_can_need_a_key_while_search_stays_public() {
+    let (gw, _sims) = leads_need_a_key().await;
+    let search = json!({ "type": "inventory.search.request", "pagination": { "limit": 1 } });
+    // An incomplete lead: past authentication it fails the schema, which shows the key worked.
+    let lead = json!({ "type": "lead.submit.request" });
+
+    let anonymous_search = skill_call(&gw, search.clone(), &[]).await;
+    assert!(ok(&anonymous_search), "{}", anonymous_search.text);
+    let anonymous_lead = skill_call(&gw, lead.clone(), &[]).await;
+    assert_eq!(anonymous_lead.status, 401, "{}", anonymous_lead.text);
+    assert_eq!(anonymous_lead.error_info()["reason"], "UNAUTHENTICATED");
+
+    let key = [("authorization", "Bearer partner-secret-key")];
+    let keyed_lead = skill_call(&gw, lead, &key).await;
+    assert_eq!(keyed_lead.status, 200, "{}", keyed_lead.text);
+    assert_eq!(keyed_lead.aap_code(), "SCHEMA_VALIDATION_FAILED");
+    // A key sent to a public skill is checked too: a wrong one is reported, not ignored.
+    let keyed_search = skill_call(&gw, search.clone(), &key).await;
+    assert!(ok(&keyed_search), "{}", keyed_search.text);
+    let wrong_key = skill_call(&gw, search, &[("x-api-key", "not-a-key")]).await;
+    assert_eq!(wrong_key.status, 401, "{}", wrong_key.text);
+
+    // The card: both schemes, no agent-wide requirement (anonymous access is allowed), and
+    // the requirement on lead.submit alone.
+    let card = gw.card("/.well-known/agent-card.json").await;
+    assert!(card["securitySchemes"]["bearer"].is_object(), "{card}");
+    assert!(card.get("securityRequirements").is_none(), "{card}");
+    let requirements: Vec<(&str, &Value)> = card["skills"]
+        .as_array()
+        .expect("skills")
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_str().unwrap_or_default(),
+                &s["securityRequirements"],
+            )
+        })
+        .collect();
+    for (id, required) in requirements {
+        if id == "lead.submit" {
+            assert_eq!(
+                required,
+                &json!([{ "schemes": { "bearer": { "list": [] } } }, { "schemes": { "apiKey": { "list": [] } } }]),
+                "{id}"
+            );
+        } else {
+            assert!(required.is_null(), "{id} is public: {required}");
+        }
+    }
+}
+
+#[test]
+fn bad_per_skill_auth_is_located() {
+    let dealer = "dealers:\n  - id: d\n    card: { name: D, description: D. }\n";
+    common::assert_settings_problems(
+        &format!(
+            "auth:\n  mode: none\n  skills:\n    lead.submit: keys\n    lead.teleport: api_key\n{dealer}"
+        ),
+        &[
+            (4, "`keys` is not one of none, api_key"),
+            (5, "`lead.teleport` is not an AAP skill"),
+        ],
+    );
+    // A skill that needs a key needs keys.
+    common::assert_settings_problems(
+        &format!("auth:\n  skills:\n    lead.submit: api_key\n{dealer}"),
+        &[(1, "need at least one key (`keys` or `keys_file`)")],
+    );
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! installs it): two gateway instances admit no more than one quota in total, and when Redis
 //! goes away `on_backend_error` decides — `local` keeps answering under this replica's own
 //! limits, `deny` refuses with RATE_LIMITED — and the gateway keeps answering either way, with
-//! the outage exported as metrics.
+//! the outage exported as metrics. A dealer's quota (`rate_limit.per_dealer`) is shared the same
+//! way by every client on every replica.
 
 mod common;
 
@@ -51,6 +52,60 @@ async fn two_replicas_sharing_redis_admit_one_quota_in_total() {
         }
     }
     assert_eq!(admitted, 5, "one burst of 5 across both replicas");
+}
+
+/// `rate_limit.per_dealer` on Redis: the dealer's quota is one for all clients and all
+/// replicas (each client here has its own ample quota), and its refusal says when to retry.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dealer_quota_is_shared_by_every_client_and_replica() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let extra = format!(
+        "rate_limit:\n  backend: redis\n  redis_url: {}\n  redis_timeout: 2s\n  \
+         trusted_proxies: [127.0.0.1/32]\n  default: {{ rate: 100/s, burst: 100 }}\n  \
+         per_dealer:\n    dealer.information: {{ rate: 1/min, burst: 4 }}",
+        redis.url
+    );
+    let dealers = [common::profile_dealer("shared_motors", "Shared Motors", "")];
+    let a = common::start_profiles(&extra, &dealers).await;
+    let b = common::start_profiles(&extra, &dealers).await;
+    let mut outcomes = Vec::new();
+    for i in 0..8u8 {
+        let gw = if i % 2 == 0 { &a } else { &b };
+        let client = format!("203.0.113.{i}");
+        let mut headers = common::standard_headers();
+        headers.push(("x-forwarded-for", client.as_str()));
+        let body = send_message(json!({ "type": "dealer.information.request" }));
+        let reply = gw
+            .post_raw("/a2a", &headers, body.to_string().into_bytes())
+            .await;
+        if reply.body.get("result").is_some() {
+            outcomes.push("ok".to_owned());
+        } else {
+            assert!(reply.headers.contains_key("retry-after"), "{}", reply.text);
+            outcomes.push(reply.aap_code().to_owned());
+        }
+    }
+    assert_eq!(
+        outcomes,
+        ["ok", "ok", "ok", "ok"]
+            .into_iter()
+            .chain(["RATE_LIMITED"; 4])
+            .collect::<Vec<_>>(),
+        "eight clients over two replicas share the dealer's burst of 4"
+    );
+    let mut conn = redis::Client::open(redis.url.as_str())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let dealer_bucket: bool = redis::cmd("EXISTS")
+        .arg("aapgw:rl:shared_motors:dealer.information:all")
+        .query_async(&mut conn)
+        .await
+        .expect("EXISTS");
+    assert!(dealer_bucket, "the dealer's bucket lives in Redis");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -650,7 +650,33 @@ fn encloses(outer: &str, inner: &str) -> bool {
 /// Where the project's schemas are deliberately stricter than the reference schemas: rules the
 /// AAP documentation states in prose and the reference schemas leave out. Each entry is a corpus
 /// file and the places only the project's schemas report, with the reason.
-const STRICTER: [(&str, &[&str], &str); 5] = [
+const STRICTER: [(&str, &[&str], &str); 6] = [
+    (
+        "lead-text-over-the-length-caps.json",
+        &[
+            "/customer/first_name",
+            "/customer/last_name",
+            "/customer/email",
+            "/customer/address/country",
+            "/customer/address/state",
+            "/customer/address/city",
+            "/customer/address/address_line_1",
+            "/customer/address/address_line_2",
+            "/customer/address/zip",
+            "/consent/consent_text",
+            "/source_agent/name",
+            "/source_agent/url",
+            "/source_agent/agent_card_url",
+            "/vehicle_of_interest/make",
+            "/vehicle_of_interest/model",
+            "/vehicle_of_interest/trim",
+            "/vehicle_of_interest/notes",
+            "/vehicle_of_interest/features/1",
+            "/trade_in/description",
+            "/trade_in/exterior_color",
+        ],
+        "length caps on a lead's free text (docs/leads.md §Field lengths)",
+    ),
     (
         "resp-facets-bad-values.json",
         &["/data/statuses/0/value"],

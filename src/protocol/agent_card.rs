@@ -31,8 +31,9 @@ pub struct CardInput<'a> {
     /// Skills this dealer serves, in card order.
     pub skills: &'a [Skill],
     pub loaded_at: std::time::SystemTime,
-    /// Calls need an API key (`auth.mode: api_key`): the card declares how to send it.
-    pub api_key_required: bool,
+    /// The served skills whose calls need an API key (`auth`): the card declares how to send
+    /// one, on each of these skills and, when every served skill needs it, for the agent.
+    pub secured: &'a [Skill],
     /// The HTTP+JSON binding is served too (at the same base URL).
     pub http_json: bool,
 }
@@ -66,10 +67,15 @@ fn card_value(input: &CardInput<'_>, revision: &str) -> Value {
         aap,
         jsonrpc_url,
         skills,
-        api_key_required,
+        secured,
         http_json,
         ..
     } = input;
+    // A2A v1.0 security: either scheme satisfies a requirement (docs/protocol.md §Agent card).
+    let requirements = json!([
+        { "schemes": { "bearer": { "list": [] } } },
+        { "schemes": { "apiKey": { "list": [] } } },
+    ]);
     let input_modes: Vec<&str> = skills.iter().map(|s| s.request_media_type()).collect();
     let output_modes: Vec<&str> = skills.iter().map(|s| s.response_media_type()).collect();
     let mut schema_urls = Map::new();
@@ -85,14 +91,18 @@ fn card_value(input: &CardInput<'_>, revision: &str) -> Value {
     let skill_entries: Vec<Value> = skills
         .iter()
         .map(|s| {
-            json!({
+            let mut entry = json!({
                 "id": s.id(),
                 "name": s.name(),
                 "description": s.description(),
                 "tags": s.tags(),
                 "inputModes": [s.request_media_type()],
                 "outputModes": [s.response_media_type()],
-            })
+            });
+            if secured.contains(s) {
+                entry["securityRequirements"] = requirements.clone();
+            }
+            entry
         })
         .collect();
     let mut out = Map::new();
@@ -145,9 +155,7 @@ fn card_value(input: &CardInput<'_>, revision: &str) -> Value {
     out.insert("defaultInputModes".into(), json!(input_modes));
     out.insert("defaultOutputModes".into(), json!(output_modes));
     out.insert("skills".into(), Value::Array(skill_entries));
-    if *api_key_required {
-        // A2A v1.0 security: either scheme satisfies the requirement (docs/protocol.md
-        // §Agent card).
+    if !secured.is_empty() {
         out.insert(
             "securitySchemes".into(),
             json!({
@@ -159,13 +167,11 @@ fn card_value(input: &CardInput<'_>, revision: &str) -> Value {
                     "description": "The same API key, in the X-API-Key header." } },
             }),
         );
-        out.insert(
-            "securityRequirements".into(),
-            json!([
-                { "schemes": { "bearer": { "list": [] } } },
-                { "schemes": { "apiKey": { "list": [] } } },
-            ]),
-        );
+        // The agent-wide requirement only when nothing is public: an absent one means
+        // anonymous access, and the skill entries say which skills need a key.
+        if skills.iter().all(|s| secured.contains(s)) {
+            out.insert("securityRequirements".into(), requirements);
+        }
     }
     Value::Object(out)
 }

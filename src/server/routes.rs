@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
+use hyper::body::Body;
 
 use super::plain;
 use crate::app::{App, Dealer};
@@ -75,7 +75,14 @@ fn target<'a, B>(app: &'a App, req: &Request<B>) -> Target<'a> {
     Target::Unknown(dealer, "not found")
 }
 
-pub async fn route(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
+/// Answers one request of the public listener. Generic over the body so that the whole path
+/// — routing, per-address limit, body read, binding, pipeline — runs in-process without a
+/// socket too (the fuzz tests feed it millions of bodies); the server passes hyper's body.
+pub async fn route<B>(app: &App, req: Request<B>) -> Response<Full<Bytes>>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let arrived = req
         .extensions()
         .get::<super::Arrival>()
@@ -264,11 +271,15 @@ fn card<B>(dealer: &Dealer, req: &Request<B>) -> Response<Full<Bytes>> {
 /// Reads the whole body within `limits.max_body_bytes` (413) and `limits.body_read_timeout`
 /// (408), or answers early with the outcome to log. No concurrency slot is held meanwhile: a
 /// slow sender costs a task and a buffer, never capacity.
-async fn read_body(
+async fn read_body<B>(
     app: &App,
     headers: &http::HeaderMap,
-    body: Incoming,
-) -> Result<Bytes, (Response<Full<Bytes>>, &'static str)> {
+    body: B,
+) -> Result<Bytes, (Response<Full<Bytes>>, &'static str)>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let limit = app.settings.limits.max_body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)

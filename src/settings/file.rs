@@ -204,8 +204,9 @@ pub struct FileRateLimit {
     pub enabled: bool,
     /// `memory` (per replica) or `redis` (shared by every replica).
     pub backend: String,
-    /// `redis://host:port/db` for `backend: redis`; usually set through the environment
-    /// (`AAP_GATEWAY__RATE_LIMIT__REDIS_URL`), as `${NAME}` is not expanded in this file.
+    /// `redis://host:port/db` (`rediss://` for TLS) for `backend: redis`; usually set through
+    /// the environment (`AAP_GATEWAY__RATE_LIMIT__REDIS_URL`), as `${NAME}` is not expanded in
+    /// this file.
     pub redis_url: Option<String>,
     /// When Redis cannot be reached: `local` (fall back to this replica's limits) or `deny`.
     pub on_backend_error: String,
@@ -225,6 +226,11 @@ pub struct FileRateLimit {
     pub default: FileQuota,
     /// Per-skill quotas replacing the default, e.g. `lead.submit: { rate: 10/min, burst: 3 }`.
     pub skills: std::collections::BTreeMap<String, FileQuota>,
+    /// Quotas of each dealer for a skill, all clients together (checked after the client's own),
+    /// e.g. `lead.submit: { rate: 600/h, burst: 60 }` so that many keys or addresses together
+    /// cannot flood one dealer's CRM. `lead.submit` unset: 600/h, burst 60, or the largest
+    /// per-client quota for leads if that is higher (see `Quota::per_dealer_lead_default`).
+    pub per_dealer: std::collections::BTreeMap<String, FileQuota>,
 }
 
 impl Default for FileRateLimit {
@@ -243,6 +249,7 @@ impl Default for FileRateLimit {
                 burst: 20,
             },
             skills: std::collections::BTreeMap::new(),
+            per_dealer: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -255,11 +262,15 @@ pub struct FileQuota {
     pub burst: u32,
 }
 
-/// `auth`: who may call. `none` (AAP's default: public agents) or `api_key`.
+/// `auth`: who may call which skill. `none` (AAP's default: public agents) or `api_key`.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileAuth {
+    /// What every skill needs unless `skills` says otherwise: `none` or `api_key`.
     pub mode: String,
+    /// Per-skill exceptions to `mode`, e.g. `lead.submit: api_key` with `mode: none` keeps
+    /// search public and lets only key holders submit leads.
+    pub skills: std::collections::BTreeMap<String, String>,
     /// API keys, stored hashed: `sha256` is the hex SHA-256 of the key.
     pub keys: Vec<FileApiKey>,
     /// A YAML file with more `keys:` (e.g. a mounted secret), relative to this file.
@@ -270,6 +281,7 @@ impl Default for FileAuth {
     fn default() -> Self {
         FileAuth {
             mode: "none".to_owned(),
+            skills: std::collections::BTreeMap::new(),
             keys: Vec::new(),
             keys_file: None,
         }

@@ -113,6 +113,25 @@ impl Quota {
             period: Duration::from_secs(1),
             burst: 200,
         };
+        Quota::at_least(floor, configured)
+    }
+
+    /// `rate_limit.per_dealer` for `lead.submit` when unset: 600 leads an hour per dealer,
+    /// burst 60, from all clients together — far above a real dealer's lead flow, far below
+    /// what a flood from many keys or addresses would push into its CRM — raised to the most
+    /// one client may submit (`quotas`: the per-client quotas that apply to `lead.submit`), so
+    /// an unset setting never refuses what a quota the operator wrote allows.
+    pub fn per_dealer_lead_default(quotas: impl Iterator<Item = Quota>) -> Quota {
+        let floor = Quota {
+            count: 600,
+            period: Duration::from_secs(3600),
+            burst: 60,
+        };
+        Quota::at_least(floor, quotas)
+    }
+
+    /// `floor`, raised to the fastest rate and largest burst among `configured`.
+    fn at_least(floor: Quota, configured: impl Iterator<Item = Quota>) -> Quota {
         configured.fold(floor, |most, q| Quota {
             burst: most.burst.max(q.burst),
             ..if q.per_second() > most.per_second() {
@@ -187,6 +206,8 @@ pub struct RateLimitSettings {
     pub per_ip: Quota,
     pub default: Quota,
     pub skills: HashMap<crate::protocol::Skill, Quota>,
+    /// Quotas of each dealer for a skill, all clients together (`lead.submit` always has one).
+    pub per_dealer: HashMap<crate::protocol::Skill, Quota>,
 }
 
 /// The forwarding header a trusted proxy writes (`rate_limit.client_ip_header`).
@@ -224,8 +245,12 @@ pub struct ConnectionSettings {
     pub http2_keep_alive_timeout: Duration,
 }
 
+/// API keys and the skills that need one. Present only when at least one skill does.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuthSettings {
+    /// Skills served without a key (`auth.mode` and `auth.skills` resolved); every other skill
+    /// needs one.
+    pub public_skills: std::collections::BTreeSet<crate::protocol::Skill>,
     pub keys: Vec<ApiKey>,
     /// `keys_file`, resolved: a reload watches its folder (a mounted secret changes apart from
     /// the configuration file).
@@ -467,6 +492,14 @@ impl Loader {
         let rate_limit = self.rate_limit(rate_limit);
         let idempotency = self.idempotency(idempotency?, shared_redis_url);
         let auth = self.auth(auth?);
+        let rate_limit = rate_limit.map(|mut limits| {
+            let lead = crate::protocol::Skill::LeadSubmit;
+            if !limits.per_dealer.contains_key(&lead) {
+                let quota = lead_quota_default(&limits, auth.as_ref().and_then(Option::as_ref));
+                limits.per_dealer.insert(lead, quota);
+            }
+            limits
+        });
         let provider = provider?.map(|p| self.provider("/provider", p));
         let dealers = dealers?;
         if let Some(Some(auth)) = &auth {
@@ -877,15 +910,20 @@ impl Loader {
     fn backend(&mut self, section: &str, name: &str, url: Option<&str>) -> Option<LimitBackend> {
         match (name, url) {
             ("memory", _) => Some(LimitBackend::Memory),
-            ("redis", Some(url)) if url.starts_with("redis://") || url.starts_with("rediss://") => {
-                Some(LimitBackend::Redis {
+            // Checked here, where the problem can name the variable or line it came from.
+            ("redis", Some(url)) => match crate::redis_backend::parse_url(url) {
+                Ok(_) => Some(LimitBackend::Redis {
                     url: url.to_owned(),
-                })
-            }
-            ("redis", _) => {
+                }),
+                Err(message) => {
+                    self.problem(&format!("{section}/redis_url"), message);
+                    None
+                }
+            },
+            ("redis", None) => {
                 self.problem(
                     &format!("{section}/backend"),
-                    "`backend: redis` needs `redis_url` like redis://host:6379/0",
+                    "`backend: redis` needs `redis_url` like redis://host:6379/0 (rediss:// for TLS)",
                 );
                 None
             }
@@ -944,24 +982,8 @@ impl Loader {
             }
         };
         let default = self.quota("/rate_limit/default", &file.default);
-        let mut skills = HashMap::new();
-        for (name, quota) in &file.skills {
-            let pointer = yaml::push_pointer("/rate_limit/skills", name);
-            match crate::protocol::Skill::from_id(name) {
-                Some(skill) => {
-                    if let Some(q) = self.quota(&pointer, quota) {
-                        skills.insert(skill, q);
-                    }
-                }
-                None => self.problem(
-                    &pointer,
-                    format!(
-                        "`{name}` is not an AAP skill; use one of {}",
-                        crate::protocol::Skill::ids()
-                    ),
-                ),
-            }
-        }
+        let skills = self.skill_quotas("/rate_limit/skills", &file.skills);
+        let per_dealer = self.skill_quotas("/rate_limit/per_dealer", &file.per_dealer);
         let per_ip = match &file.per_ip {
             Some(quota) => self.quota("/rate_limit/per_ip", quota),
             None => default
@@ -977,28 +999,87 @@ impl Loader {
             per_ip: per_ip?,
             default: default?,
             skills,
+            per_dealer,
         })
     }
 
-    fn auth(&mut self, file: FileAuth) -> Option<Option<AuthSettings>> {
-        match file.mode.as_str() {
-            "none" => {
-                if !file.keys.is_empty() || file.keys_file.is_some() {
-                    self.warn(
-                        "/auth/mode",
-                        "keys are configured but `mode` is none: calls are not authenticated",
-                    );
+    /// A map of skill id → quota (`rate_limit.skills`, `rate_limit.per_dealer`).
+    fn skill_quotas(
+        &mut self,
+        base: &str,
+        file: &std::collections::BTreeMap<String, FileQuota>,
+    ) -> HashMap<crate::protocol::Skill, Quota> {
+        let mut quotas = HashMap::new();
+        for (name, quota) in file {
+            let pointer = yaml::push_pointer(base, name);
+            match crate::protocol::Skill::from_id(name) {
+                Some(skill) => {
+                    if let Some(q) = self.quota(&pointer, quota) {
+                        quotas.insert(skill, q);
+                    }
                 }
-                return Some(None);
+                None => self.problem(
+                    &pointer,
+                    format!(
+                        "`{name}` is not an AAP skill; use one of {}",
+                        crate::protocol::Skill::ids()
+                    ),
+                ),
             }
-            "api_key" => {}
+        }
+        quotas
+    }
+
+    fn auth(&mut self, file: FileAuth) -> Option<Option<AuthSettings>> {
+        let needs_key = |this: &mut Loader, pointer: &str, mode: &str| match mode {
+            "none" => Some(false),
+            "api_key" => Some(true),
             other => {
-                self.problem(
-                    "/auth/mode",
-                    format!("`{other}` is not one of none, api_key"),
-                );
-                return None;
+                this.problem(pointer, format!("`{other}` is not one of none, api_key"));
+                None
             }
+        };
+        let default = needs_key(self, "/auth/mode", &file.mode);
+        let mut public_skills = std::collections::BTreeSet::new();
+        let mut complete = default.is_some();
+        for skill in crate::protocol::Skill::ALL {
+            if default == Some(false) && !file.skills.contains_key(skill.id()) {
+                public_skills.insert(skill);
+            }
+        }
+        for (name, mode) in &file.skills {
+            let pointer = yaml::push_pointer("/auth/skills", name);
+            let Some(skill) = crate::protocol::Skill::from_id(name) else {
+                self.problem(
+                    &pointer,
+                    format!(
+                        "`{name}` is not an AAP skill; use one of {}",
+                        crate::protocol::Skill::ids()
+                    ),
+                );
+                complete = false;
+                continue;
+            };
+            match needs_key(self, &pointer, mode) {
+                Some(false) => {
+                    public_skills.insert(skill);
+                }
+                Some(true) => {}
+                None => complete = false,
+            }
+        }
+        if !complete {
+            return None;
+        }
+        if public_skills.len() == crate::protocol::Skill::ALL.len() {
+            if !file.keys.is_empty() || file.keys_file.is_some() {
+                self.warn(
+                    "/auth/mode",
+                    "keys are configured but no skill needs one (`mode: none` and no \
+                     `skills` entry on api_key): calls are not authenticated",
+                );
+            }
+            return Some(None);
         }
         let mut keys = Vec::new();
         for (i, key) in file.keys.iter().enumerate() {
@@ -1038,7 +1119,8 @@ impl Loader {
         if keys.is_empty() {
             self.problem(
                 "/auth",
-                "`mode: api_key` needs at least one key (`keys` or `keys_file`)",
+                "skills that need an API key (`mode` or `skills` on api_key) need at least one \
+                 key (`keys` or `keys_file`)",
             );
             return None;
         }
@@ -1048,7 +1130,11 @@ impl Loader {
                 self.problem("/auth/keys", format!("key id `{}` is used twice", key.id));
             }
         }
-        Some(Some(AuthSettings { keys, keys_file }))
+        Some(Some(AuthSettings {
+            public_skills,
+            keys,
+            keys_file,
+        }))
     }
 
     fn api_key(&mut self, pointer: &str, file: &FileApiKey) -> Option<ApiKey> {
@@ -1276,6 +1362,21 @@ impl Loader {
                 }
             }
         }
+    }
+}
+
+/// The unset `rate_limit.per_dealer` of `lead.submit` ([`Quota::per_dealer_lead_default`]):
+/// the per-client quotas that apply to a lead are the skill's own, else each key's or the
+/// default (see `rate_limit::Limiter::pick`).
+fn lead_quota_default(limits: &RateLimitSettings, auth: Option<&AuthSettings>) -> Quota {
+    match limits.skills.get(&crate::protocol::Skill::LeadSubmit) {
+        Some(quota) => Quota::per_dealer_lead_default(std::iter::once(*quota)),
+        None => Quota::per_dealer_lead_default(
+            std::iter::once(limits.default).chain(
+                auth.iter()
+                    .flat_map(|a| a.keys.iter().filter_map(|k| k.quota)),
+            ),
+        ),
     }
 }
 

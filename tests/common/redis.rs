@@ -22,18 +22,73 @@ pub struct RedisServer {
     /// `redis://127.0.0.1:{port}/`.
     pub url: String,
     port: u16,
+    /// Arguments besides the port and persistence (the TLS listener's).
+    extra: Vec<String>,
     child: Option<Child>,
+}
+
+/// The TLS side of [`RedisServer::start_tls`]: a throwaway CA and a certificate for `localhost`
+/// and `127.0.0.1`, made with the `openssl` command.
+pub struct Tls {
+    /// `rediss://127.0.0.1:{tls_port}/` (the certificate names the address too).
+    pub url: String,
+    /// The CA's certificate (PEM): what a client must trust.
+    pub ca_file: std::path::PathBuf,
+    /// Another CA's certificate, which did not sign the server's: trusting only it must fail.
+    pub other_ca_file: std::path::PathBuf,
+    _dir: tempfile::TempDir,
 }
 
 impl RedisServer {
     /// Starts a server on a free port, or `None` when there is no `redis-server` binary.
     /// Panics if the binary exists but the server does not come up.
     pub fn start() -> Option<RedisServer> {
+        RedisServer::start_with(&[])
+    }
+
+    /// A server that also listens with TLS on a second free port (client certificates not
+    /// required), or `None` when `redis-server` or `openssl` is missing (the test is skipped
+    /// unless `AAP_TEST_REQUIRE_REDIS=1`). The plain port stays open, for looking at keys.
+    pub fn start_tls() -> Option<(RedisServer, Tls)> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        if let Err(error) = make_certificates(dir.path()) {
+            assert!(
+                std::env::var_os("AAP_TEST_REQUIRE_REDIS").is_none_or(|v| v != "1"),
+                "cannot make test certificates and AAP_TEST_REQUIRE_REDIS=1: {error}"
+            );
+            eprintln!("skipping this test: cannot make test certificates: {error}");
+            return None;
+        }
+        let tls_port = free_port();
+        let file = |name: &str| dir.path().join(name).display().to_string();
+        let extra = [
+            "--tls-port".to_owned(),
+            tls_port.to_string(),
+            "--tls-cert-file".to_owned(),
+            file("server.crt"),
+            "--tls-key-file".to_owned(),
+            file("server.key"),
+            "--tls-ca-cert-file".to_owned(),
+            file("ca.crt"),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+        ];
+        let server = RedisServer::start_with(&extra)?;
+        let tls = Tls {
+            url: format!("rediss://127.0.0.1:{tls_port}/"),
+            ca_file: dir.path().join("ca.crt"),
+            other_ca_file: dir.path().join("other-ca.crt"),
+            _dir: dir,
+        };
+        Some((server, tls))
+    }
+
+    fn start_with(extra: &[String]) -> Option<RedisServer> {
         let mut last_error = String::new();
         // The free port can be taken between probing and binding it: try a few.
         for _ in 0..3 {
             let port = free_port();
-            let mut child = match spawn(port) {
+            let mut child = match spawn(port, extra) {
                 Ok(child) => child,
                 Err(error) if error.kind() == io::ErrorKind::NotFound => {
                     assert!(
@@ -55,6 +110,7 @@ impl RedisServer {
                     return Some(RedisServer {
                         url: format!("redis://127.0.0.1:{port}/"),
                         port,
+                        extra: extra.to_vec(),
                         child: Some(child),
                     });
                 }
@@ -79,7 +135,7 @@ impl RedisServer {
     /// Starts a fresh, empty server on the same port (stopping the old one first).
     pub fn restart(&mut self) {
         self.stop();
-        let mut child = spawn(self.port).expect("respawn redis-server");
+        let mut child = spawn(self.port, &self.extra).expect("respawn redis-server");
         if let Err(error) = wait_until_ready(&mut child, self.port) {
             panic!(
                 "redis-server did not restart on port {}: {error}",
@@ -105,10 +161,11 @@ fn free_port() -> u16 {
     listener.local_addr().expect("local addr").port()
 }
 
-fn spawn(port: u16) -> io::Result<Child> {
+fn spawn(port: u16, extra: &[String]) -> io::Result<Child> {
     Command::new(binary())
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
+        .args(extra)
         .current_dir(std::env::temp_dir())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -153,4 +210,93 @@ fn wait_until_ready(child: &mut Child, port: u16) -> Result<(), String> {
             return Err(format!("exited with {status} (port {port} taken?)"));
         }
     }
+}
+
+/// A CA (`ca.crt`) and a server certificate it signed for `localhost` and `127.0.0.1`
+/// (`server.crt`, `server.key`) in `dir`, valid for a day, and an unrelated CA
+/// (`other-ca.crt`).
+fn make_certificates(dir: &std::path::Path) -> Result<(), String> {
+    let openssl = |args: &[&str]| -> Result<(), String> {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("openssl: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "openssl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    for name in ["ca", "other-ca"] {
+        let (key, crt, subject) = (
+            format!("{name}.key"),
+            format!("{name}.crt"),
+            format!("/CN=aap-gateway test {name}"),
+        );
+        openssl(
+            &[
+                &["req", "-x509"][..],
+                &ec,
+                &["-subj", &subject, "-days", "1"],
+                &[
+                    "-addext",
+                    "basicConstraints=critical,CA:TRUE",
+                    "-addext",
+                    "keyUsage=critical,keyCertSign",
+                ],
+                &["-keyout", &key, "-out", &crt],
+            ]
+            .concat(),
+        )?;
+    }
+    openssl(
+        &[
+            &["req"][..],
+            &ec,
+            &[
+                "-subj",
+                "/CN=localhost",
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+            ],
+        ]
+        .concat(),
+    )?;
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    )
+    .map_err(|e| e.to_string())?;
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "server.ext",
+        "-out",
+        "server.crt",
+    ])
 }
