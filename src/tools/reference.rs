@@ -581,7 +581,9 @@ mod tests {
         );
         assert!(page.contains("| `condition` | string |  | `new`, `used`, `cpo` |"));
         assert!(page.contains("| `sort.field` | string |  | `price`, `list_price`"));
-        assert!(page.contains("| `customer.email` | string (email) |  |  | one of email, phone |"));
+        assert!(page.contains(
+            "| `customer.email` | string (email) |  | at most 254 characters | one of email, phone |"
+        ));
         assert!(page.contains("| `body` | string |  | free text |"));
         for code in AapCode::ALL {
             assert!(page.contains(&format!("| `{code}` |")), "{code}");
