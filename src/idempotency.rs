@@ -1135,6 +1135,19 @@ mod tests {
         )
     }
 
+    /// A claim of `key` for the test payload, joining a running call for at most five seconds.
+    async fn claim(store: &Arc<Store>, key: &str, policy: OnAmbiguous) -> Result<Claim, AapError> {
+        store.claim(scope(key), [1; 32], soon(), policy).await
+    }
+
+    /// The ticket of a key nobody holds.
+    async fn fresh(store: &Arc<Store>, key: &str, policy: OnAmbiguous) -> Box<Ticket> {
+        match claim(store, key, policy).await.unwrap() {
+            Claim::Fresh(ticket) => ticket,
+            Claim::Replay(_) => panic!("fresh"),
+        }
+    }
+
     fn lead_id(claim: &Claim) -> Option<String> {
         match claim {
             Claim::Replay(r) => r.payload["data"]["lead_id"].as_str().map(str::to_owned),
@@ -1154,18 +1167,9 @@ mod tests {
     #[tokio::test]
     async fn a_completed_key_replays_and_a_changed_payload_conflicts() {
         let store = Arc::new(Store::new(Duration::from_secs(60), 10));
-        let Claim::Fresh(ticket) = store
-            .claim(scope("k"), [1; 32], soon(), OnAmbiguous::Resend)
-            .await
-            .unwrap()
-        else {
-            panic!("fresh")
-        };
+        let ticket = fresh(&store, "k", OnAmbiguous::Resend).await;
         ticket.complete(&reply("L-1")).await;
-        let again = store
-            .claim(scope("k"), [1; 32], soon(), OnAmbiguous::Resend)
-            .await
-            .unwrap();
+        let again = claim(&store, "k", OnAmbiguous::Resend).await.unwrap();
         assert_eq!(lead_id(&again).as_deref(), Some("L-1"));
         let err = store
             .claim(scope("k"), [2; 32], soon(), OnAmbiguous::Resend)
@@ -1193,19 +1197,10 @@ mod tests {
     #[tokio::test]
     async fn a_failed_call_frees_its_key() {
         let store = Arc::new(Store::new(Duration::from_secs(60), 10));
-        let Claim::Fresh(ticket) = store
-            .claim(scope("k"), [1; 32], soon(), OnAmbiguous::Resend)
-            .await
-            .unwrap()
-        else {
-            panic!("fresh")
-        };
+        let ticket = fresh(&store, "k", OnAmbiguous::Resend).await;
         drop(ticket);
         assert!(matches!(
-            store
-                .claim(scope("k"), [1; 32], soon(), OnAmbiguous::Resend)
-                .await
-                .unwrap(),
+            claim(&store, "k", OnAmbiguous::Resend).await.unwrap(),
             Claim::Fresh(_)
         ));
     }
@@ -1213,21 +1208,11 @@ mod tests {
     #[tokio::test]
     async fn concurrent_duplicates_wait_for_the_first_call() {
         let store = Arc::new(Store::new(Duration::from_secs(60), 10));
-        let Claim::Fresh(ticket) = store
-            .claim(scope("k"), [1; 32], soon(), OnAmbiguous::Resend)
-            .await
-            .unwrap()
-        else {
-            panic!("fresh")
-        };
+        let ticket = fresh(&store, "k", OnAmbiguous::Resend).await;
         let waiters: Vec<_> = (0..5)
             .map(|_| {
                 let store = Arc::clone(&store);
-                tokio::spawn(async move {
-                    store
-                        .claim(scope("k"), [1; 32], soon(), OnAmbiguous::Resend)
-                        .await
-                })
+                tokio::spawn(async move { claim(&store, "k", OnAmbiguous::Resend).await })
             })
             .collect();
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -1241,20 +1226,10 @@ mod tests {
     #[tokio::test]
     async fn waiters_fail_with_the_first_call() {
         let store = Arc::new(Store::new(Duration::from_secs(60), 10));
-        let Claim::Fresh(ticket) = store
-            .claim(scope("k"), [1; 32], soon(), OnAmbiguous::Resend)
-            .await
-            .unwrap()
-        else {
-            panic!("fresh")
-        };
+        let ticket = fresh(&store, "k", OnAmbiguous::Resend).await;
         let waiter = {
             let store = Arc::clone(&store);
-            tokio::spawn(async move {
-                store
-                    .claim(scope("k"), [1; 32], soon(), OnAmbiguous::Resend)
-                    .await
-            })
+            tokio::spawn(async move { claim(&store, "k", OnAmbiguous::Resend).await })
         };
         tokio::time::sleep(Duration::from_millis(20)).await;
         drop(ticket);
@@ -1272,38 +1247,18 @@ mod tests {
     async fn entries_expire_and_the_store_stays_bounded() {
         let store = Arc::new(Store::new(Duration::from_millis(30), 3));
         for i in 0..10 {
-            let Claim::Fresh(t) = store
-                .claim(
-                    scope(&format!("k{i}")),
-                    [1; 32],
-                    soon(),
-                    OnAmbiguous::Resend,
-                )
-                .await
-                .unwrap()
-            else {
-                panic!("fresh")
-            };
+            let t = fresh(&store, &format!("k{i}"), OnAmbiguous::Resend).await;
             t.complete(&reply(&format!("L-{i}"))).await;
             assert!(store.len() <= 3, "{} entries", store.len());
         }
         // The newest survive eviction.
         assert_eq!(
-            lead_id(
-                &store
-                    .claim(scope("k9"), [1; 32], soon(), OnAmbiguous::Resend)
-                    .await
-                    .unwrap()
-            )
-            .as_deref(),
+            lead_id(&claim(&store, "k9", OnAmbiguous::Resend).await.unwrap()).as_deref(),
             Some("L-9")
         );
         tokio::time::sleep(Duration::from_millis(40)).await;
         assert!(matches!(
-            store
-                .claim(scope("k9"), [1; 32], soon(), OnAmbiguous::Resend)
-                .await
-                .unwrap(),
+            claim(&store, "k9", OnAmbiguous::Resend).await.unwrap(),
             Claim::Fresh(_)
         ));
     }
@@ -1311,13 +1266,7 @@ mod tests {
     #[tokio::test]
     async fn a_duplicate_joins_the_running_call_only_until_its_deadline() {
         let store = Arc::new(Store::new(Duration::from_secs(60), 10));
-        let Claim::Fresh(ticket) = store
-            .claim(scope("k"), [1; 32], soon(), OnAmbiguous::Resend)
-            .await
-            .unwrap()
-        else {
-            panic!("fresh")
-        };
+        let ticket = fresh(&store, "k", OnAmbiguous::Resend).await;
         let started = Instant::now();
         let until = started + Duration::from_millis(50);
         let err = store
@@ -1331,46 +1280,24 @@ mod tests {
         assert!(started.elapsed() < Duration::from_millis(500));
         // Still one call: the first ticket's outcome is what the next duplicate gets.
         ticket.complete(&reply("L-1")).await;
-        let again = store
-            .claim(scope("k"), [1; 32], soon(), OnAmbiguous::Resend)
-            .await
-            .unwrap();
+        let again = claim(&store, "k", OnAmbiguous::Resend).await.unwrap();
         assert_eq!(lead_id(&again).as_deref(), Some("L-1"));
     }
 
     #[tokio::test]
     async fn an_unknown_outcome_frees_the_key_under_resend_and_holds_it_under_hold() {
         let store = Arc::new(Store::new(Duration::from_secs(60), 10));
-        let Claim::Fresh(ticket) = store
-            .claim(scope("r"), [1; 32], soon(), OnAmbiguous::Resend)
-            .await
-            .unwrap()
-        else {
-            panic!("fresh")
-        };
+        let ticket = fresh(&store, "r", OnAmbiguous::Resend).await;
         assert!(ticket.unknown("aap-r").await.is_none());
         assert!(matches!(
-            store
-                .claim(scope("r"), [1; 32], soon(), OnAmbiguous::Resend)
-                .await
-                .unwrap(),
+            claim(&store, "r", OnAmbiguous::Resend).await.unwrap(),
             Claim::Fresh(_)
         ));
 
-        let Claim::Fresh(ticket) = store
-            .claim(scope("h"), [1; 32], soon(), OnAmbiguous::Hold)
-            .await
-            .unwrap()
-        else {
-            panic!("fresh")
-        };
+        let ticket = fresh(&store, "h", OnAmbiguous::Hold).await;
         let waiter = {
             let store = Arc::clone(&store);
-            tokio::spawn(async move {
-                store
-                    .claim(scope("h"), [1; 32], soon(), OnAmbiguous::Hold)
-                    .await
-            })
+            tokio::spawn(async move { claim(&store, "h", OnAmbiguous::Hold).await })
         };
         tokio::time::sleep(Duration::from_millis(20)).await;
         let answer = ticket.unknown("aap-h").await;
@@ -1380,10 +1307,7 @@ mod tests {
         );
         for err in [
             waiter.await.unwrap().unwrap_err(),
-            store
-                .claim(scope("h"), [1; 32], soon(), OnAmbiguous::Hold)
-                .await
-                .unwrap_err(),
+            claim(&store, "h", OnAmbiguous::Hold).await.unwrap_err(),
         ] {
             assert!(matches!(err, AapError::LeadHeld { .. }), "{err:?}");
         }
@@ -1399,18 +1323,7 @@ mod tests {
             None,
         );
         for i in 0..50 {
-            let Claim::Fresh(t) = store
-                .claim(
-                    scope(&format!("k{i}")),
-                    [1; 32],
-                    soon(),
-                    OnAmbiguous::Resend,
-                )
-                .await
-                .unwrap()
-            else {
-                panic!("fresh")
-            };
+            let t = fresh(&store, &format!("k{i}"), OnAmbiguous::Resend).await;
             t.complete(&big).await;
             assert!(store.bytes() <= max_bytes, "{} bytes", store.bytes());
         }
@@ -1421,10 +1334,7 @@ mod tests {
         );
         // The newest survive.
         assert!(matches!(
-            store
-                .claim(scope("k49"), [1; 32], soon(), OnAmbiguous::Resend)
-                .await
-                .unwrap(),
+            claim(&store, "k49", OnAmbiguous::Resend).await.unwrap(),
             Claim::Replay(_)
         ));
     }
