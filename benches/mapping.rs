@@ -132,7 +132,7 @@ fn extract_page_with(
     let vars = jq_vars(mapped, request);
     let doc = mapped
         .format
-        .decode_jq_shared(body, Declared::default())
+        .decode_jq(body, Declared::default())
         .expect("decode");
     let records = items.run(&doc, &vars).expect("items");
     let mut vehicles = Vec::with_capacity(records.len());

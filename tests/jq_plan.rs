@@ -182,7 +182,7 @@ fn folder(dir: &Path) -> Folder {
             content_type: None,
         };
         let doc = format
-            .decode_jq(&body, declared)
+            .decode_jq(&bytes::Bytes::from(body), declared)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         documents.push(doc);
     }

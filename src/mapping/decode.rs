@@ -78,27 +78,18 @@ impl Format {
         }
     }
 
-    /// [`Format::decode_with`] as the value jq programs run on; JSON is parsed straight into
-    /// it (the common case, and the one on every proxied search).
-    pub fn decode_jq(&self, body: &[u8], declared: Declared<'_>) -> Result<JqValue, String> {
-        match self {
-            Format::Json => JqValue::from_json_slice(body).map_err(not_json),
-            Format::Csv | Format::Xml { .. } => self
-                .decode_with(body, declared)
-                .map(|v| JqValue::from_json(&v)),
-        }
-    }
-
-    /// [`Format::decode_jq`] for a reply held in shared memory: JSON strings become slices of
-    /// `body` instead of copies.
-    pub fn decode_jq_shared(
+    /// [`Format::decode_with`] as the value jq programs run on. JSON (the common case, and the
+    /// one on every proxied search) is parsed straight into it, its strings slices of `body`.
+    pub fn decode_jq(
         &self,
         body: &bytes::Bytes,
         declared: Declared<'_>,
     ) -> Result<JqValue, String> {
         match self {
             Format::Json => JqValue::from_json_bytes(body).map_err(not_json),
-            Format::Csv | Format::Xml { .. } => self.decode_jq(body, declared),
+            Format::Csv | Format::Xml { .. } => self
+                .decode_with(body, declared)
+                .map(|v| JqValue::from_json(&v)),
         }
     }
 
@@ -821,7 +812,7 @@ mod tests {
             let list = Format::Xml { list_elements: HashSet::from(["a".to_owned()]) };
             for format in [Format::Json, Format::Csv, list] {
                 let _ = format.decode_with(&body, declared);
-                let _ = format.decode_jq(&body, declared);
+                let _ = format.decode_jq(&bytes::Bytes::copy_from_slice(&body), declared);
             }
         }
     }
@@ -845,7 +836,10 @@ mod tests {
 
     #[test]
     fn deep_xml_is_refused_where_it_gets_too_deep() {
-        let ok = xml().decode_jq(&nested(MAX_XML_DEPTH, 0), Declared::default());
+        let ok = xml().decode_jq(
+            &bytes::Bytes::copy_from_slice(&nested(MAX_XML_DEPTH, 0)),
+            Declared::default(),
+        );
         assert!(ok.is_ok(), "{:?}", ok.err());
         // 128 levels of 3 bytes each: the 129th `<e>` ends at byte 3 × 129.
         let too_deep = xml().decode(&nested(MAX_XML_DEPTH + 1, 0)).unwrap_err();
@@ -860,7 +854,9 @@ mod tests {
                 Format::Json => "[".repeat(100_000).into_bytes(),
                 Format::Csv | Format::Xml { .. } => nested(100_000, 0),
             };
-            let error = format.decode_jq(&body, Declared::default()).unwrap_err();
+            let error = format
+                .decode_jq(&bytes::Bytes::copy_from_slice(&body), Declared::default())
+                .unwrap_err();
             assert!(
                 error.contains("deeper than") || error.contains("recursion limit"),
                 "{error}"
@@ -873,11 +869,17 @@ mod tests {
         let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n)).into_bytes();
         assert!(
             Format::Json
-                .decode_jq(&deep(127), Declared::default())
+                .decode_jq(
+                    &bytes::Bytes::copy_from_slice(&deep(127)),
+                    Declared::default()
+                )
                 .is_ok()
         );
         let error = Format::Json
-            .decode_jq(&deep(129), Declared::default())
+            .decode_jq(
+                &bytes::Bytes::copy_from_slice(&deep(129)),
+                Declared::default(),
+            )
             .unwrap_err();
         assert!(error.contains("recursion limit"), "{error}");
         assert!(Format::Json.decode(&deep(129)).is_err());

@@ -778,7 +778,7 @@ impl Mapped {
         let body = &response.body;
         let declared = Declared::reply(self.charset, &response.headers);
         if self.upstream.soap().is_none() {
-            return (self.format.decode_jq_shared(body, declared), None);
+            return (self.format.decode_jq(body, declared), None);
         }
         let empty = HashSet::new();
         let list_elements = match &self.format {

@@ -294,7 +294,7 @@ impl JqValue {
     /// between: the value `from_json` gives for the parsed text (upstream replies take this
     /// path).
     pub fn from_json_slice(body: &[u8]) -> Result<JqValue, serde_json::Error> {
-        serde_json::from_slice(body).map(JqValue)
+        Self::from_json_bytes(&bytes::Bytes::copy_from_slice(body))
     }
 
     /// [`JqValue::from_json_slice`] for a body already held in shared memory (an upstream

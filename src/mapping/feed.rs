@@ -230,7 +230,7 @@ impl Feed {
 
     /// Maps a fetched document into a snapshot; `declared` names its charset (the mapping's,
     /// the reply's `Content-Type`).
-    pub fn build(&self, body: &[u8], declared: Declared<'_>) -> Result<Snapshot, AapError> {
+    pub fn build(&self, body: &bytes::Bytes, declared: Declared<'_>) -> Result<Snapshot, AapError> {
         let bad = |cause: String| AapError::InvalidUpstreamResponse {
             upstream: self.upstream.name().to_owned(),
             cause: format!("{cause} ({})", self.file),
