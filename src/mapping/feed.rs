@@ -5,23 +5,33 @@
 //! while a background refresh runs; past `max_stale` a request waits for a refresh and fails
 //! (`INTERNAL_ERROR`, retryable) if the upstream cannot deliver. A background task also refreshes
 //! every `refresh` so buyers rarely wait. One refresh runs at a time.
+//!
+//! Scale: a dealer group's feed holds tens of thousands of vehicles. A snapshot is built on a
+//! blocking thread, never on the async workers that serve buyers. A CSV document is read and
+//! mapped one row at a time (no document value); each vehicle is kept [packed](Packed) and the
+//! search index as columns ([`Inventory`]); a refresh shares every vehicle that did not change
+//! with the snapshot it replaces, and the replaced snapshot is freed on a blocking thread too.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::decode::{Declared, Format};
+use super::decode::{self, Declared, Format};
 use super::execute::{Shared, Transport, check_listable, page_json, send};
 use super::extract::{Jq, JqValue, JqVars};
+use super::packed::Packed;
 use super::request::RequestSpec;
-use super::search::{Inventory, Listing};
+use super::search::{Inventory, InventoryBuilder, Prepared, Stored};
 use crate::error::{AapCode, AapError};
 use crate::protocol::Skill;
 use crate::telemetry::Escaped;
 use crate::upstream::Upstream;
+
+/// How long a replaced snapshot waits for the searches still reading it, so that it is freed
+/// on a blocking thread rather than by the last search, on an async worker.
+const RETIRE_WAIT: Duration = Duration::from_secs(2);
 
 /// A compiled `feed.yaml` and its cache.
 #[derive(Debug)]
@@ -33,6 +43,9 @@ pub struct Feed {
     /// The mapping's `charset:` for the document, if it names one.
     pub charset: Option<&'static encoding_rs::Encoding>,
     pub items: Option<Jq>,
+    /// The records are the CSV document's rows (a CSV feed without `items`): they are read and
+    /// mapped one at a time instead of through `items` over the whole document.
+    pub csv_rows: bool,
     pub item: Jq,
     pub refresh: Duration,
     pub max_stale: Duration,
@@ -50,11 +63,26 @@ pub struct Snapshot {
     /// Listable vehicles (available, intransit, pending).
     pub inventory: Inventory,
     /// Every mapped record, sold ones included, for detail lookups.
-    all: Vec<Arc<Value>>,
-    by_vin: HashMap<String, usize>,
-    by_stock: HashMap<String, usize>,
-    by_id: HashMap<String, usize>,
+    all: Box<[Packed]>,
+    by_vin: Lookup,
+    by_stock: Lookup,
+    by_id: Lookup,
     pub fetched_at: Instant,
+    /// How this copy came about, for logs.
+    pub stats: BuildStats,
+}
+
+/// What building a snapshot took.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BuildStats {
+    /// Size of the fetched document.
+    pub bytes: usize,
+    /// Records the item mapping could not map (skipped).
+    pub skipped: usize,
+    /// Vehicles unchanged since the previous copy, shared with it.
+    pub reused: usize,
+    /// Fetching and building, together.
+    pub elapsed: Duration,
 }
 
 impl Feed {
@@ -66,6 +94,7 @@ impl Feed {
         format: Format,
         charset: Option<&'static encoding_rs::Encoding>,
         items: Option<Jq>,
+        csv_rows: bool,
         item: Jq,
         refresh: Duration,
         max_stale: Duration,
@@ -78,6 +107,7 @@ impl Feed {
             format,
             charset,
             items,
+            csv_rows,
             item,
             refresh,
             max_stale,
@@ -93,9 +123,34 @@ impl Feed {
         self.state.read().ok().and_then(|s| s.clone())
     }
 
-    fn store(&self, snapshot: Arc<Snapshot>) {
-        if let Ok(mut state) = self.state.write() {
-            *state = Some(snapshot);
+    /// Serves `snapshot` from now on and logs it; the copy it replaces is freed off the async
+    /// workers.
+    fn install(&self, snapshot: Arc<Snapshot>) {
+        let stats = snapshot.stats;
+        let old = match self.state.write() {
+            Ok(mut state) => state.replace(Arc::clone(&snapshot)),
+            Err(_) => None,
+        };
+        let message = if old.is_some() {
+            "feed refreshed"
+        } else {
+            "feed loaded"
+        };
+        tracing::info!(
+            feed = %self.file,
+            vehicles = snapshot.all.len(),
+            listable = snapshot.inventory.len(),
+            reused = stats.reused,
+            skipped = stats.skipped,
+            bytes = stats.bytes,
+            elapsed_ms = stats.elapsed.as_millis() as u64,
+            "{message}"
+        );
+        if let Some(old) = old {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn_blocking(move || retire(old))),
+                Err(_) => drop(old),
+            }
         }
     }
 
@@ -139,7 +194,7 @@ impl Feed {
         match fetched {
             Ok(s) => {
                 let s = Arc::new(s);
-                self.store(Arc::clone(&s));
+                self.install(Arc::clone(&s));
                 Ok(s)
             }
             Err(e) => match current.filter(|s| s.fetched_at.elapsed() < self.max_stale) {
@@ -166,10 +221,7 @@ impl Feed {
         let fetched = self.fetch(Transport::Live(&self.upstream)).await;
         self.attempted.store(true, Ordering::Release);
         match fetched {
-            Ok(s) => {
-                tracing::debug!(feed = %self.file, vehicles = s.all.len(), "feed refreshed");
-                self.store(Arc::new(s));
-            }
+            Ok(s) => self.install(Arc::new(s)),
             Err(e) if self.current().is_some() => {
                 tracing::warn!(feed = %self.file, error = %Escaped(e), "feed refresh failed; serving the previous copy")
             }
@@ -195,6 +247,7 @@ impl Feed {
     /// indexing a whole inventory is CPU work of up to seconds: it runs on a blocking thread,
     /// never on the async workers that serve buyers.
     pub async fn fetch(self: &Arc<Self>, transport: Transport<'_>) -> Result<Snapshot, AapError> {
+        let started = Instant::now();
         let values = minijinja::context! {
             tables => self.shared.tables_tpl.clone(),
             dealer => self.shared.dealer_tpl.clone(),
@@ -212,14 +265,14 @@ impl Feed {
             });
         }
         let feed = Arc::clone(self);
-        let snapshot = tokio::task::spawn_blocking(move || {
-            feed.build(
-                &response.body,
-                Declared::reply(feed.charset, &response.headers),
-            )
+        let previous = self.current();
+        let mut snapshot = tokio::task::spawn_blocking(move || {
+            let declared = Declared::reply(feed.charset, &response.headers);
+            feed.build_after(&response.body, declared, previous.as_deref())
         })
         .await
         .map_err(|e| AapError::Internal(format!("{}: building the snapshot: {e}", self.file)))??;
+        snapshot.stats.elapsed = started.elapsed();
         if let Transport::Canned(canned) = transport {
             canned
                 .records
@@ -231,78 +284,351 @@ impl Feed {
     /// Maps a fetched document into a snapshot; `declared` names its charset (the mapping's,
     /// the reply's `Content-Type`).
     pub fn build(&self, body: &[u8], declared: Declared<'_>) -> Result<Snapshot, AapError> {
+        self.build_after(body, declared, None)
+    }
+
+    /// [`Feed::build`], sharing with `previous` every vehicle that maps to exactly what it
+    /// holds under the same VIN. The first load (no `previous`) maps records on every core: no
+    /// buyer is served yet. A refresh maps on this one thread, leaving the other cores to the
+    /// buyers searching the previous copy meanwhile.
+    fn build_after(
+        &self,
+        body: &[u8],
+        declared: Declared<'_>,
+        previous: Option<&Snapshot>,
+    ) -> Result<Snapshot, AapError> {
         let bad = |cause: String| AapError::InvalidUpstreamResponse {
             upstream: self.upstream.name().to_owned(),
             cause: format!("{cause} ({})", self.file),
         };
-        let doc = self.format.decode_jq(body, declared).map_err(bad)?;
         let vars = JqVars {
             request: JqValue::from_json(&Value::Null),
             tables: self.shared.tables_jq.clone(),
             dealer: self.shared.dealer_jq.clone(),
             lead: JqValue::null(),
         };
-        let records = match &self.items {
-            Some(items) => items.run(&doc, &vars).map_err(|e| bad(e.to_string()))?,
-            None => vec![doc],
+        let threads = match previous {
+            Some(_) => 1,
+            None => std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS)),
         };
-        let mut all = Vec::with_capacity(records.len());
-        let mut skipped = 0usize;
-        let mut seen_vins = std::collections::HashSet::new();
-        for record in &records {
-            match self.item.run_one(record, &vars) {
-                Ok(v) => {
-                    let v = v.to_json();
-                    // A feed that repeats a unit lists it once (the first row wins).
-                    let vin = v
-                        .get("vin")
-                        .and_then(Value::as_str)
-                        .map(str::to_ascii_uppercase);
-                    if vin.is_none_or(|vin| seen_vins.insert(vin)) {
-                        all.push(Arc::new(v));
+        let mut building = Building::new(previous, body.len());
+        if self.csv_rows {
+            let text = decode::CsvText::new(body, declared).map_err(bad)?;
+            let mut rows = text.rows().map_err(bad)?;
+            let columns = rows.columns().clone();
+            let next = || {
+                let mut batch = Vec::with_capacity(BATCH);
+                while batch.len() < BATCH {
+                    let mut record = csv::StringRecord::new();
+                    if !rows.next_into(&mut record)? {
+                        break;
                     }
+                    batch.push(record);
                 }
-                // One broken row must not take the whole inventory down.
-                Err(_) => skipped += 1,
-            }
+                Ok((!batch.is_empty()).then_some(batch))
+            };
+            let work = |batch: Vec<csv::StringRecord>| {
+                let mut json = Vec::new();
+                batch
+                    .iter()
+                    .map(|record| {
+                        json.clear();
+                        columns.row(record).write_json(&mut json).ok()?;
+                        let record = JqValue::from_json_slice(&json).ok()?;
+                        self.map(&record, &vars)
+                    })
+                    .collect()
+            };
+            in_order(threads, next, work, |mapped| building.add(mapped)).map_err(bad)?;
+        } else {
+            let doc = self.format.decode_jq(body, declared).map_err(bad)?;
+            let records = match &self.items {
+                Some(items) => items.run(&doc, &vars).map_err(|e| bad(e.to_string()))?,
+                None => vec![doc],
+            };
+            let mut records = records.into_iter();
+            let next = || {
+                let batch: Vec<JqValue> = records.by_ref().take(BATCH).collect();
+                Ok((!batch.is_empty()).then_some(batch))
+            };
+            let work =
+                |batch: Vec<JqValue>| batch.iter().map(|record| self.map(record, &vars)).collect();
+            in_order(threads, next, work, |mapped| building.add(mapped)).map_err(bad)?;
         }
-        if skipped > 0 {
+        if building.stats.skipped > 0 {
+            let skipped = building.stats.skipped;
             tracing::warn!(feed = %self.file, skipped, "feed records the item mapping could not map");
             if let Some(meter) = self.upstream.meter() {
                 meter.mapping_event("record_skipped", skipped as u64);
             }
         }
-        let mut by_vin = HashMap::new();
-        let mut by_stock = HashMap::new();
-        let mut by_id = HashMap::new();
-        for (i, v) in all.iter().enumerate() {
-            let key = |name: &str| v.get(name).and_then(Value::as_str).map(str::to_owned);
-            if let Some(vin) = key("vin") {
-                by_vin.insert(vin.to_ascii_uppercase(), i);
-            }
-            if let Some(stock) = key("stock") {
-                by_stock.insert(stock, i);
-            }
-            if let Some(id) = key("vehicle_id") {
-                by_id.insert(id, i);
-            }
-        }
-        let listings = all
-            .iter()
-            .map(|v| Listing::from_arc(Arc::clone(v)))
-            .collect();
-        Ok(Snapshot {
-            inventory: Inventory::new(listings),
-            all,
-            by_vin,
-            by_stock,
-            by_id,
-            fetched_at: Instant::now(),
+        Ok(building.finish())
+    }
+
+    /// What the item mapping makes of one record, ready for the snapshot; `None`: the
+    /// mapping failed on it.
+    fn map(&self, record: &JqValue, vars: &JqVars) -> Option<Mapped> {
+        let vehicle = self.item.run_one(record, vars).ok()?.to_json();
+        let key = |name: &str| vehicle.get(name).and_then(Value::as_str);
+        let mut packed = Vec::with_capacity(1024);
+        Packed::pack_into(&vehicle, &mut packed);
+        Some(Mapped {
+            vin: key("vin").map(str::to_ascii_uppercase),
+            stock: key("stock").map(str::to_owned),
+            id: key("vehicle_id").map(str::to_owned),
+            prepared: Prepared::of(&vehicle),
+            packed,
         })
     }
 }
 
+/// Records a mapping thread takes at a time.
+const BATCH: usize = 256;
+
+/// Most threads a first load maps on.
+const MAX_THREADS: usize = 4;
+
+/// Maps the batches `next` yields with `work` on `threads` threads (1: on this one) and hands
+/// every result to `merge`, in input order. An error from `next` stops everything and is
+/// returned. At most two batches per thread are in flight, so memory stays bounded whatever
+/// the document's size.
+fn in_order<T: Send, O: Send>(
+    threads: usize,
+    mut next: impl FnMut() -> Result<Option<Vec<T>>, String>,
+    work: impl Fn(Vec<T>) -> Vec<O> + Sync,
+    mut merge: impl FnMut(O),
+) -> Result<(), String> {
+    if threads <= 1 {
+        while let Some(batch) = next()? {
+            work(batch).into_iter().for_each(&mut merge);
+        }
+        return Ok(());
+    }
+    let stopped = || "a feed mapping thread stopped".to_owned();
+    std::thread::scope(|scope| {
+        let work = &work;
+        let mut lanes = Vec::with_capacity(threads);
+        for _ in 0..threads {
+            let (to_worker, inbox) = std::sync::mpsc::sync_channel::<Vec<T>>(2);
+            let (outbox, from_worker) = std::sync::mpsc::sync_channel::<Vec<O>>(2);
+            std::thread::Builder::new()
+                .name("feed-mapping".to_owned())
+                .spawn_scoped(scope, move || {
+                    for batch in inbox {
+                        if outbox.send(work(batch)).is_err() {
+                            return;
+                        }
+                    }
+                })
+                .map_err(|e| format!("cannot start a feed mapping thread: {e}"))?;
+            lanes.push((to_worker, from_worker));
+        }
+        let (mut sent, mut merged, mut done) = (0usize, 0usize, false);
+        loop {
+            while !done && sent - merged < 2 * threads {
+                match next()? {
+                    Some(batch) => {
+                        lanes[sent % threads].0.send(batch).map_err(|_| stopped())?;
+                        sent += 1;
+                    }
+                    None => done = true,
+                }
+            }
+            if merged == sent {
+                return Ok(());
+            }
+            let results = lanes[merged % threads].1.recv().map_err(|_| stopped())?;
+            merged += 1;
+            results.into_iter().for_each(&mut merge);
+        }
+    })
+}
+
+/// One record as the item mapping made it, ready to join the snapshot.
+struct Mapped {
+    prepared: Prepared,
+    packed: Vec<u8>,
+    /// Upper-cased.
+    vin: Option<String>,
+    stock: Option<String>,
+    id: Option<String>,
+}
+
+/// Frees a replaced snapshot once the searches still reading it are done (or after
+/// [`RETIRE_WAIT`]): a whole inventory's worth of frees belongs on a blocking thread.
+fn retire(mut old: Arc<Snapshot>) {
+    let deadline = Instant::now() + RETIRE_WAIT;
+    while Instant::now() < deadline {
+        match Arc::try_unwrap(old) {
+            Ok(snapshot) => {
+                drop(snapshot);
+                return;
+            }
+            Err(shared) => old = shared,
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A snapshot being built, one mapped record at a time, in feed order.
+struct Building<'a> {
+    previous: Option<&'a Snapshot>,
+    all: Vec<Packed>,
+    inventory: InventoryBuilder,
+    by_vin: Lookup,
+    by_stock: Lookup,
+    by_id: Lookup,
+    seen_vins: std::collections::HashSet<String, foldhash::fast::RandomState>,
+    stats: BuildStats,
+}
+
+impl<'a> Building<'a> {
+    fn new(previous: Option<&'a Snapshot>, bytes: usize) -> Building<'a> {
+        Building {
+            previous,
+            all: Vec::new(),
+            inventory: InventoryBuilder::new(),
+            by_vin: Lookup::default(),
+            by_stock: Lookup::default(),
+            by_id: Lookup::default(),
+            seen_vins: std::collections::HashSet::with_capacity_and_hasher(
+                previous.map_or(0, Snapshot::len),
+                foldhash::fast::RandomState::default(),
+            ),
+            stats: BuildStats {
+                bytes,
+                ..BuildStats::default()
+            },
+        }
+    }
+
+    /// Adds what the item mapping made of one record. One broken record must not take the
+    /// whole inventory down: it is counted and skipped.
+    fn add(&mut self, mapped: Option<Mapped>) {
+        let Some(Mapped {
+            prepared,
+            packed,
+            vin,
+            stock,
+            id,
+        }) = mapped
+        else {
+            self.stats.skipped += 1;
+            return;
+        };
+        // A feed that repeats a unit lists it once (the first row wins).
+        if let Some(vin) = &vin
+            && !self.seen_vins.insert(vin.clone())
+        {
+            return;
+        }
+        let Ok(index) = u32::try_from(self.all.len()) else {
+            self.stats.skipped += 1;
+            return;
+        };
+        let unchanged = vin.as_deref().and_then(|vin| {
+            let previous = self.previous?;
+            let kept = previous.all.get(previous.by_vin.get(vin)? as usize)?;
+            (kept.as_bytes() == packed.as_slice()).then(|| kept.clone())
+        });
+        if unchanged.is_some() {
+            self.stats.reused += 1;
+        }
+        let packed = unchanged.unwrap_or_else(|| Packed::from_packed_bytes(&packed));
+        if let Some(vin) = &vin {
+            self.by_vin.insert(vin, index);
+        }
+        if let Some(stock) = &stock {
+            self.by_stock.insert(stock, index);
+        }
+        if let Some(id) = &id {
+            self.by_id.insert(id, index);
+        }
+        self.inventory
+            .push_prepared(prepared, Stored::Packed(packed.clone()));
+        self.all.push(packed);
+    }
+
+    fn finish(self) -> Snapshot {
+        let Building {
+            all,
+            inventory,
+            mut by_vin,
+            mut by_stock,
+            mut by_id,
+            stats,
+            ..
+        } = self;
+        for lookup in [&mut by_vin, &mut by_stock, &mut by_id] {
+            lookup.seal();
+        }
+        Snapshot {
+            inventory: inventory.finish(),
+            all: all.into_boxed_slice(),
+            by_vin,
+            by_stock,
+            by_id,
+            fetched_at: Instant::now(),
+            stats,
+        }
+    }
+}
+
+/// Vehicles by one identifier, exact match; a repeated identifier finds the last vehicle that
+/// has it. The keys share one buffer (no allocation per vehicle).
+#[derive(Debug, Default)]
+struct Lookup {
+    text: String,
+    /// `(start, end, vehicle)`: the key's bytes in `text`; sorted by key, then vehicle, once
+    /// sealed.
+    entries: Vec<(u32, u32, u32)>,
+}
+
+impl Lookup {
+    /// Adds a key. (Past 4 GiB of keys one is left out: no feed gets there under
+    /// `max_response_bytes`.)
+    fn insert(&mut self, key: &str, vehicle: u32) {
+        let (Ok(start), Ok(end)) = (
+            u32::try_from(self.text.len()),
+            u32::try_from(self.text.len() + key.len()),
+        ) else {
+            return;
+        };
+        self.text.push_str(key);
+        self.entries.push((start, end, vehicle));
+    }
+
+    fn key(&self, &(start, end, _): &(u32, u32, u32)) -> &str {
+        self.text.get(start as usize..end as usize).unwrap_or("")
+    }
+
+    /// Sorts the keys for [`Lookup::get`].
+    fn seal(&mut self) {
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.sort_unstable_by(|a, b| self.key(a).cmp(self.key(b)).then(a.2.cmp(&b.2)));
+        entries.shrink_to_fit();
+        self.entries = entries;
+        self.text.shrink_to_fit();
+    }
+
+    fn get(&self, key: &str) -> Option<u32> {
+        let after = self.entries.partition_point(|e| self.key(e) <= key);
+        let last = self.entries.get(after.checked_sub(1)?)?;
+        (self.key(last) == key).then_some(last.2)
+    }
+}
+
 impl Snapshot {
+    /// Every mapped record, sold ones included.
+    pub fn len(&self) -> usize {
+        self.all.len()
+    }
+
+    /// True when the feed mapped no record.
+    pub fn is_empty(&self) -> bool {
+        self.all.is_empty()
+    }
+
     /// Answers a validated call for `skill` from this snapshot.
     pub fn answer(&self, skill: Skill, request: &Value) -> Result<Value, AapError> {
         match skill {
@@ -318,8 +644,9 @@ impl Snapshot {
                         "No vehicle matches that identifier.",
                     )
                 })?;
-                check_listable(vehicle)?;
-                Ok(vehicle.as_ref().clone())
+                let vehicle = vehicle.unpack();
+                check_listable(&vehicle)?;
+                Ok(vehicle)
             }
             Skill::DealerInformation | Skill::LeadSubmit => Err(AapError::Internal(format!(
                 "{skill} cannot be answered from an inventory feed"
@@ -329,7 +656,7 @@ impl Snapshot {
 
     /// The most specific identifier given decides: VIN, else stock number, else vehicle id. A
     /// VIN that misses is not retried as a stock number: that would answer another unit.
-    fn find(&self, request: &Value) -> Option<&Arc<Value>> {
+    fn find(&self, request: &Value) -> Option<&Packed> {
         let field = |name: &str| request.get(name).and_then(Value::as_str);
         let index = if let Some(vin) = field("vin") {
             self.by_vin.get(&vin.to_ascii_uppercase())
@@ -338,6 +665,140 @@ impl Snapshot {
         } else {
             field("vehicle_id").and_then(|id| self.by_id.get(id))
         }?;
-        self.all.get(*index)
+        self.all.get(index as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The demo Honda feed mapping, loaded as the gateway loads it.
+    fn demo_feed() -> Arc<Feed> {
+        let schemas = crate::schema::Schemas::load().expect("schemas");
+        let metrics = crate::telemetry::metrics::Metrics::new();
+        let ctx = super::super::load::LoadContext {
+            schemas: &schemas,
+            vars: &|_| None,
+            dealer_id: "demo_honda",
+            dealer_name: "Demo Honda",
+            metrics: &metrics,
+            previous: None,
+            cache: &super::super::load::LoadCache::default(),
+        };
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("mappings/demo-honda");
+        let mut loaded = super::super::load::load_folder(&dir, &ctx).expect("demo-honda loads");
+        loaded.feeds.pop().expect("a feed")
+    }
+
+    fn example_csv() -> Vec<u8> {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/mappings/demo-honda/examples/feed.csv"
+        );
+        std::fs::read(path).expect("the example feed")
+    }
+
+    fn answers(snapshot: &Snapshot) -> Vec<Result<Value, String>> {
+        let requests = [
+            (
+                Skill::InventorySearch,
+                serde_json::json!({ "sort": { "field": "price" } }),
+            ),
+            (Skill::InventoryFacets, serde_json::json!({})),
+            (
+                Skill::InventoryVehicle,
+                serde_json::json!({ "stock": "SJM10002" }),
+            ),
+            (
+                Skill::InventoryVehicle,
+                serde_json::json!({ "stock": "SJM10003" }),
+            ),
+        ];
+        requests
+            .iter()
+            .map(|(skill, request)| snapshot.answer(*skill, request).map_err(|e| e.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_refresh_shares_the_vehicles_that_did_not_change_and_answers_as_a_fresh_load() {
+        let feed = demo_feed();
+        let body = example_csv();
+        let first = feed.build(&body, Declared::default()).expect("builds");
+        assert_eq!((first.len(), first.stats.reused), (3, 0));
+        let changed =
+            String::from_utf8(body)
+                .expect("UTF-8")
+                .replacen("\"$24,990\"", "\"$23,990\"", 1);
+        let refreshed = feed
+            .build_after(changed.as_bytes(), Declared::default(), Some(&first))
+            .expect("builds");
+        assert_eq!(refreshed.stats.reused, 2, "all but the repriced unit");
+        let fresh = feed
+            .build(changed.as_bytes(), Declared::default())
+            .expect("builds");
+        assert_eq!(answers(&refreshed), answers(&fresh));
+        assert_ne!(answers(&refreshed), answers(&first), "the new price shows");
+    }
+
+    #[test]
+    fn records_mapped_on_several_threads_are_merged_in_feed_order() {
+        for threads in [1, 2, 3] {
+            let mut input = (0..1000u32).collect::<Vec<_>>().into_iter();
+            let next = || {
+                let batch: Vec<u32> = input.by_ref().take(7).collect();
+                Ok((!batch.is_empty()).then_some(batch))
+            };
+            // Uneven work, so that threads finish out of order.
+            let work = |batch: Vec<u32>| {
+                if batch[0] % 3 == 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                batch.into_iter().map(|x| x * 2).collect()
+            };
+            let mut merged = Vec::new();
+            in_order(threads, next, work, |x| merged.push(x)).expect("maps");
+            assert_eq!(
+                merged,
+                (0..1000).map(|x| x * 2).collect::<Vec<_>>(),
+                "{threads} threads"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unreadable_document_stops_the_mapping_threads_with_its_error() {
+        for threads in [1, 3] {
+            let mut batches = 0;
+            let next = || {
+                batches += 1;
+                if batches > 5 {
+                    return Err("CSV row 40 unreadable".to_owned());
+                }
+                Ok(Some(vec![batches; 8]))
+            };
+            let mut merged = 0;
+            let error = in_order(threads, next, |b: Vec<i32>| b, |_| merged += 1).unwrap_err();
+            assert_eq!(error, "CSV row 40 unreadable");
+            assert!(merged <= 40);
+        }
+    }
+
+    #[test]
+    fn a_lookup_finds_exact_keys_and_the_last_vehicle_of_a_repeated_one() {
+        let mut lookup = Lookup::default();
+        for (key, vehicle) in [("B2", 0), ("A1", 1), ("B2", 2), ("", 3), ("A10", 4)] {
+            lookup.insert(key, vehicle);
+        }
+        lookup.seal();
+        assert_eq!(lookup.get("A1"), Some(1));
+        assert_eq!(lookup.get("B2"), Some(2));
+        assert_eq!(lookup.get("A10"), Some(4));
+        assert_eq!(lookup.get(""), Some(3));
+        assert_eq!(lookup.get("A"), None);
+        assert_eq!(lookup.get("b2"), None);
+        assert_eq!(lookup.get("C"), None);
+        assert_eq!(Lookup::default().get("A1"), None);
     }
 }

@@ -106,34 +106,23 @@ impl Upstream {
         name: &str,
         settings: UpstreamSettings,
     ) -> Result<Upstream, Vec<UpstreamConfigProblem>> {
-        let mut builder = reqwest::Client::builder()
-            .connect_timeout(settings.connect_timeout)
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .pool_max_idle_per_host(settings.max_concurrency)
-            .tcp_nodelay(true)
-            // A redirect from a back-office API is an answer for the mapping, and following it
-            // could carry credentials to another host.
-            .redirect(reqwest::redirect::Policy::none())
-            // Some legacy HTTP/1 stacks match header names case-sensitively.
-            .http1_title_case_headers()
-            .gzip(true)
-            .user_agent(USER_AGENT)
-            .danger_accept_invalid_certs(settings.insecure_skip_verify);
-        for cert in &settings.ca_certificates {
-            builder = builder.add_root_certificate(cert.clone());
-        }
+        Upstream::from_settings_sharing(name, settings, &HttpClients::default())
+    }
+
+    /// [`Upstream::from_settings`], taking its HTTP client from `clients` when one with the same
+    /// settings was built already.
+    pub fn from_settings_sharing(
+        name: &str,
+        settings: UpstreamSettings,
+        clients: &HttpClients,
+    ) -> Result<Upstream, Vec<UpstreamConfigProblem>> {
         if settings.insecure_skip_verify {
             tracing::warn!(
                 upstream = name,
                 "tls.insecure_skip_verify is on: the upstream's certificate is not checked"
             );
         }
-        let client = builder.build().map_err(|e| {
-            vec![UpstreamConfigProblem {
-                pointer: "/tls".to_owned(),
-                message: format!("cannot build the HTTP client: {}", error_chain(&e)),
-            }]
-        })?;
+        let client = clients.client(&settings)?;
         let auth = Auth::new(
             name,
             settings.auth.clone(),
@@ -156,7 +145,103 @@ impl Upstream {
             }),
         })
     }
+}
 
+/// The HTTP clients (connection pools, TLS roots) of one configuration load, by the settings
+/// that shape them. Building a client reads and parses the system's root certificates, which
+/// took most of the start-up of a group of 100 dealers and a good share of its memory; dealers
+/// whose upstreams have the same client settings share one client instead. Connections are
+/// pooled per host inside a client, and every other piece of an upstream (breaker, concurrency
+/// slots, retry budget, credentials) stays its own. A client with its own `tls.ca_file` is
+/// never shared.
+#[derive(Debug, Default)]
+pub struct HttpClients {
+    built: std::sync::Mutex<std::collections::HashMap<ClientKey, reqwest::Client>>,
+    /// Clients built through this cache, shared or not.
+    builds: std::sync::atomic::AtomicUsize,
+}
+
+/// What a shared client is built from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct ClientKey {
+    connect_timeout: Duration,
+    max_concurrency: usize,
+    insecure_skip_verify: bool,
+}
+
+impl HttpClients {
+    /// How many clients were built through this cache (for tests and logs).
+    pub fn len(&self) -> usize {
+        self.builds.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// True before the first client.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn build(
+        &self,
+        settings: &UpstreamSettings,
+    ) -> Result<reqwest::Client, Vec<UpstreamConfigProblem>> {
+        self.builds
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        build_client(settings)
+    }
+
+    fn client(
+        &self,
+        settings: &UpstreamSettings,
+    ) -> Result<reqwest::Client, Vec<UpstreamConfigProblem>> {
+        if !settings.ca_certificates.is_empty() {
+            return self.build(settings);
+        }
+        let key = ClientKey {
+            connect_timeout: settings.connect_timeout,
+            max_concurrency: settings.max_concurrency,
+            insecure_skip_verify: settings.insecure_skip_verify,
+        };
+        let Ok(mut built) = self.built.lock() else {
+            return self.build(settings);
+        };
+        if let Some(client) = built.get(&key) {
+            return Ok(client.clone());
+        }
+        let client = self.build(settings)?;
+        built.insert(key, client.clone());
+        Ok(client)
+    }
+}
+
+/// A client for `settings`.
+fn build_client(
+    settings: &UpstreamSettings,
+) -> Result<reqwest::Client, Vec<UpstreamConfigProblem>> {
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(settings.connect_timeout)
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .pool_max_idle_per_host(settings.max_concurrency)
+        .tcp_nodelay(true)
+        // A redirect from a back-office API is an answer for the mapping, and following it
+        // could carry credentials to another host.
+        .redirect(reqwest::redirect::Policy::none())
+        // Some legacy HTTP/1 stacks match header names case-sensitively.
+        .http1_title_case_headers()
+        .gzip(true)
+        .user_agent(USER_AGENT)
+        .danger_accept_invalid_certs(settings.insecure_skip_verify);
+    for cert in &settings.ca_certificates {
+        builder = builder.add_root_certificate(cert.clone());
+    }
+    builder.build().map_err(|e| {
+        vec![UpstreamConfigProblem {
+            pointer: "/tls".to_owned(),
+            message: format!("cannot build the HTTP client: {}", error_chain(&e)),
+        }]
+    })
+}
+
+impl Upstream {
     /// The upstream's name (its key in `upstreams.yaml`).
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -524,4 +609,36 @@ pub(crate) fn error_chain(error: &(dyn StdError + 'static)) -> String {
         source = e.source();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn settings(entry: serde_json::Value) -> UpstreamSettings {
+        let file: FileUpstream = serde_json::from_value(entry).expect("valid entry");
+        file.validate().expect("valid settings")
+    }
+
+    #[test]
+    fn upstreams_with_the_same_client_settings_share_one_client_and_keep_their_own_state() {
+        let clients = HttpClients::default();
+        let a = json!({ "kind": "rest", "base_url": "http://127.0.0.1:1" });
+        let b = json!({ "kind": "rest", "base_url": "http://127.0.0.1:2", "max_concurrency": 3 });
+        let first = Upstream::from_settings_sharing("dms", settings(a.clone()), &clients);
+        let second = Upstream::from_settings_sharing("dms", settings(a), &clients);
+        assert_eq!(
+            clients.len(),
+            1,
+            "the second dealer's identical upstream built no client"
+        );
+        let (first, second) = (first.expect("builds"), second.expect("builds"));
+        assert!(
+            !Arc::ptr_eq(&first.inner, &second.inner),
+            "breaker and slots stay per upstream"
+        );
+        Upstream::from_settings_sharing("crm", settings(b), &clients).expect("builds");
+        assert_eq!(clients.len(), 2, "other pool settings, another client");
+    }
 }
