@@ -81,8 +81,9 @@ FEED_BYTES=$(jq -r .bytes "$WORK/upstreams.json")
 
 # --- configuration: the demo Honda feed mapping and the Demo Toyota proxy mapping -------------
 write_config() {
-    # write_config NAME REFRESH → $WORK/NAME/gateway.yaml
-    local dir=$WORK/$1
+    # write_config NAME REFRESH → $WORK/NAME/config/gateway.yaml (logs and everything else the
+    # bench writes stay out of that folder: the gateway reloads when a file in it changes)
+    local dir=$WORK/$1/config
     mkdir -p "$dir/feed"
     cp -r "$ROOT/mappings/demo-honda/examples" "$dir/feed/"
     cp "$ROOT"/mappings/demo-honda/inventory.{search,facets,vehicle}.yaml "$dir/feed/"
@@ -121,7 +122,7 @@ start_gateway() {
     # feed loaded, when /readyz turns 200), BOUND_MS (process start → listening), READY_CPU_S
     local log=$WORK/$1/gateway.log
     # The clock is read right before the exec: the process starts then.
-    (cd "$WORK/$1" && now_ms >started && RUST_LOG=$GATEWAY_LOG_LEVEL DMS_URL=$DMS_URL exec "$BIN" --log-format json serve -c gateway.yaml) >"$log" 2>&1 &
+    (cd "$WORK/$1/config" && now_ms >../started && RUST_LOG=$GATEWAY_LOG_LEVEL DMS_URL=$DMS_URL exec "$BIN" --log-format json serve -c gateway.yaml) >"$log" 2>&1 &
     GATEWAY_PID=$!
     local deadline=$((SECONDS + START_TIMEOUT)) ready= polled
     ADMIN=
@@ -214,12 +215,13 @@ steady_ready_cpu=$READY_CPU_S
 load_elapsed=$(feed_log steady | head -1 | cut -d' ' -f2)
 vehicles=$(check_search "$RPC_FEED" "$WORK/feed-search.json")
 proxy_vehicles=$(check_search "$RPC_PROXY" "$WORK/proxy-search.json")
-sleep 2
-steady_rss=$(rss_kb "$GATEWAY_PID" VmRSS)
-echo "$SELF: steady: ready after $steady_ready_ms ms (listening after $steady_bound_ms ms), RSS $steady_rss kB, peak $load_hwm kB" >&2
+sleep 5
+settled_rss=$(rss_kb "$GATEWAY_PID" VmRSS)
+echo "$SELF: steady: ready after $steady_ready_ms ms (listening after $steady_bound_ms ms), RSS $settled_rss kB, peak $load_hwm kB" >&2
 read -r feed_p50 feed_p99 feed_rps feed_ok feed_n feed_cpu < <(run_oha feed-steady "$RPC_FEED" "$WORK/feed-search.json")
 read -r proxy_p50 proxy_p99 proxy_rps proxy_ok proxy_n proxy_cpu < <(run_oha proxy "$RPC_PROXY" "$WORK/proxy-search.json")
-steady_rss_after=$(rss_kb "$GATEWAY_PID" VmRSS)
+# Steady state: the copy in place and the searches served.
+steady_rss=$(rss_kb "$GATEWAY_PID" VmRSS)
 die_if_gateway_gone "$WORK/steady/gateway.log" "the gateway died during the steady run"
 stop "$GATEWAY_PID"
 GATEWAY_PID=
@@ -258,7 +260,7 @@ cat <<EOF
 $(date -u +%Y-%m-%dT%H:%M:%SZ)  $(nproc) CPUs  load avg $start_loadavg before, $loadavg after  commit $(commit_id)$([[ $(tree_dirty) == true ]] && echo "+dirty")
 feed: $ROWS rows, $(mb $((FEED_BYTES / 1024))) MB; pages of $LIMIT ($vehicles feed, $proxy_vehicles proxy vehicles); $RATE req/s, $CONNECTIONS conns, $DURATION
 first load           ready after ${steady_ready_ms} ms (listening after ${steady_bound_ms} ms); load logged: ${load_elapsed:--} ms; gateway CPU until ready ${steady_ready_cpu} s
-RSS                  steady $(mb "$steady_rss") MB (after the searches $(mb "$steady_rss_after") MB); peak during the first load $(mb "$load_hwm") MB
+RSS                  steady $(mb "$steady_rss") MB (after the searches; 5 s after the load: $(mb "$settled_rss") MB); peak during the first load $(mb "$load_hwm") MB
 RSS, refresh run     before $(mb "$refresh_base_rss") MB; peak during refreshes $(mb "$refresh_hwm") MB (sampled $(mb "$refresh_sampled") MB) = $(ratio "$refresh_hwm" "$steady_rss")x steady
 refreshes            $refreshes ended during the run, ${refresh_ms_mean} ms each, covering $refresh_share of it
 search               p50 ms    p99 ms   req/s  success  cpu us/req

@@ -57,8 +57,8 @@ dealers:
 EOF
     for i in $(seq -f '%03g' 1 "$DEALERS"); do
         if [[ $LAYOUT == copies ]]; then
-            mkdir -p "$WORK/mappings/d$i"
-            cp "$ROOT"/bench/fixtures/group-mapping/*.yaml "$WORK/mappings/d$i/"
+            mkdir -p "$WORK/config/mappings/d$i"
+            cp "$ROOT"/bench/fixtures/group-mapping/*.yaml "$WORK/config/mappings/d$i/"
             folder=mappings/d$i
         else
             folder=$ROOT/bench/fixtures/group-mapping
@@ -78,7 +78,11 @@ EOF
           capabilities: [sales]
 EOF
     done
-} >"$WORK/gateway.yaml"
+} >"$WORK/gateway.yaml.tmp"
+# Logs and everything else the bench writes stay out of the configuration's folder: the gateway
+# reloads when a file in it changes.
+mkdir -p "$WORK/config"
+mv "$WORK/gateway.yaml.tmp" "$WORK/config/gateway.yaml"
 
 # --- rounds ----------------------------------------------------------------------------------
 rss_kb() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
@@ -88,7 +92,7 @@ READY=() CPU=() RSS=() HWM=()
 for round in $(seq 1 "$ROUNDS"); do
     log=$WORK/gateway.$round.log
     # The clock is read right before the exec: the process starts then.
-    (cd "$WORK" && now_ms >"$WORK/started" && RUST_LOG=$GATEWAY_LOG_LEVEL exec "$BIN" --log-format json serve -c gateway.yaml) >"$log" 2>&1 &
+    (cd "$WORK/config" && now_ms >"$WORK/started" && RUST_LOG=$GATEWAY_LOG_LEVEL exec "$BIN" --log-format json serve -c gateway.yaml) >"$log" 2>&1 &
     GATEWAY_PID=$!
     admin= listen=
     deadline=$((SECONDS + START_TIMEOUT))

@@ -279,12 +279,57 @@ impl<'b> CsvText<'b> {
     }
 
     /// Reads the header row; the data rows follow through [`CsvRows::next_into`].
-    pub fn rows(&self) -> Result<CsvRows<'_>, String> {
-        let charset = self.charset;
+    pub fn rows(&self) -> Result<CsvRows<&[u8]>, String> {
+        CsvRows::new(&*self.text, self.charset)
+    }
+}
+
+/// The CSV document `source` yields, read as it arrives: the same rows and errors as
+/// [`CsvText`] gives for the whole body, without holding it. The charset is chosen as the module
+/// doc says from `declared` and the first bytes (a byte order mark); a document in another
+/// charset than UTF-8 is read whole and transcoded first, as [`CsvText`] does.
+pub fn csv_stream<R: std::io::Read>(
+    source: R,
+    declared: Declared<'_>,
+) -> Result<CsvRows<Box<dyn std::io::Read + Send>>, String>
+where
+    R: Send + 'static,
+{
+    use std::io::{BufRead, BufReader, Read};
+    let mut source = BufReader::with_capacity(64 * 1024, source);
+    // Enough of the start to see a byte order mark (the longest is UTF-8's three bytes).
+    let mut head = Vec::new();
+    while head.len() < UTF8_BOM.len() {
+        let available = source
+            .fill_buf()
+            .map_err(|e| format!("body unreadable ({e})"))?;
+        if available.is_empty() {
+            break;
+        }
+        let take = available.len().min(UTF8_BOM.len() - head.len());
+        head.extend_from_slice(&available[..take]);
+        source.consume(take);
+    }
+    let charset = choose(&head, false, declared)?;
+    if charset.encoding != UTF_8 {
+        let mut body = head;
+        source
+            .read_to_end(&mut body)
+            .map_err(|e| format!("body unreadable ({e})"))?;
+        let text = CsvText::new(&body, declared)?;
+        let owned = text.text.into_owned();
+        return CsvRows::new(Box::new(std::io::Cursor::new(owned)), text.charset);
+    }
+    let start = head.strip_prefix(UTF8_BOM).unwrap_or(&head).to_vec();
+    CsvRows::new(Box::new(std::io::Cursor::new(start).chain(source)), charset)
+}
+
+impl<R: std::io::Read> CsvRows<R> {
+    fn new(source: R, charset: Charset) -> Result<CsvRows<R>, String> {
         let mut reader = csv::ReaderBuilder::new()
             .flexible(true)
             .trim(csv::Trim::All)
-            .from_reader(&*self.text);
+            .from_reader(source);
         let headers = reader
             .headers()
             .map_err(|e| unreadable(charset, "CSV header row".to_owned(), e))?;
@@ -309,16 +354,16 @@ impl<'b> CsvText<'b> {
     }
 }
 
-/// The rows of a [`CsvText`], one at a time.
-pub struct CsvRows<'t> {
-    reader: csv::Reader<&'t [u8]>,
+/// The rows of a CSV document, one at a time.
+pub struct CsvRows<R> {
+    reader: csv::Reader<R>,
     columns: CsvColumns,
     charset: Charset,
     /// Data rows read so far.
     read: usize,
 }
 
-impl std::fmt::Debug for CsvRows<'_> {
+impl<R> std::fmt::Debug for CsvRows<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CsvRows")
             .field("read", &self.read)
@@ -326,7 +371,7 @@ impl std::fmt::Debug for CsvRows<'_> {
     }
 }
 
-impl CsvRows<'_> {
+impl<R: std::io::Read> CsvRows<R> {
     /// The header: what turns a record into its row object ([`CsvColumns::row`]).
     pub fn columns(&self) -> &CsvColumns {
         &self.columns
@@ -678,6 +723,53 @@ mod tests {
         assert_eq!(
             rows_one_by_one(quoted.as_bytes()).unwrap(),
             json!([{"Name": "x, \"y\""}])
+        );
+    }
+
+    /// A source that hands out one byte per read, as the worst network would.
+    struct Trickle(std::io::Cursor<Vec<u8>>);
+
+    impl std::io::Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(1);
+            self.0.read(&mut buf[..n])
+        }
+    }
+
+    fn streamed(body: &[u8], declared: Declared<'_>) -> Result<Value, String> {
+        let mut rows = csv_stream(Trickle(std::io::Cursor::new(body.to_vec())), declared)?;
+        let mut record = csv::StringRecord::new();
+        let mut out = Vec::new();
+        while rows.next_into(&mut record)? {
+            let mut json = Vec::new();
+            rows.columns().row(&record).write_json(&mut json)?;
+            out.push(serde_json::from_slice(&json).map_err(|e| e.to_string())?);
+        }
+        Ok(Value::Array(out))
+    }
+
+    #[test]
+    fn a_csv_read_as_it_arrives_gives_the_rows_and_errors_of_the_whole_body() {
+        let utf8 = "\u{FEFF}VIN,Model\r\nA1,Civic \r\nB2,\"CR-V, \"\"Hybrid\"\"\"\r\n".as_bytes();
+        let latin1 = b"VIN,Color\r\nA1,Cr\xe8me\r\n";
+        let cases = [
+            (utf8, Declared::default()),
+            (latin1, mapping("windows-1252", None)),
+            (latin1, content_type("text/csv; charset=iso-8859-1")),
+            (b"A,B\n1,2\n\xff,3\n", Declared::default()),
+            (b"", Declared::default()),
+        ];
+        for (body, declared) in cases {
+            assert_eq!(
+                streamed(body, declared),
+                Format::Csv.decode_with(body, declared),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        assert_eq!(
+            streamed(latin1, mapping("windows-1252", None)).unwrap(),
+            json!([{ "VIN": "A1", "Color": "Cr\u{e8}me" }])
         );
     }
 

@@ -256,22 +256,24 @@ impl Feed {
             .request
             .render(&values, None)
             .map_err(|e| AapError::Internal(format!("{}: {e}", self.file)))?;
-        let response = send(transport, &self.upstream, rendered, true).await?;
-        let upstream = self.upstream.name().to_owned();
-        if !response.status.is_success() {
-            return Err(AapError::UpstreamUnavailable {
-                upstream,
-                cause: format!("feed answered HTTP {} ({})", response.status, self.file),
-            });
-        }
-        let feed = Arc::clone(self);
         let previous = self.current();
-        let mut snapshot = tokio::task::spawn_blocking(move || {
-            let declared = Declared::reply(feed.charset, &response.headers);
-            feed.build_after(&response.body, declared, previous.as_deref())
-        })
-        .await
-        .map_err(|e| AapError::Internal(format!("{}: building the snapshot: {e}", self.file)))??;
+        let mut snapshot = match transport {
+            // A CSV feed is read as it arrives: the document is never held whole.
+            Transport::Live(upstream) if self.csv_rows && upstream.soap().is_none() => {
+                self.fetch_streaming(upstream, rendered, previous).await?
+            }
+            transport => {
+                let response = send(transport, &self.upstream, rendered, true).await?;
+                self.check_status(response.status)?;
+                let feed = Arc::clone(self);
+                tokio::task::spawn_blocking(move || {
+                    let declared = Declared::reply(feed.charset, &response.headers);
+                    feed.build_after(&response.body, declared, previous.as_deref())
+                })
+                .await
+                .map_err(|e| self.building_failed(e))??
+            }
+        };
         snapshot.stats.elapsed = started.elapsed();
         if let Transport::Canned(canned) = transport {
             canned
@@ -279,6 +281,89 @@ impl Feed {
                 .fetch_add(snapshot.all.len(), std::sync::atomic::Ordering::Relaxed);
         }
         Ok(snapshot)
+    }
+
+    /// Fetches a CSV feed and builds the snapshot from its rows as they arrive: the body goes
+    /// from the connection to the mapping thread in pieces (at most [`CHUNKS_IN_FLIGHT`]
+    /// waiting), so a refresh never holds the whole document next to the copy it replaces.
+    async fn fetch_streaming(
+        self: &Arc<Self>,
+        upstream: &Upstream,
+        rendered: super::request::Rendered,
+        previous: Option<Arc<Snapshot>>,
+    ) -> Result<Snapshot, AapError> {
+        let request = crate::upstream::UpstreamRequest {
+            method: rendered.method,
+            path_and_query: rendered.path_and_query,
+            headers: rendered.headers,
+            body: rendered.body.map(bytes::Bytes::from),
+            idempotent: true,
+        };
+        let (response, stream) = upstream
+            .call_streaming(request)
+            .await
+            .map_err(|e| e.into_aap(upstream.name()))?;
+        self.check_status(response.status)?;
+        let (chunks, reader) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
+        let feed = Arc::clone(self);
+        let headers = response.headers;
+        let build = tokio::task::spawn_blocking(move || {
+            let declared = Declared::reply(feed.charset, &headers);
+            let bad = |cause: String| feed.bad_document(cause);
+            let rows = decode::csv_stream(ChunkReader::new(reader), declared).map_err(bad)?;
+            feed.build_rows(rows, previous.as_deref())
+        });
+        let mut bytes = response.body.len();
+        let pumped = match stream {
+            // A 2xx reply always streams; should it not, its body is all there is.
+            None => {
+                let _ = chunks.send(Ok(response.body)).await;
+                Ok(())
+            }
+            Some(mut stream) => loop {
+                match stream.chunk().await {
+                    Ok(Some(chunk)) => {
+                        bytes += chunk.len();
+                        // Refused: the build stopped (its error is the one to report).
+                        if chunks.send(Ok(chunk)).await.is_err() {
+                            break Ok(());
+                        }
+                    }
+                    Ok(None) => break Ok(()),
+                    Err(e) => {
+                        let _ = chunks.send(Err(())).await;
+                        break Err(e);
+                    }
+                }
+            },
+        };
+        drop(chunks);
+        let built = build.await.map_err(|e| self.building_failed(e))?;
+        pumped.map_err(|e| e.into_aap(upstream.name()))?;
+        let mut snapshot = built?;
+        snapshot.stats.bytes = bytes;
+        Ok(snapshot)
+    }
+
+    fn check_status(&self, status: http::StatusCode) -> Result<(), AapError> {
+        if status.is_success() {
+            return Ok(());
+        }
+        Err(AapError::UpstreamUnavailable {
+            upstream: self.upstream.name().to_owned(),
+            cause: format!("feed answered HTTP {status} ({})", self.file),
+        })
+    }
+
+    fn building_failed(&self, e: tokio::task::JoinError) -> AapError {
+        AapError::Internal(format!("{}: building the snapshot: {e}", self.file))
+    }
+
+    fn bad_document(&self, cause: String) -> AapError {
+        AapError::InvalidUpstreamResponse {
+            upstream: self.upstream.name().to_owned(),
+            cause: format!("{cause} ({})", self.file),
+        }
     }
 
     /// Maps a fetched document into a snapshot; `declared` names its charset (the mapping's,
@@ -297,64 +382,79 @@ impl Feed {
         declared: Declared<'_>,
         previous: Option<&Snapshot>,
     ) -> Result<Snapshot, AapError> {
-        let bad = |cause: String| AapError::InvalidUpstreamResponse {
-            upstream: self.upstream.name().to_owned(),
-            cause: format!("{cause} ({})", self.file),
+        let bad = |cause: String| self.bad_document(cause);
+        if self.csv_rows {
+            let text = decode::CsvText::new(body, declared).map_err(bad)?;
+            let mut snapshot = self.build_rows(text.rows().map_err(bad)?, previous)?;
+            snapshot.stats.bytes = body.len();
+            return Ok(snapshot);
+        }
+        let vars = self.vars();
+        let mut building = Building::new(previous, body.len());
+        let doc = self.format.decode_jq(body, declared).map_err(bad)?;
+        let records = match &self.items {
+            Some(items) => items.run(&doc, &vars).map_err(|e| bad(e.to_string()))?,
+            None => vec![doc],
         };
-        let vars = JqVars {
+        let mut records = records.into_iter();
+        let next = || {
+            let batch: Vec<JqValue> = records.by_ref().take(BATCH).collect();
+            Ok((!batch.is_empty()).then_some(batch))
+        };
+        let work =
+            |batch: Vec<JqValue>| batch.iter().map(|record| self.map(record, &vars)).collect();
+        in_order(threads(previous), next, work, |mapped| building.add(mapped)).map_err(bad)?;
+        Ok(self.finish(building))
+    }
+
+    /// A snapshot of a CSV document's rows, each a record.
+    fn build_rows<R: std::io::Read>(
+        &self,
+        mut rows: decode::CsvRows<R>,
+        previous: Option<&Snapshot>,
+    ) -> Result<Snapshot, AapError> {
+        let vars = self.vars();
+        let mut building = Building::new(previous, 0);
+        let columns = rows.columns().clone();
+        let next = || {
+            let mut batch = Vec::with_capacity(BATCH);
+            while batch.len() < BATCH {
+                let mut record = csv::StringRecord::new();
+                if !rows.next_into(&mut record)? {
+                    break;
+                }
+                batch.push(record);
+            }
+            Ok((!batch.is_empty()).then_some(batch))
+        };
+        let work = |batch: Vec<csv::StringRecord>| {
+            let mut json = Vec::new();
+            batch
+                .iter()
+                .map(|record| {
+                    json.clear();
+                    columns.row(record).write_json(&mut json).ok()?;
+                    let record = JqValue::from_json_slice(&json).ok()?;
+                    self.map(&record, &vars)
+                })
+                .collect()
+        };
+        in_order(threads(previous), next, work, |mapped| building.add(mapped))
+            .map_err(|cause| self.bad_document(cause))?;
+        Ok(self.finish(building))
+    }
+
+    fn vars(&self) -> JqVars {
+        JqVars {
             request: JqValue::from_json(&Value::Null),
             tables: self.shared.tables_jq.clone(),
             dealer: self.shared.dealer_jq.clone(),
             lead: JqValue::null(),
-        };
-        let threads = match previous {
-            Some(_) => 1,
-            None => std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS)),
-        };
-        let mut building = Building::new(previous, body.len());
-        if self.csv_rows {
-            let text = decode::CsvText::new(body, declared).map_err(bad)?;
-            let mut rows = text.rows().map_err(bad)?;
-            let columns = rows.columns().clone();
-            let next = || {
-                let mut batch = Vec::with_capacity(BATCH);
-                while batch.len() < BATCH {
-                    let mut record = csv::StringRecord::new();
-                    if !rows.next_into(&mut record)? {
-                        break;
-                    }
-                    batch.push(record);
-                }
-                Ok((!batch.is_empty()).then_some(batch))
-            };
-            let work = |batch: Vec<csv::StringRecord>| {
-                let mut json = Vec::new();
-                batch
-                    .iter()
-                    .map(|record| {
-                        json.clear();
-                        columns.row(record).write_json(&mut json).ok()?;
-                        let record = JqValue::from_json_slice(&json).ok()?;
-                        self.map(&record, &vars)
-                    })
-                    .collect()
-            };
-            in_order(threads, next, work, |mapped| building.add(mapped)).map_err(bad)?;
-        } else {
-            let doc = self.format.decode_jq(body, declared).map_err(bad)?;
-            let records = match &self.items {
-                Some(items) => items.run(&doc, &vars).map_err(|e| bad(e.to_string()))?,
-                None => vec![doc],
-            };
-            let mut records = records.into_iter();
-            let next = || {
-                let batch: Vec<JqValue> = records.by_ref().take(BATCH).collect();
-                Ok((!batch.is_empty()).then_some(batch))
-            };
-            let work =
-                |batch: Vec<JqValue>| batch.iter().map(|record| self.map(record, &vars)).collect();
-            in_order(threads, next, work, |mapped| building.add(mapped)).map_err(bad)?;
         }
+    }
+
+    /// The snapshot, once every record is in; skipped records are logged and counted.
+    fn finish(&self, building: Building<'_>) -> Snapshot {
         if building.stats.skipped > 0 {
             let skipped = building.stats.skipped;
             tracing::warn!(feed = %self.file, skipped, "feed records the item mapping could not map");
@@ -362,7 +462,7 @@ impl Feed {
                 meter.mapping_event("record_skipped", skipped as u64);
             }
         }
-        Ok(building.finish())
+        building.finish()
     }
 
     /// What the item mapping makes of one record, ready for the snapshot; `None`: the
@@ -370,20 +470,63 @@ impl Feed {
     fn map(&self, record: &JqValue, vars: &JqVars) -> Option<Mapped> {
         let vehicle = self.item.run_one(record, vars).ok()?.to_json();
         let key = |name: &str| vehicle.get(name).and_then(Value::as_str);
-        let mut packed = Vec::with_capacity(1024);
-        Packed::pack_into(&vehicle, &mut packed);
         Some(Mapped {
             vin: key("vin").map(str::to_ascii_uppercase),
             stock: key("stock").map(str::to_owned),
             id: key("vehicle_id").map(str::to_owned),
             prepared: Prepared::of(&vehicle),
-            packed,
+            packed: Packed::pack(&vehicle),
         })
     }
 }
 
 /// Records a mapping thread takes at a time.
 const BATCH: usize = 256;
+
+/// Pieces of a streamed feed document waiting for the mapping thread.
+const CHUNKS_IN_FLIGHT: usize = 16;
+
+/// Threads to map on: every core for a first load (no buyer is served yet), one for a refresh
+/// (the other cores serve the buyers searching the previous copy meanwhile).
+fn threads(previous: Option<&Snapshot>) -> usize {
+    match previous {
+        Some(_) => 1,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS)),
+    }
+}
+
+/// A streamed document as `std::io::Read`, for the mapping thread: pieces come from the task
+/// reading the connection; `Err` means the connection failed (the task reports why).
+struct ChunkReader {
+    chunks: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, ()>>,
+    current: bytes::Bytes,
+}
+
+impl ChunkReader {
+    fn new(chunks: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, ()>>) -> ChunkReader {
+        ChunkReader {
+            chunks,
+            current: bytes::Bytes::new(),
+        }
+    }
+}
+
+impl std::io::Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.chunks.blocking_recv() {
+                Some(Ok(chunk)) => self.current = chunk,
+                Some(Err(())) => {
+                    return Err(std::io::Error::other("the feed's connection failed"));
+                }
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
+    }
+}
 
 /// Most threads a first load maps on.
 const MAX_THREADS: usize = 4;
@@ -447,7 +590,7 @@ fn in_order<T: Send, O: Send>(
 /// One record as the item mapping made it, ready to join the snapshot.
 struct Mapped {
     prepared: Prepared,
-    packed: Vec<u8>,
+    packed: Packed,
     /// Upper-cased.
     vin: Option<String>,
     stock: Option<String>,
@@ -484,13 +627,17 @@ struct Building<'a> {
 
 impl<'a> Building<'a> {
     fn new(previous: Option<&'a Snapshot>, bytes: usize) -> Building<'a> {
+        // A refresh reserves what the copy it replaces needed (see `sized_like`).
+        let room = |n: usize| n + n / 32;
         Building {
             previous,
-            all: Vec::new(),
-            inventory: InventoryBuilder::new(),
-            by_vin: Lookup::default(),
-            by_stock: Lookup::default(),
-            by_id: Lookup::default(),
+            all: Vec::with_capacity(previous.map_or(0, |p| room(p.all.len()))),
+            inventory: previous.map_or_else(InventoryBuilder::new, |p| {
+                InventoryBuilder::sized_like(&p.inventory)
+            }),
+            by_vin: Lookup::sized_like(previous.map(|p| &p.by_vin)),
+            by_stock: Lookup::sized_like(previous.map(|p| &p.by_stock)),
+            by_id: Lookup::sized_like(previous.map(|p| &p.by_id)),
             seen_vins: std::collections::HashSet::with_capacity_and_hasher(
                 previous.map_or(0, Snapshot::len),
                 foldhash::fast::RandomState::default(),
@@ -517,9 +664,7 @@ impl<'a> Building<'a> {
             return;
         };
         // A feed that repeats a unit lists it once (the first row wins).
-        if let Some(vin) = &vin
-            && !self.seen_vins.insert(vin.clone())
-        {
+        if vin.as_ref().is_some_and(|vin| self.seen_vins.contains(vin)) {
             return;
         }
         let Ok(index) = u32::try_from(self.all.len()) else {
@@ -529,14 +674,15 @@ impl<'a> Building<'a> {
         let unchanged = vin.as_deref().and_then(|vin| {
             let previous = self.previous?;
             let kept = previous.all.get(previous.by_vin.get(vin)? as usize)?;
-            (kept.as_bytes() == packed.as_slice()).then(|| kept.clone())
+            (kept.as_bytes() == packed.as_bytes()).then(|| kept.clone())
         });
         if unchanged.is_some() {
             self.stats.reused += 1;
         }
-        let packed = unchanged.unwrap_or_else(|| Packed::from_packed_bytes(&packed));
-        if let Some(vin) = &vin {
-            self.by_vin.insert(vin, index);
+        let packed = unchanged.unwrap_or(packed);
+        if let Some(vin) = vin {
+            self.by_vin.insert(&vin, index);
+            self.seen_vins.insert(vin);
         }
         if let Some(stock) = &stock {
             self.by_stock.insert(stock, index);
@@ -585,6 +731,15 @@ struct Lookup {
 }
 
 impl Lookup {
+    /// An empty lookup with room for about what `like` holds.
+    fn sized_like(like: Option<&Lookup>) -> Lookup {
+        let room = |n: usize| n + n / 32;
+        like.map_or_else(Lookup::default, |like| Lookup {
+            text: String::with_capacity(room(like.text.len())),
+            entries: Vec::with_capacity(room(like.entries.len())),
+        })
+    }
+
     /// Adds a key. (Past 4 GiB of keys one is left out: no feed gets there under
     /// `max_response_bytes`.)
     fn insert(&mut self, key: &str, vehicle: u32) {
@@ -740,6 +895,38 @@ mod tests {
             .expect("builds");
         assert_eq!(answers(&refreshed), answers(&fresh));
         assert_ne!(answers(&refreshed), answers(&first), "the new price shows");
+    }
+
+    #[test]
+    fn a_document_whose_connection_breaks_off_is_refused_not_taken_for_a_shorter_one() {
+        let feed = demo_feed();
+        let body = example_csv();
+        // The header and the first row arrive, then the connection fails or ends.
+        let cut = body
+            .windows(2)
+            .enumerate()
+            .filter(|(_, w)| *w == b"\r\n")
+            .nth(1)
+            .map(|(i, _)| i + 2)
+            .expect("two lines");
+        let build = |then_fails: bool| {
+            let (chunks, reader) = tokio::sync::mpsc::channel(cut / 7 + 2);
+            for piece in body[..cut].chunks(7) {
+                chunks
+                    .try_send(Ok(bytes::Bytes::copy_from_slice(piece)))
+                    .expect("room");
+            }
+            if then_fails {
+                chunks.try_send(Err(())).expect("room");
+            }
+            drop(chunks);
+            let rows = decode::csv_stream(ChunkReader::new(reader), Declared::default())
+                .map_err(|e| feed.bad_document(e))?;
+            feed.build_rows(rows, None)
+        };
+        assert_eq!(build(false).expect("a one-row feed").len(), 1);
+        let error = build(true).expect_err("a broken document");
+        assert!(error.to_string().contains("connection failed"), "{error}");
     }
 
     #[test]

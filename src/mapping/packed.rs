@@ -43,7 +43,7 @@ const MAX_DEPTH: usize = 256;
 impl Packed {
     /// Packs `value`.
     pub fn pack(value: &Value) -> Packed {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(512);
         Packed::pack_into(value, &mut out);
         Packed::from_packed_bytes(&out)
     }

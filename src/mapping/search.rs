@@ -1080,6 +1080,35 @@ impl InventoryBuilder {
         }
     }
 
+    /// A builder for about as many listings as `like` has (the inventory a refresh replaces):
+    /// the columns are reserved once, with a little room, instead of grown by doubling, which
+    /// would hold up to twice their size while the previous inventory is still in memory.
+    pub fn sized_like(like: &Inventory) -> InventoryBuilder {
+        let room = |n: usize| n + n / 32;
+        let n = room(like.len());
+        let column = |c: &StrColumn| StrColumn {
+            text: String::with_capacity(room(c.text.len())),
+            spans: Vec::with_capacity(n),
+        };
+        let mut terms: Vec<TermBuilder> =
+            TERM_FACETS.iter().map(|&f| TermBuilder::new(f)).collect();
+        for term in &mut terms {
+            term.ids.reserve_exact(n);
+        }
+        InventoryBuilder {
+            vehicles: Vec::with_capacity(n),
+            excluded: 0,
+            terms,
+            nums: std::array::from_fn(|_| Vec::with_capacity(n)),
+            dc_fast_charge: Vec::with_capacity(n),
+            updated_at: Vec::with_capacity(n),
+            vin: column(&like.vin),
+            stock: column(&like.stock),
+            stock_key: column(&like.stock),
+            haystack: column(&like.haystack),
+        }
+    }
+
     /// Adds `vehicle` (kept as `stored`); a listing whose status may not be served is dropped.
     pub fn push(&mut self, vehicle: &Value, stored: Stored) {
         self.push_keys(Keys::of(vehicle), stored);

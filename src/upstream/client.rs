@@ -213,6 +213,38 @@ impl HttpClients {
     }
 }
 
+/// The body of a streamed 2xx reply ([`Upstream::call_streaming`]), read as it arrives.
+#[derive(Debug)]
+pub struct BodyStream<'a> {
+    response: reqwest::Response,
+    upstream: &'a Upstream,
+    limit: usize,
+    read: usize,
+    /// The attempt's `timeouts.request` covers the whole body.
+    deadline: tokio::time::Instant,
+    /// The concurrency slot the reply holds until it is read.
+    _slot: tokio::sync::SemaphorePermit<'a>,
+}
+
+impl BodyStream<'_> {
+    /// The next piece of the body (decompressed); `None` at its end. Past `max_response_bytes`
+    /// or `timeouts.request` it fails, and the body is to be dropped.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, UpstreamError> {
+        let after = self.upstream.inner.settings.request_timeout;
+        let chunk = tokio::time::timeout_at(self.deadline, self.response.chunk())
+            .await
+            .map_err(|_| UpstreamError::Timeout { after })?
+            .map_err(|e| self.upstream.classify(e))?;
+        if let Some(chunk) = &chunk {
+            self.read += chunk.len();
+            if self.read > self.limit {
+                return Err(UpstreamError::TooLarge { limit: self.limit });
+            }
+        }
+        Ok(chunk)
+    }
+}
+
 /// A client for `settings`.
 fn build_client(
     settings: &UpstreamSettings,
@@ -271,7 +303,31 @@ impl Upstream {
     /// 502/503/504 for idempotent calls); `Err` means no usable reply.
     ///
     /// Cancel-safe: dropping the future releases the concurrency slot and the breaker's trial.
-    pub async fn call(&self, mut req: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError> {
+    pub async fn call(&self, req: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError> {
+        self.call_metered(req, false)
+            .await
+            .map(|(response, _)| response)
+    }
+
+    /// [`Upstream::call`] for a reply too large to hold whole (an inventory feed): a 2xx
+    /// reply comes back as soon as its headers arrive, with an empty `body` and the body to
+    /// read from [`BodyStream::chunk`] as it arrives, under the same `timeouts.request`
+    /// (counted from the start of the attempt) and `max_response_bytes`. The concurrency slot
+    /// is held until the stream is dropped. Any other reply is read whole, as by `call`, and
+    /// has no stream. Retries happen only before a 2xx reply's headers: a body that breaks
+    /// off fails the call.
+    pub async fn call_streaming(
+        &self,
+        req: UpstreamRequest,
+    ) -> Result<(UpstreamResponse, Option<BodyStream<'_>>), UpstreamError> {
+        self.call_metered(req, true).await
+    }
+
+    async fn call_metered(
+        &self,
+        mut req: UpstreamRequest,
+        stream: bool,
+    ) -> Result<(UpstreamResponse, Option<BodyStream<'_>>), UpstreamError> {
         let span = tracing::debug_span!(
             "upstream",
             otel.kind = "client",
@@ -284,14 +340,17 @@ impl Upstream {
         req.headers
             .extend(span.in_scope(crate::telemetry::trace::outgoing));
         let started = Instant::now();
-        let result = self.call_unmetered(req).instrument(span.clone()).await;
+        let result = self
+            .call_unmetered(req, stream)
+            .instrument(span.clone())
+            .await;
         match &result {
-            Ok(reply) => span.record("http.response.status_code", reply.status.as_u16()),
+            Ok((reply, _)) => span.record("http.response.status_code", reply.status.as_u16()),
             Err(e) => span.record("error.kind", crate::telemetry::metrics::error_kind(e)),
         };
         if let Some(meter) = self.inner.meter.get() {
             meter.observe(
-                result.as_ref().map(|r| r.status.as_u16()),
+                result.as_ref().map(|(r, _)| r.status.as_u16()),
                 started.elapsed(),
             );
         }
@@ -299,13 +358,13 @@ impl Upstream {
     }
 
     /// Attaches the breaker report of a returned 5xx reply to it, for the caller to judge.
-    fn with_verdict(
+    fn with_verdict<'a>(
         outcome: Result<UpstreamResponse, UpstreamError>,
         verdict: Option<Verdict>,
-    ) -> Result<UpstreamResponse, UpstreamError> {
+    ) -> Result<(UpstreamResponse, Option<BodyStream<'a>>), UpstreamError> {
         outcome.map(|mut response| {
             response.verdict = verdict;
-            response
+            (response, None)
         })
     }
 
@@ -317,7 +376,8 @@ impl Upstream {
     async fn call_unmetered(
         &self,
         req: UpstreamRequest,
-    ) -> Result<UpstreamResponse, UpstreamError> {
+        stream: bool,
+    ) -> Result<(UpstreamResponse, Option<BodyStream<'_>>), UpstreamError> {
         let inner = &*self.inner;
         let started = Instant::now();
         let url = self.url(&req.path_and_query)?;
@@ -352,7 +412,10 @@ impl Upstream {
                         attempt,
                         "circuit open; not calling"
                     );
-                    return last.unwrap_or(Err(UpstreamError::CircuitOpen { retry_after }));
+                    return Self::with_verdict(
+                        last.unwrap_or(Err(UpstreamError::CircuitOpen { retry_after })),
+                        None,
+                    );
                 }
             };
             let credential = inner.auth.credential().await?;
@@ -370,23 +433,38 @@ impl Upstream {
                         attempt,
                         "no free concurrency slot; not calling"
                     );
-                    return last.unwrap_or(Err(UpstreamError::Busy { waited }));
+                    return Self::with_verdict(
+                        last.unwrap_or(Err(UpstreamError::Busy { waited })),
+                        None,
+                    );
                 }
             };
             let attempt_started = Instant::now();
             // A 5xx try's breaker report, until it is known whether it is retried or returned.
             let mut deferred: Option<Verdict> = None;
-            let outcome = self.attempt(&url, &req, credential.as_ref()).await.map(
-                |(status, headers, body)| UpstreamResponse {
-                    status,
-                    headers,
-                    body,
-                    elapsed: started.elapsed(),
-                    verdict: None,
-                },
-            );
-            // Free for the next caller during any backoff.
-            drop(slot);
+            let attempted = self.attempt(&url, &req, credential.as_ref(), stream).await;
+            let (outcome, live) = match attempted {
+                Ok((status, headers, body, live)) => (
+                    Ok(UpstreamResponse {
+                        status,
+                        headers,
+                        body,
+                        elapsed: started.elapsed(),
+                        verdict: None,
+                    }),
+                    live,
+                ),
+                Err(e) => (Err(e), None),
+            };
+            // A streamed 2xx keeps its slot until its body is read; any other reply frees it
+            // for the next caller during any backoff.
+            let slot = match live {
+                Some(_) => Some(slot),
+                None => {
+                    drop(slot);
+                    None
+                }
+            };
             let elapsed_ms = attempt_started.elapsed().as_millis() as u64;
             match &outcome {
                 Ok(response) => {
@@ -423,6 +501,19 @@ impl Upstream {
                 }
             }
 
+            if let (Some(response), Some(slot)) = (live, slot) {
+                // Only a 2xx is streamed, and a 2xx is never retried.
+                let after = inner.settings.request_timeout;
+                let stream = BodyStream {
+                    response,
+                    upstream: self,
+                    limit: inner.settings.max_response_bytes,
+                    read: 0,
+                    deadline: tokio::time::Instant::from_std(attempt_started) + after,
+                    _slot: slot,
+                };
+                return outcome.map(|response| (response, Some(stream)));
+            }
             if let Ok(response) = &outcome
                 && response.status == StatusCode::UNAUTHORIZED
                 && !reauthenticated
@@ -497,12 +588,14 @@ impl Upstream {
     }
 
     /// One try under `timeouts.request`, its concurrency slot held: send, headers, body.
+    #[allow(clippy::type_complexity)]
     async fn attempt(
         &self,
         url: &Url,
         req: &UpstreamRequest,
         credential: Option<&Credential>,
-    ) -> Result<(StatusCode, HeaderMap, Bytes), UpstreamError> {
+        stream: bool,
+    ) -> Result<(StatusCode, HeaderMap, Bytes, Option<reqwest::Response>), UpstreamError> {
         let inner = &*self.inner;
         let limit = inner.settings.max_response_bytes;
         let work = async {
@@ -537,6 +630,9 @@ impl Upstream {
             }
             let status = response.status();
             let headers = std::mem::take(response.headers_mut());
+            if stream && status.is_success() {
+                return Ok((status, headers, Bytes::new(), Some(response)));
+            }
             let capacity = response
                 .content_length()
                 .map_or(8 * 1024, |len| len as usize);
@@ -548,7 +644,7 @@ impl Upstream {
                 }
                 body.extend_from_slice(&chunk);
             }
-            Ok((status, headers, body.freeze()))
+            Ok((status, headers, body.freeze(), None))
         };
         let after = inner.settings.request_timeout;
         tokio::time::timeout(after, work)

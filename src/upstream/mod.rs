@@ -58,7 +58,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 
 pub use breaker::BreakerState;
-pub use client::{HttpClients, Upstream, Verdict};
+pub use client::{BodyStream, HttpClients, Upstream, Verdict};
 pub use config::{
     AuthSettings, EndpointSettings, FileAuth, FileCircuitBreaker, FileClientAuth, FilePasswordType,
     FileRetries, FileSmtp, FileSoap, FileSoapVersion, FileStartTls, FileTimeouts, FileTls,
