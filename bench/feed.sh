@@ -9,7 +9,8 @@
 #            of the same page size (Demo Toyota's mapping against the DMS)
 #   refresh  feed `refresh: BENCH_REFRESH` (10ms): refreshes run back to back, so every search
 #            of the measured run meets one in progress; RSS peak during them (VmHWM reset once the
-#            first load is over) and the same feed searches at the same rate
+#            first refresh is over: the cycle a running gateway repeats) and the same feed
+#            searches at the same rate
 #
 # Reports a table and one JSON line; see bench/README.md ("Feed mode at scale").
 #
@@ -24,7 +25,8 @@
 #   BENCH_BIN=…/release/aap-gateway      the gateway binary (default: $CARGO_TARGET_DIR or target/)
 #   BENCH_UPSTREAM_BIN=…/release/examples/feed_upstream   the generator and upstreams
 #   BENCH_BUILD=1          1: `cargo build --release` of both first; 0: use the binaries as they are
-#   BENCH_RUST_LOG=info    RUST_LOG of the gateway (request logs included; to a file)
+#   BENCH_RUST_LOG=info,aap_gateway::mapping::feed=debug   RUST_LOG of the gateway (request
+#                          logs included; to a file)
 #   BENCH_OHA=oha          the oha binary (else /work/oha/bin/oha when it exists)
 #   BENCH_START_TIMEOUT=60 seconds to wait for the upstreams and for readiness
 #   BENCH_JSON_OUT=        also write the JSON line to this file
@@ -42,7 +44,8 @@ CHANGED_EVERY=${BENCH_CHANGED_EVERY:-20}
 REFRESH=${BENCH_REFRESH:-10ms}
 RATE=${BENCH_RATE:-200}
 CONNECTIONS=${BENCH_CONNECTIONS:-8}
-GATEWAY_LOG_LEVEL=${BENCH_RUST_LOG:-info}
+# (Builds from before the `feed loaded` / `feed refreshed` info lines logged refreshes at debug.)
+GATEWAY_LOG_LEVEL=${BENCH_RUST_LOG:-info,aap_gateway::mapping::feed=debug}
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 BIN=${BENCH_BIN:-$TARGET_DIR/release/aap-gateway}
 UPSTREAM_BIN=${BENCH_UPSTREAM_BIN:-$TARGET_DIR/release/examples/feed_upstream}
@@ -148,7 +151,7 @@ start_gateway() {
     BOUND_MS=$(( $(grep -m1 '"aap-gateway ready"' "$log" | log_ms) - started ))
     # (A build from before that log line: when the poll saw /readyz answer 200.)
     local loaded
-    loaded=$(grep -m1 '"feed loaded"' "$log" | log_ms)
+    loaded=$(grep -m1 '"feed loaded"' "$log" | log_ms || true)
     READY_MS=$(( ${loaded:-$polled} - started ))
     READY_CPU_S=$(awk -v t="$(cpu_ticks "$GATEWAY_PID")" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", t / hz }')
     RPC_FEED=http://$LISTEN/dealers/feed/a2a
@@ -229,9 +232,16 @@ GATEWAY_PID=
 # --- run 2: refreshes back to back -----------------------------------------------------------
 write_config refresh "$REFRESH"
 start_gateway refresh
-sleep 1
+# The first refresh overlaps what the first load left to the allocator; measure from the
+# second on, the cycle a running gateway repeats.
+deadline=$((SECONDS + 3 * START_TIMEOUT))
+until grep -q '"feed refreshed"' "$WORK/refresh/gateway.log"; do
+    die_if_gateway_gone "$WORK/refresh/gateway.log" "the gateway died before its first refresh"
+    ((SECONDS < deadline)) || die "no refresh within ${START_TIMEOUT}s"
+    sleep 0.05
+done
 refresh_base_rss=$(rss_kb "$GATEWAY_PID" VmRSS)
-# Forget the first load's peak (VmHWM) so that what follows is the refreshes' peak.
+# Forget the peaks so far (VmHWM) so that what follows is the refreshes' peak.
 echo 5 >"/proc/$GATEWAY_PID/clear_refs" 2>/dev/null && hwm_reset=true || hwm_reset=false
 start_sampler "$WORK/refresh.rss"
 t_start=$(now_ms)
@@ -261,7 +271,7 @@ $(date -u +%Y-%m-%dT%H:%M:%SZ)  $(nproc) CPUs  load avg $start_loadavg before, $
 feed: $ROWS rows, $(mb $((FEED_BYTES / 1024))) MB; pages of $LIMIT ($vehicles feed, $proxy_vehicles proxy vehicles); $RATE req/s, $CONNECTIONS conns, $DURATION
 first load           ready after ${steady_ready_ms} ms (listening after ${steady_bound_ms} ms); load logged: ${load_elapsed:--} ms; gateway CPU until ready ${steady_ready_cpu} s
 RSS                  steady $(mb "$steady_rss") MB (after the searches; 5 s after the load: $(mb "$settled_rss") MB); peak during the first load $(mb "$load_hwm") MB
-RSS, refresh run     before $(mb "$refresh_base_rss") MB; peak during refreshes $(mb "$refresh_hwm") MB (sampled $(mb "$refresh_sampled") MB) = $(ratio "$refresh_hwm" "$steady_rss")x steady
+RSS, refresh run     after the first refresh $(mb "$refresh_base_rss") MB; peak during refreshes $(mb "$refresh_hwm") MB (sampled $(mb "$refresh_sampled") MB) = $(ratio "$refresh_hwm" "$steady_rss")x steady
 refreshes            $refreshes ended during the run, ${refresh_ms_mean} ms each, covering $refresh_share of it
 search               p50 ms    p99 ms   req/s  success  cpu us/req
 feed, steady      $(printf '%8.3f %9.3f %7.1f %8.3f %11.0f' "$feed_p50" "$feed_p99" "$feed_rps" "$feed_ok" "$feed_cpu")

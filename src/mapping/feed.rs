@@ -148,7 +148,7 @@ impl Feed {
         );
         if let Some(old) = old {
             match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => drop(runtime.spawn_blocking(move || retire(old))),
+                Ok(runtime) => drop(runtime.spawn(retire(old))),
                 Err(_) => drop(old),
             }
         }
@@ -597,19 +597,22 @@ struct Mapped {
     id: Option<String>,
 }
 
-/// Frees a replaced snapshot once the searches still reading it are done (or after
-/// [`RETIRE_WAIT`]): a whole inventory's worth of frees belongs on a blocking thread.
-fn retire(mut old: Arc<Snapshot>) {
-    let deadline = Instant::now() + RETIRE_WAIT;
-    while Instant::now() < deadline {
+/// Frees a replaced snapshot once the searches still reading it are done (waiting at most
+/// [`RETIRE_WAIT`]), on a blocking thread: a whole inventory's worth of frees would otherwise
+/// fall to the last search, on an async worker.
+async fn retire(mut old: Arc<Snapshot>) {
+    let deadline = tokio::time::Instant::now() + RETIRE_WAIT;
+    loop {
         match Arc::try_unwrap(old) {
             Ok(snapshot) => {
-                drop(snapshot);
+                drop(tokio::task::spawn_blocking(move || drop(snapshot)));
                 return;
             }
-            Err(shared) => old = shared,
+            Err(shared) if tokio::time::Instant::now() < deadline => old = shared,
+            // Still read after all that: the last reader frees it.
+            Err(_) => return,
         }
-        std::thread::sleep(Duration::from_millis(1));
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
@@ -939,8 +942,9 @@ mod tests {
             };
             // Uneven work, so that threads finish out of order.
             let work = |batch: Vec<u32>| {
-                if batch[0] % 3 == 0 {
-                    std::thread::sleep(Duration::from_millis(1));
+                if batch[0].is_multiple_of(3) {
+                    let spin = (0..200_000u64).fold(0u64, |a, x| a.wrapping_add(x * x));
+                    std::hint::black_box(spin);
                 }
                 batch.into_iter().map(|x| x * 2).collect()
             };

@@ -1,22 +1,26 @@
 //! Feed-mode inventory: AAP `inventory.search` and `inventory.facets` answered in the gateway.
 //!
 //! Some dealer systems can only dump their whole inventory as a feed. In `mode: feed` the
-//! mapping fetches it, turns every record into an AAP `Vehicle`, wraps each in a [`Listing`] and
-//! builds one immutable [`Inventory`] per refresh; every search and facets call then runs here,
-//! in memory, without I/O. Proxy-mode skills reuse the same semantics on a page an upstream
-//! returned through [`matches`] / [`Filters`] (which apply the status rule too).
+//! mapping fetches it, turns every record into an AAP `Vehicle` and adds each to an
+//! [`InventoryBuilder`], which builds one immutable [`Inventory`] per refresh; every search and
+//! facets call then runs here, in memory, without I/O. Proxy-mode skills reuse the same
+//! semantics on a page an upstream returned through [`matches`] / [`Filters`] (which apply the
+//! status rule too), and complete searches through [`Inventory::new`] over [`Listing`]s.
 //!
 //! # Cost model
 //!
-//! [`Listing::new`] pre-computes everything a search reads (trimmed lower-case text, parsed
-//! numbers, the effective `vehicle_type`, the `updated_at` instant, the free-text haystack).
-//! [`Inventory::new`] drops listings that may never be served, pre-sorts the rest once for every
-//! sort field and order (19 index lists), interns every term value into per-field id columns
-//! and lays numbers out as dense columns. A search then tests the filters column by column into
-//! one match bitmap (list filters are id look-ups, ranges two float comparisons; listing
-//! strings are read only for `vin`, `stock` and `query`), counts it, and walks the pre-sorted
-//! list only until the page is full: no sorting, no per-listing allocation, vehicle JSON
-//! shared by `Arc`. Facets count the same bitmap over the id columns.
+//! For each vehicle the builder computes what a search reads (trimmed lower-case text, parsed
+//! numbers, the effective `vehicle_type`, the `updated_at` instant, the free-text haystack, all
+//! strings in one buffer), drops listings that may never be served, and files the rest into
+//! columns at once: term values interned into per-field id columns, numbers into dense columns,
+//! VIN / stock / haystack into one string buffer per column. No per-listing key survives the
+//! build. [`InventoryBuilder::finish`] pre-sorts once for every sort field and order (19 `u32`
+//! index lists, sorted on integer keys after one tie-break ranking). A search then tests the
+//! filters column by column into one match bitmap (list filters are id look-ups, ranges two
+//! float comparisons; listing strings are read only for `vin`, `stock` and `query`), counts it,
+//! and walks the pre-sorted list only until the page is full: no sorting, no per-listing
+//! allocation. Vehicles are kept shared (`Arc<Value>`, proxy pages) or packed (feeds, see
+//! [`Packed`]) and unpacked only for the page. Facets count the same bitmap over the id columns.
 //!
 //! # Semantics (docs/protocol.md §Search semantics)
 //!
