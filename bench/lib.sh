@@ -166,6 +166,18 @@ cpu_ticks() {
     awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0
 }
 
+now_ms() {
+    # → the wall clock, Unix milliseconds (bash 5's EPOCHREALTIME: no process started)
+    local t=${EPOCHREALTIME/[.,]/}
+    echo $(( t / 1000 ))
+}
+
+log_ms() {
+    # log_ms → for each JSON log line on stdin, its "timestamp" in Unix milliseconds
+    jq -r '.timestamp | (sub("\\.[0-9]+Z$"; "Z") | fromdateiso8601) * 1000
+        + ((capture("\\.(?<f>[0-9]+)Z$").f // "0") + "000" | .[0:3] | tonumber)'
+}
+
 # --- the demo gateway ------------------------------------------------------------------------
 # `aap-gateway demo` on free loopback ports (a script may append e.g. --config).
 DEMO_ARGS=(demo --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0)

@@ -64,6 +64,7 @@ fn search_mapping(dms_url: &str) -> Arc<Mapped> {
         dealer_name: "Demo Toyota",
         metrics: &metrics,
         previous: None,
+        cache: &aap_gateway::mapping::load::LoadCache::default(),
     };
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("mappings/demo-toyota");
     let mut loaded = load_folder(&dir, &ctx).unwrap_or_else(|problems| {

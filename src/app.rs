@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::auth::Authenticator;
 use crate::idempotency::Idempotency;
 use crate::mapping::feed::Feed;
-use crate::mapping::load::{Carried, LoadContext, load_folder};
+use crate::mapping::load::{Carried, LoadCache, LoadContext, load_folder};
 use crate::mapping::{Example, Handler};
 use crate::protocol::Caller;
 use crate::protocol::agent_card::{AgentCard, CardInput};
@@ -125,6 +125,7 @@ impl App {
         let loaded_at = SystemTime::now();
         let mut problems = Vec::new();
         let mut dealers = Vec::with_capacity(settings.dealers.len());
+        let cache = LoadCache::default();
         for dealer in &settings.dealers {
             let previous = old
                 .and_then(|o| o.dealers.iter().find(|d| d.id() == dealer.id))
@@ -135,6 +136,7 @@ impl App {
                 vars,
                 metrics: &metrics,
                 previous,
+                cache: &cache,
             };
             match build_dealer(&settings, &schemas, dealer, &env) {
                 Ok(d) => dealers.push(d),
@@ -280,6 +282,8 @@ struct Env<'a> {
     metrics: &'a Arc<Metrics>,
     /// The dealer's state in the configuration being replaced, on a reload.
     previous: Option<&'a Carried>,
+    /// What the dealers of this build share.
+    cache: &'a LoadCache,
 }
 
 fn build_dealer(
@@ -305,6 +309,7 @@ fn build_dealer(
             dealer_name: &dealer.card.name,
             metrics: env.metrics,
             previous: env.previous,
+            cache: env.cache,
         };
         match load_folder(dir, &ctx) {
             Ok(m) => {

@@ -147,7 +147,10 @@ enum Command {
 
 /// The gateway allocates many small, short-lived values per request (JSON trees, jq values);
 /// mimalloc handles that pattern markedly faster than the system allocator (the 20-vehicle
-/// extraction bench: 4.2 ms → 2.9 ms).
+/// extraction bench: 4.2 ms → 2.9 ms). Built without transparent huge pages (`no_thp`):
+/// with them, every region mimalloc gives back and takes again is faulted in as a fresh 2 MiB
+/// page the kernel zeroes, which made half of a large feed load page clearing (bench/README.md,
+/// "Feed mode at scale").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -448,6 +448,7 @@ fn load(dir: &str, dealer_id: &str) -> aap_gateway::mapping::load::DealerMapping
         dealer_name: "Demo",
         metrics: &metrics,
         previous: None,
+        cache: &aap_gateway::mapping::load::LoadCache::default(),
     };
     load_folder(&repo(dir), &ctx).unwrap_or_else(|problems| {
         let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();

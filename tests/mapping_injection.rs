@@ -27,7 +27,7 @@ use std::sync::{Arc, LazyLock};
 
 use aap_gateway::mapping::Handler;
 use aap_gateway::mapping::execute::{Canned, Mapped, Transport};
-use aap_gateway::mapping::load::{LoadContext, load_folder};
+use aap_gateway::mapping::load::{LoadCache, LoadContext, load_folder};
 use aap_gateway::mapping::request::Rendered;
 use aap_gateway::protocol::Skill;
 use aap_gateway::schema::Schemas;
@@ -59,6 +59,7 @@ static LOADED: LazyLock<Loaded> =
             dealer_name: "Demo Toyota",
             metrics: &metrics,
             previous: None,
+            cache: &LoadCache::default(),
         };
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let dir = root.join("mappings/demo-toyota");

@@ -1603,3 +1603,125 @@ async fn smtp_logs_carry_no_mail_content() {
         assert!(!text.contains(secret), "{secret} leaked: {text}");
     }
 }
+
+/// Reads a streamed body to its end (or its first error).
+async fn read_stream(
+    stream: &mut aap_gateway::upstream::BodyStream<'_>,
+) -> Result<Vec<u8>, UpstreamError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = stream.chunk().await? {
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+#[tokio::test]
+async fn a_streamed_reply_hands_over_the_body_as_it_arrives_and_holds_its_slot() {
+    let server = TestServer::start(|_| async {
+        Response::new(ChunkBody {
+            chunks: ["VIN,Price\r\n", "A1,\"$1\"\r\n", "B2,\"$2\"\r\n"]
+                .map(|s: &'static str| Bytes::from_static(s.as_bytes()))
+                .into(),
+            exact: false,
+            stall: false,
+        })
+    })
+    .await;
+    let up = upstream(&server.url(), json!({ "max_concurrency": 1 }));
+    let (response, stream) = up
+        .call_streaming(UpstreamRequest::get("/feed.csv"))
+        .await
+        .expect("reply");
+    assert_eq!(response.status, StatusCode::OK);
+    assert!(response.body.is_empty(), "the body is the stream's");
+    let mut stream = stream.expect("a 2xx streams");
+    // The one slot is the stream's until it is dropped.
+    let second = up.call(UpstreamRequest::get("/feed.csv"));
+    let waited = tokio::time::timeout(Duration::from_millis(200), second).await;
+    assert!(waited.is_err(), "a second call waits for the slot");
+    let body = read_stream(&mut stream).await.expect("body");
+    assert_eq!(body, b"VIN,Price\r\nA1,\"$1\"\r\nB2,\"$2\"\r\n");
+    drop(stream);
+    up.call(UpstreamRequest::get("/feed.csv"))
+        .await
+        .expect("the slot is free again");
+}
+
+#[tokio::test]
+async fn a_streamed_body_is_bounded_by_max_response_bytes_and_the_request_timeout() {
+    let huge = TestServer::start(|_| async {
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        Response::new(ChunkBody {
+            chunks: std::iter::repeat_n(chunk, 32).collect(), // 2 MiB, no Content-Length
+            exact: false,
+            stall: false,
+        })
+    })
+    .await;
+    let up = upstream(&huge.url(), json!({ "max_response_bytes": MIB }));
+    let (_, stream) = up
+        .call_streaming(UpstreamRequest::get("/x"))
+        .await
+        .expect("headers");
+    let error = read_stream(&mut stream.expect("streams"))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, UpstreamError::TooLarge { .. }), "{error:?}");
+
+    let stalled = TestServer::start(|_| async {
+        Response::new(ChunkBody {
+            chunks: VecDeque::from([Bytes::from_static(b"VIN\r\n")]),
+            exact: false,
+            stall: true,
+        })
+    })
+    .await;
+    let up = upstream(
+        &stalled.url(),
+        json!({ "timeouts": { "request": "300ms" }, "retries": { "attempts": 1 } }),
+    );
+    let started = Instant::now();
+    let (_, stream) = up
+        .call_streaming(UpstreamRequest::get("/x"))
+        .await
+        .expect("headers");
+    let error = read_stream(&mut stream.expect("streams"))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, UpstreamError::Timeout { .. }), "{error:?}");
+    assert!(started.elapsed() < Duration::from_millis(800));
+}
+
+#[tokio::test]
+async fn a_streamed_call_retries_a_503_and_reads_an_error_reply_whole() {
+    let server = TestServer::start(|seen| async move {
+        match seen.index {
+            0 => reply(503, "busy"),
+            1 => reply(200, "VIN\r\nA1\r\n"),
+            _ => reply(404, "no such feed"),
+        }
+    })
+    .await;
+    let up = upstream(
+        &server.url(),
+        json!({ "retries": { "attempts": 2, "backoff": "10ms" } }),
+    );
+    let (response, stream) = up
+        .call_streaming(UpstreamRequest::get("/x"))
+        .await
+        .expect("reply");
+    assert_eq!(response.status, StatusCode::OK);
+    assert_eq!(
+        read_stream(&mut stream.expect("streams"))
+            .await
+            .expect("body"),
+        b"VIN\r\nA1\r\n"
+    );
+    let (response, stream) = up
+        .call_streaming(UpstreamRequest::get("/x"))
+        .await
+        .expect("reply");
+    assert_eq!(response.status, StatusCode::NOT_FOUND);
+    assert_eq!(response.body, Bytes::from_static(b"no such feed"));
+    assert!(stream.is_none(), "only a 2xx streams");
+}

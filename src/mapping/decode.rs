@@ -13,7 +13,7 @@
 //! UTF-8 (RFC 8259).
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use encoding_rs::{Encoding, UTF_8, UTF_16BE, UTF_16LE};
@@ -265,35 +265,208 @@ fn xml_declared_encoding(body: &[u8]) -> Option<&[u8]> {
 
 // === CSV ===
 
-fn decode_csv(body: &[u8], charset: Charset) -> Result<Value, String> {
-    // `what` counts records (a quoted field may span lines): the header row is 1.
-    let unreadable = |what: String, e: csv::Error| match e.kind() {
+/// A CSV document in UTF-8 (transcoded once if its charset is another), ready to be read row by
+/// row ([`CsvText::rows`]) without ever being held as one value: a feed of 50,000 rows as one
+/// `Value` takes about ten times its size. The rows are the objects [`Format::decode_with`]
+/// gives for `Format::Csv`, with the same charset rules and the same errors.
+#[derive(Debug)]
+pub struct CsvText<'b> {
+    text: Cow<'b, [u8]>,
+    charset: Charset,
+}
+
+impl<'b> CsvText<'b> {
+    /// Chooses the charset as the module doc says and makes the body UTF-8.
+    pub fn new(body: &'b [u8], declared: Declared<'_>) -> Result<CsvText<'b>, String> {
+        let (text, charset) = to_utf8(body, false, declared)?;
+        Ok(CsvText { text, charset })
+    }
+
+    /// Reads the header row; the data rows follow through [`CsvRows::next_into`].
+    pub fn rows(&self) -> Result<CsvRows<&[u8]>, String> {
+        CsvRows::new(&*self.text, self.charset)
+    }
+}
+
+/// The CSV document `source` yields, read as it arrives: the same rows and errors as
+/// [`CsvText`] gives for the whole body, without holding it. The charset is chosen as the module
+/// doc says from `declared` and the first bytes (a byte order mark); a document in another
+/// charset than UTF-8 is read whole and transcoded first, as [`CsvText`] does.
+pub fn csv_stream<R>(
+    source: R,
+    declared: Declared<'_>,
+) -> Result<CsvRows<Box<dyn std::io::Read + Send>>, String>
+where
+    R: std::io::Read + Send + 'static,
+{
+    use std::io::{BufRead, BufReader, Read};
+    let mut source = BufReader::with_capacity(64 * 1024, source);
+    // Enough of the start to see a byte order mark (the longest is UTF-8's three bytes).
+    let mut head = Vec::new();
+    while head.len() < UTF8_BOM.len() {
+        let available = source
+            .fill_buf()
+            .map_err(|e| format!("body unreadable ({e})"))?;
+        if available.is_empty() {
+            break;
+        }
+        let take = available.len().min(UTF8_BOM.len() - head.len());
+        head.extend_from_slice(&available[..take]);
+        source.consume(take);
+    }
+    let charset = choose(&head, false, declared)?;
+    if charset.encoding != UTF_8 {
+        let mut body = head;
+        source
+            .read_to_end(&mut body)
+            .map_err(|e| format!("body unreadable ({e})"))?;
+        let text = CsvText::new(&body, declared)?;
+        let owned = text.text.into_owned();
+        return CsvRows::new(Box::new(std::io::Cursor::new(owned)), text.charset);
+    }
+    let start = head.strip_prefix(UTF8_BOM).unwrap_or(&head).to_vec();
+    CsvRows::new(Box::new(std::io::Cursor::new(start).chain(source)), charset)
+}
+
+impl<R: std::io::Read> CsvRows<R> {
+    fn new(source: R, charset: Charset) -> Result<CsvRows<R>, String> {
+        let mut reader = csv::ReaderBuilder::new()
+            .flexible(true)
+            .trim(csv::Trim::All)
+            .from_reader(source);
+        let headers = reader
+            .headers()
+            .map_err(|e| unreadable(charset, "CSV header row".to_owned(), e))?;
+        let mut columns: Vec<(String, Vec<usize>)> = Vec::new();
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, name) in headers.iter().enumerate() {
+            match seen.get(name).and_then(|&at| columns.get_mut(at)) {
+                Some((_, at)) => at.push(i),
+                None => {
+                    seen.insert(name, columns.len());
+                    columns.push((name.to_owned(), vec![i]));
+                }
+            }
+        }
+        drop(seen);
+        Ok(CsvRows {
+            reader,
+            columns: CsvColumns(columns),
+            charset,
+            read: 0,
+        })
+    }
+}
+
+/// The rows of a CSV document, one at a time.
+pub struct CsvRows<R> {
+    reader: csv::Reader<R>,
+    columns: CsvColumns,
+    charset: Charset,
+    /// Data rows read so far.
+    read: usize,
+}
+
+impl<R> std::fmt::Debug for CsvRows<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CsvRows")
+            .field("read", &self.read)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: std::io::Read> CsvRows<R> {
+    /// The header: what turns a record into its row object ([`CsvColumns::row`]).
+    pub fn columns(&self) -> &CsvColumns {
+        &self.columns
+    }
+
+    /// Reads the next record into `record` (a buffer reused across rows); `false` at the end.
+    pub fn next_into(&mut self, record: &mut csv::StringRecord) -> Result<bool, String> {
+        // Records are counted as the error names them (a quoted field may span lines): the
+        // header row is 1.
+        let number = self.read + 2;
+        let more = self
+            .reader
+            .read_record(record)
+            .map_err(|e| unreadable(self.charset, format!("CSV row {number}"), e))?;
+        self.read += usize::from(more);
+        Ok(more)
+    }
+}
+
+fn unreadable(charset: Charset, what: String, e: csv::Error) -> String {
+    match e.kind() {
         csv::ErrorKind::Utf8 { .. } => format!(
             "{what} is not valid UTF-8 ({charset}); if the export is Latin-1 or from Excel, set \
              `charset: windows-1252` in the mapping"
         ),
         _ => format!("{what} unreadable ({e})"),
-    };
-    let mut reader = csv::ReaderBuilder::new()
-        .flexible(true)
-        .trim(csv::Trim::All)
-        .from_reader(body);
-    let headers: Vec<String> = reader
-        .headers()
-        .map_err(|e| unreadable("CSV header row".to_owned(), e))?
-        .iter()
-        .map(str::to_owned)
-        .collect();
-    let mut rows = Vec::new();
-    for (i, record) in reader.records().enumerate() {
-        let record = record.map_err(|e| unreadable(format!("CSV row {}", i + 2), e))?;
-        let mut row = Map::with_capacity(headers.len());
-        for (name, value) in headers.iter().zip(record.iter()) {
-            row.insert(name.clone(), Value::String(value.to_owned()));
-        }
-        rows.push(Value::Object(row));
     }
-    Ok(Value::Array(rows))
+}
+
+/// A CSV header: the object keys and the columns each one reads.
+#[derive(Debug, Clone)]
+pub struct CsvColumns(Vec<(String, Vec<usize>)>);
+
+impl CsvColumns {
+    /// `record` as the object it stands for.
+    pub fn row<'a>(&'a self, record: &'a csv::StringRecord) -> CsvRow<'a> {
+        CsvRow {
+            columns: self,
+            record,
+        }
+    }
+}
+
+/// One CSV row as the object it stands for: header name → the row's (trimmed) field.
+#[derive(Debug)]
+pub struct CsvRow<'a> {
+    columns: &'a CsvColumns,
+    record: &'a csv::StringRecord,
+}
+
+impl CsvRow<'_> {
+    /// The object's entries in order. A header name that repeats keeps the place of its first
+    /// column and the field of its last column the row reaches (as inserting the row's fields
+    /// one by one into an object would); a short row lacks the names of its missing columns.
+    pub fn fields(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.columns.0.iter().filter_map(|(name, at)| {
+            let last = at.iter().rev().find_map(|&i| self.record.get(i))?;
+            Some((name.as_str(), last))
+        })
+    }
+
+    /// Appends the row as a JSON object to `out`.
+    pub fn write_json(&self, out: &mut Vec<u8>) -> Result<(), String> {
+        serde_json::to_writer(out, self).map_err(|e| format!("CSV row as JSON: {e}"))
+    }
+}
+
+impl serde::Serialize for CsvRow<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.fields())
+    }
+}
+
+fn decode_csv(body: &[u8], charset: Charset) -> Result<Value, String> {
+    let text = CsvText {
+        text: Cow::Borrowed(body),
+        charset,
+    };
+    let mut rows = text.rows()?;
+    let mut record = csv::StringRecord::new();
+    let mut out = Vec::new();
+    while rows.next_into(&mut record)? {
+        let object: Map<String, Value> = rows
+            .columns()
+            .row(&record)
+            .fields()
+            .map(|(name, field)| (name.to_owned(), Value::String(field.to_owned())))
+            .collect();
+        out.push(Value::Object(object));
+    }
+    Ok(Value::Array(out))
 }
 
 // === XML ===
@@ -521,6 +694,97 @@ mod tests {
             v,
             json!([{"VIN": "A1", "Price": "$24,990", "Model": "Civic"}, {"VIN": "B2", "Price": "", "Model": "Accord"}])
         );
+    }
+
+    /// Every row `CsvText::rows` reads, as the JSON the feed maps.
+    fn rows_one_by_one(body: &[u8]) -> Result<Value, String> {
+        let text = CsvText::new(body, Declared::default())?;
+        let mut rows = text.rows()?;
+        let mut record = csv::StringRecord::new();
+        let mut out = Vec::new();
+        while rows.next_into(&mut record)? {
+            let mut json = Vec::new();
+            rows.columns().row(&record).write_json(&mut json)?;
+            out.push(serde_json::from_slice(&json).map_err(|e| e.to_string())?);
+        }
+        Ok(Value::Array(out))
+    }
+
+    #[test]
+    fn csv_rows_read_one_by_one_are_the_rows_of_the_decoded_document() {
+        // A repeated header keeps its first place and its last field the row reaches; a short
+        // row lacks its missing columns; a long row's extra fields are dropped.
+        let body =
+            "\u{FEFF}A,B,A,C\r\n1,2,3,4\r\n5,6\r\n7\r\n8,9,10,11,12\r\n\"x, \"\"y\"\"\",,,\r\n";
+        let whole = Format::Csv.decode(body.as_bytes()).unwrap();
+        assert_eq!(
+            whole,
+            json!([{"A": "3", "B": "2", "C": "4"}, {"A": "5", "B": "6"}, {"A": "7"},
+                   {"A": "10", "B": "9", "C": "11"}, {"A": "", "B": "", "C": ""}])
+        );
+        assert_eq!(rows_one_by_one(body.as_bytes()).unwrap(), whole);
+        let quoted = "Name\r\n\"x, \"\"y\"\"\"\r\n";
+        assert_eq!(
+            rows_one_by_one(quoted.as_bytes()).unwrap(),
+            json!([{"Name": "x, \"y\""}])
+        );
+    }
+
+    /// A source that hands out one byte per read, as the worst network would.
+    struct Trickle(std::io::Cursor<Vec<u8>>);
+
+    impl std::io::Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(1);
+            self.0.read(&mut buf[..n])
+        }
+    }
+
+    fn streamed(body: &[u8], declared: Declared<'_>) -> Result<Value, String> {
+        let mut rows = csv_stream(Trickle(std::io::Cursor::new(body.to_vec())), declared)?;
+        let mut record = csv::StringRecord::new();
+        let mut out = Vec::new();
+        while rows.next_into(&mut record)? {
+            let mut json = Vec::new();
+            rows.columns().row(&record).write_json(&mut json)?;
+            out.push(serde_json::from_slice(&json).map_err(|e| e.to_string())?);
+        }
+        Ok(Value::Array(out))
+    }
+
+    #[test]
+    fn a_csv_read_as_it_arrives_gives_the_rows_and_errors_of_the_whole_body() {
+        let utf8 = "\u{FEFF}VIN,Model\r\nA1,Civic \r\nB2,\"CR-V, \"\"Hybrid\"\"\"\r\n".as_bytes();
+        let latin1 = b"VIN,Color\r\nA1,Cr\xe8me\r\n";
+        let cases = [
+            (utf8, Declared::default()),
+            (latin1, mapping("windows-1252", None)),
+            (latin1, content_type("text/csv; charset=iso-8859-1")),
+            (b"A,B\n1,2\n\xff,3\n", Declared::default()),
+            (b"", Declared::default()),
+        ];
+        for (body, declared) in cases {
+            assert_eq!(
+                streamed(body, declared),
+                Format::Csv.decode_with(body, declared),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        assert_eq!(
+            streamed(latin1, mapping("windows-1252", None)).unwrap(),
+            json!([{ "VIN": "A1", "Color": "Cr\u{e8}me" }])
+        );
+    }
+
+    #[test]
+    fn csv_rows_read_one_by_one_fail_as_the_whole_document_does() {
+        for body in [&b"A,B\n1,2\n\xff,3\n"[..], b"\xff,B\n1,2\n"] {
+            let whole = Format::Csv.decode(body).unwrap_err();
+            assert_eq!(rows_one_by_one(body).unwrap_err(), whole);
+        }
+        let whole = Format::Csv.decode(b"A,B\n1,2\n\xff,3\n").unwrap_err();
+        assert!(whole.starts_with("CSV row 3 is not valid UTF-8"), "{whole}");
     }
 
     #[test]

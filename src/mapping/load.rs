@@ -33,7 +33,7 @@ use crate::error::AapCode;
 use crate::protocol::Skill;
 use crate::schema::Schemas;
 use crate::settings::yaml::{self, Origin, Problem, SourceMap};
-use crate::upstream::{Endpoint, FileUpstream, Mailer, Upstream};
+use crate::upstream::{Endpoint, FileUpstream, HttpClients, Mailer, Upstream};
 
 /// What the loader needs besides the folder.
 pub struct LoadContext<'a> {
@@ -47,6 +47,90 @@ pub struct LoadContext<'a> {
     pub metrics: &'a Arc<crate::telemetry::metrics::Metrics>,
     /// The dealer's running state before a reload, if any: what did not change is taken over.
     pub previous: Option<&'a Carried>,
+    /// What this load's dealers share (one per configuration load).
+    pub cache: &'a LoadCache,
+}
+
+/// What the dealers of one configuration load build once and share: compiled jq programs (by
+/// their text) and HTTP clients (by their settings, see [`HttpClients`]). A dealer group whose
+/// dealers have copies of one mapping compiles it once, not once per dealer. Everything cached
+/// is immutable once built; what is each dealer's own (its `$dealer`, tables, upstream
+/// breakers and slots, metrics, feed cache) is not cached.
+#[derive(Debug, Default)]
+pub struct LoadCache {
+    jq: std::sync::Mutex<HashMap<String, Jq>>,
+    /// Programs compiled through this cache (each text once).
+    compiled: std::sync::atomic::AtomicUsize,
+    /// Request templates by their names, sources and output contexts.
+    #[allow(clippy::type_complexity)]
+    templates: std::sync::Mutex<HashMap<Vec<(String, String, Context)>, Arc<Templates>>>,
+    clients: HttpClients,
+}
+
+impl LoadCache {
+    /// `code` compiled, once per load.
+    fn jq(&self, code: &str) -> Result<Jq, super::extract::JqCompileError> {
+        if let Some(jq) = self.jq.lock().ok().and_then(|c| c.get(code).cloned()) {
+            return Ok(jq);
+        }
+        self.compiled
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let jq = Jq::compile(code)?;
+        if let Ok(mut compiled) = self.jq.lock() {
+            compiled.insert(code.to_owned(), jq.clone());
+        }
+        Ok(jq)
+    }
+
+    /// One request's templates (`(name, pointer, source, context)` each) compiled together,
+    /// once per load for the same names, sources and contexts; `Err`: every one that does not
+    /// compile, with its pointer.
+    #[allow(clippy::type_complexity)]
+    fn templates(
+        &self,
+        pending: &[(String, String, String, Context)],
+    ) -> Result<Arc<Templates>, Vec<(String, super::template::TemplateError)>> {
+        let key: Vec<(String, String, Context)> = pending
+            .iter()
+            .map(|(name, _, source, context)| (name.clone(), source.clone(), *context))
+            .collect();
+        if let Some(templates) = self
+            .templates
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&key).cloned())
+        {
+            return Ok(templates);
+        }
+        let mut templates = Templates::new();
+        let errors: Vec<_> = pending
+            .iter()
+            .filter_map(|(name, at, source, context)| {
+                templates
+                    .add(name, source, *context)
+                    .err()
+                    .map(|e| (at.clone(), e))
+            })
+            .collect();
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let templates = Arc::new(templates);
+        if let Ok(mut compiled) = self.templates.lock() {
+            compiled.insert(key, Arc::clone(&templates));
+        }
+        Ok(templates)
+    }
+
+    /// jq programs compiled so far.
+    pub fn programs(&self) -> usize {
+        self.compiled.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// HTTP clients built so far.
+    pub fn clients(&self) -> usize {
+        self.clients.len()
+    }
 }
 
 /// What a reload takes over from a dealer's running configuration: every upstream whose
@@ -252,7 +336,7 @@ impl Loader<'_> {
         };
         if let (Some(defs), Some(src)) = (&common.jq_defs, &common_src) {
             // Compile the definitions alone once, so their errors point into common.yaml.
-            if let Err(e) = Jq::compile(&format!("{defs}\n.")) {
+            if let Err(e) = self.ctx.cache.jq(&format!("{defs}\n.")) {
                 self.problems.push(src.inner(
                     "/jq_defs",
                     e.line,
@@ -416,7 +500,7 @@ impl Loader<'_> {
                 }
             }
             let meter = Meter::new(self.ctx.metrics, self.ctx.dealer_id, &name);
-            match crate::upstream::build(&name, file) {
+            match crate::upstream::build_sharing(&name, file, &self.ctx.cache.clients) {
                 Ok(endpoint) => {
                     let target = match endpoint {
                         Endpoint::Http(u) => {
@@ -493,7 +577,7 @@ impl Loader<'_> {
             Some(defs) => (format!("{defs}\n{code}"), defs.lines().count()),
             None => (code.to_owned(), 0),
         };
-        match Jq::compile(&program) {
+        match self.ctx.cache.jq(&program) {
             Ok(jq) => Some(jq),
             Err(e) if e.line > offset => {
                 self.problems.push(src.inner(
@@ -552,19 +636,11 @@ impl Loader<'_> {
             ));
             ok = false;
         }
-        let mut templates = Templates::new();
-        let mut add = |this: &mut Self, name: &str, at: &str, source: &str, context: Context| {
-            if let Err(e) = templates.add(name, source, context) {
-                this.problems.push(src.inner(
-                    at,
-                    e.line.unwrap_or(1),
-                    1,
-                    format!("template: {}", e.message),
-                ));
-                false
-            } else {
-                true
-            }
+        // The templates are compiled together below, once per load for identical ones.
+        let mut pending: Vec<(String, String, String, Context)> = Vec::new();
+        let mut add = |_: &mut Self, name: &str, at: &str, source: &str, context: Context| {
+            pending.push((name.to_owned(), at.to_owned(), source.to_owned(), context));
+            true
         };
         ok &= add(
             self,
@@ -679,6 +755,21 @@ impl Loader<'_> {
                 (Some(context), Some(ct))
             }
         };
+        let templates = match self.ctx.cache.templates(&pending) {
+            Ok(templates) => Some(templates),
+            Err(errors) => {
+                for (at, e) in errors {
+                    self.problems.push(src.inner(
+                        &at,
+                        e.line.unwrap_or(1),
+                        1,
+                        format!("template: {}", e.message),
+                    ));
+                }
+                ok = false;
+                None
+            }
+        };
         let pagination = match &file.pagination {
             None => None,
             Some(p) => {
@@ -756,9 +847,10 @@ impl Loader<'_> {
                 pagination
             }
         };
-        ok.then_some(RequestSpec {
+        ok.then_some(())?;
+        Some(RequestSpec {
             method,
-            templates,
+            templates: templates?,
             query,
             headers,
             body,
@@ -804,6 +896,9 @@ impl Loader<'_> {
             )
             .map(Some);
         let item = self.jq(&src, "/item", &file.item, common);
+        // A CSV document's rows are its records unless `items` says otherwise: they are then
+        // read and mapped one at a time, never held as one document.
+        let csv_rows = file.items.is_none() && matches!(format, Some(Format::Csv));
         let refresh = self.duration(&src, "/refresh", &file.refresh);
         let max_stale = self.duration(&src, "/max_stale", &file.max_stale);
         if let (Some(r), Some(m)) = (refresh, max_stale)
@@ -837,6 +932,7 @@ impl Loader<'_> {
             format?,
             charset?,
             items?,
+            csv_rows,
             item?,
             refresh?,
             max_stale?,
@@ -1730,5 +1826,48 @@ mod tests {
             matches!(status_match(&json!([404, 410])), Some(StatusMatch::Codes(c)) if c == vec![404, 410])
         );
         assert!(status_match(&json!("oops")).is_none());
+    }
+
+    #[test]
+    fn dealers_with_copies_of_one_mapping_compile_it_once() {
+        let schemas = Schemas::load().expect("schemas");
+        let metrics = crate::telemetry::metrics::Metrics::new();
+        let cache = LoadCache::default();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let copy = tempfile::tempdir().expect("temp dir");
+        for entry in std::fs::read_dir(root.join("mappings/demo-toyota")).expect("demo-toyota") {
+            let path = entry.expect("entry").path();
+            if path.is_file() {
+                let name = path.file_name().expect("file name");
+                std::fs::copy(&path, copy.path().join(name)).expect("copy");
+            }
+        }
+        let load = |dealer_id: &str, dir: &Path| {
+            let ctx = LoadContext {
+                schemas: &schemas,
+                vars: &|_| None,
+                dealer_id,
+                dealer_name: dealer_id,
+                metrics: &metrics,
+                previous: None,
+                cache: &cache,
+            };
+            load_folder(dir, &ctx).expect("loads")
+        };
+        let first = load("toyota_a", &root.join("mappings/demo-toyota"));
+        let (programs, clients) = (cache.programs(), cache.clients());
+        assert!(programs > 0 && clients > 0);
+        let second = load("toyota_b", copy.path());
+        assert_eq!(cache.programs(), programs, "no program compiled again");
+        assert_eq!(cache.clients(), clients, "no HTTP client built again");
+        // Each dealer still has its own `$dealer` and upstreams.
+        let mapped = |m: &DealerMappings| match m.handlers.get(&Skill::InventorySearch) {
+            Some(Handler::Proxy(mapped)) => Arc::clone(mapped),
+            _ => panic!("a proxied search"),
+        };
+        let (a, b) = (mapped(&first), mapped(&second));
+        assert!(Arc::ptr_eq(&a.request.templates, &b.request.templates));
+        assert_ne!(a.shared.dealer_jq, b.shared.dealer_jq);
+        assert!(!Arc::ptr_eq(&a.upstream, &b.upstream));
     }
 }

@@ -14,6 +14,7 @@ pub mod feed;
 pub mod file;
 pub mod lead;
 pub mod load;
+pub mod packed;
 pub mod request;
 pub mod search;
 pub mod template;

@@ -106,7 +106,8 @@ impl Rendered {
 #[derive(Debug)]
 pub struct RequestSpec {
     pub method: Method,
-    pub templates: Templates,
+    /// Shared by the identical requests of one load (`load::LoadCache`).
+    pub templates: std::sync::Arc<Templates>,
     pub query: Vec<String>,
     pub headers: Vec<HeaderName>,
     pub body: Option<Context>,

@@ -1,22 +1,26 @@
 //! Feed-mode inventory: AAP `inventory.search` and `inventory.facets` answered in the gateway.
 //!
 //! Some dealer systems can only dump their whole inventory as a feed. In `mode: feed` the
-//! mapping fetches it, turns every record into an AAP `Vehicle`, wraps each in a [`Listing`] and
-//! builds one immutable [`Inventory`] per refresh; every search and facets call then runs here,
-//! in memory, without I/O. Proxy-mode skills reuse the same semantics on a page an upstream
-//! returned through [`matches`] / [`Filters`] (which apply the status rule too).
+//! mapping fetches it, turns every record into an AAP `Vehicle` and adds each to an
+//! [`InventoryBuilder`], which builds one immutable [`Inventory`] per refresh; every search and
+//! facets call then runs here, in memory, without I/O. Proxy-mode skills reuse the same
+//! semantics on a page an upstream returned through [`matches`] / [`Filters`] (which apply the
+//! status rule too), and complete searches through [`Inventory::new`] over [`Listing`]s.
 //!
 //! # Cost model
 //!
-//! [`Listing::new`] pre-computes everything a search reads (trimmed lower-case text, parsed
-//! numbers, the effective `vehicle_type`, the `updated_at` instant, the free-text haystack).
-//! [`Inventory::new`] drops listings that may never be served, pre-sorts the rest once for every
-//! sort field and order (19 index lists), interns every term value into per-field id columns
-//! and lays numbers out as dense columns. A search then tests the filters column by column into
-//! one match bitmap (list filters are id look-ups, ranges two float comparisons; listing
-//! strings are read only for `vin`, `stock` and `query`), counts it, and walks the pre-sorted
-//! list only until the page is full: no sorting, no per-listing allocation, vehicle JSON
-//! shared by `Arc`. Facets count the same bitmap over the id columns.
+//! For each vehicle the builder computes what a search reads (trimmed lower-case text, parsed
+//! numbers, the effective `vehicle_type`, the `updated_at` instant, the free-text haystack, all
+//! strings in one buffer), drops listings that may never be served, and files the rest into
+//! columns at once: term values interned into per-field id columns, numbers into dense columns,
+//! VIN / stock / haystack into one string buffer per column. No per-listing key survives the
+//! build. [`InventoryBuilder::finish`] pre-sorts once for every sort field and order (19 `u32`
+//! index lists, sorted on integer keys after one tie-break ranking). A search then tests the
+//! filters column by column into one match bitmap (list filters are id look-ups, ranges two
+//! float comparisons; listing strings are read only for `vin`, `stock` and `query`), counts it,
+//! and walks the pre-sorted list only until the page is full: no sorting, no per-listing
+//! allocation. Vehicles are kept shared (`Arc<Value>`, proxy pages) or packed (feeds, see
+//! [`Packed`]) and unpacked only for the page. Facets count the same bitmap over the id columns.
 //!
 //! # Semantics (docs/protocol.md §Search semantics)
 //!
@@ -60,14 +64,17 @@
 //!   search adding that value as a filter. `price_range` covers priced listings only.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
+
+use super::packed::Packed;
+
+/// The interning maps of a build see every listing's values: a fast hash (seeded per process).
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Page size when the request gives none (docs/protocol.md §Pagination and totals).
 pub const DEFAULT_LIMIT: usize = 20;
@@ -204,49 +211,166 @@ const RANGE_FACETS: [(Num, &str); 5] = [
 #[derive(Debug, Clone)]
 struct Keys {
     servable: bool,
-    text: [Option<Box<str>>; TEXTS],
     num: [Option<f64>; NUMS],
-    condition: Option<Box<str>>,
-    vehicle_type: Box<str>,
-    /// Trimmed, upper-cased.
-    vin: Option<Box<str>>,
-    /// As given.
-    stock: Option<Box<str>>,
-    /// Trimmed, lower-cased, for sorting.
-    stock_key: Option<Box<str>>,
     dc_fast_charge: Option<bool>,
     /// Unix nanoseconds.
     updated_at: Option<i128>,
-    /// Lower-cased `query` haystack, one field per line.
-    haystack: Box<str>,
+    /// The listing's strings, one after the other (one allocation per listing): see [`Slot`].
+    strs: String,
+    spans: [Option<(u32, u32)>; SLOTS],
 }
+
+/// Where [`Keys`] keeps each string: the text fields trimmed and lower-cased at
+/// `0..TEXTS`, their trimmed spellings (what facets show) at `TEXTS..2 * TEXTS`, then these.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    /// As given.
+    Condition = 2 * TEXTS as isize,
+    /// As given; `car` when absent.
+    VehicleType,
+    /// Trimmed, upper-cased; absent when blank.
+    Vin,
+    /// As given.
+    Stock,
+    /// Trimmed, lower-cased, for sorting; absent when blank.
+    StockKey,
+    /// Lower-cased `query` haystack, one field per line.
+    Haystack,
+    /// As given.
+    Status,
+}
+
+const SLOTS: usize = Slot::Status as usize + 1;
 
 impl Keys {
     fn of(vehicle: &Value) -> Keys {
         let str_of = |key: &str| vehicle.get(key).and_then(Value::as_str);
         let status = str_of("status");
-        Keys {
+        let mut keys = Keys {
             servable: status.is_some_and(|s| SERVABLE_STATUSES.contains(&s)),
-            text: Text::ALL.map(|t| str_of(t.field()).and_then(normalize)),
             num: Num::ALL.map(|n| vehicle.get(n.field()).and_then(Value::as_f64)),
-            condition: str_of("condition").map(Box::from),
-            vehicle_type: Box::from(str_of("vehicle_type").unwrap_or("car")),
-            vin: str_of("vin")
-                .map(str::trim)
-                .filter(|v| !v.is_empty())
-                .map(|v| v.to_uppercase().into_boxed_str()),
-            stock: str_of("stock").map(Box::from),
-            stock_key: str_of("stock").and_then(normalize),
             dc_fast_charge: vehicle.get("dc_fast_charge").and_then(Value::as_bool),
             updated_at: str_of("updated_at")
                 .and_then(|s| OffsetDateTime::parse(s, &Rfc3339).ok())
                 .map(OffsetDateTime::unix_timestamp_nanos),
-            haystack: haystack(vehicle),
+            strs: String::with_capacity(256),
+            spans: [None; SLOTS],
+        };
+        for t in Text::ALL {
+            if let Some(s) = str_of(t.field()) {
+                keys.put(t as usize, s.trim(), Case::Lower);
+                keys.put(TEXTS + t as usize, s.trim(), Case::AsIs);
+            }
+        }
+        let mut put = |slot: Slot, s: Option<&str>, case: Case| {
+            if let Some(s) = s {
+                keys.put(slot as usize, s, case);
+            }
+        };
+        put(Slot::Condition, str_of("condition"), Case::AsIs);
+        put(
+            Slot::VehicleType,
+            Some(str_of("vehicle_type").unwrap_or("car")),
+            Case::AsIs,
+        );
+        put(Slot::Vin, str_of("vin").map(str::trim), Case::Upper);
+        put(Slot::Stock, str_of("stock"), Case::AsIs);
+        put(Slot::StockKey, str_of("stock").map(str::trim), Case::Lower);
+        put(Slot::Status, status, Case::AsIs);
+        keys.put_haystack(vehicle);
+        // Blank text keys count as absent (a blank stock is still a stock, exactly as given).
+        for slot in (0..TEXTS).chain([Slot::Vin as usize, Slot::StockKey as usize]) {
+            if keys.spans[slot].is_some_and(|(start, end)| start == end) {
+                keys.spans[slot] = None;
+            }
+        }
+        keys
+    }
+
+    /// Appends `s` in `case` as the string of `slot`. (Past 4 GiB of one listing's strings one
+    /// is left out: no vehicle gets there under `max_response_bytes`.)
+    fn put(&mut self, slot: usize, s: &str, case: Case) {
+        let Ok(start) = u32::try_from(self.strs.len()) else {
+            return;
+        };
+        match case {
+            Case::AsIs => self.strs.push_str(s),
+            Case::Lower if s.is_ascii() => {
+                self.strs.push_str(s);
+                if let Some(tail) = self.strs.get_mut(start as usize..) {
+                    tail.make_ascii_lowercase();
+                }
+            }
+            Case::Upper if s.is_ascii() => {
+                self.strs.push_str(s);
+                if let Some(tail) = self.strs.get_mut(start as usize..) {
+                    tail.make_ascii_uppercase();
+                }
+            }
+            Case::Lower => self.strs.push_str(&s.to_lowercase()),
+            Case::Upper => self.strs.push_str(&s.to_uppercase()),
+        }
+        match (u32::try_from(self.strs.len()), self.spans.get_mut(slot)) {
+            (Ok(end), Some(span)) => *span = Some((start, end)),
+            _ => self.strs.truncate(start as usize),
         }
     }
 
+    /// The text `query` terms are looked for in, lower-cased, one field per line so that a
+    /// term (which never contains whitespace) cannot match across two fields.
+    fn put_haystack(&mut self, vehicle: &Value) {
+        let mut text = String::new();
+        let mut push = |part: &str| {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(part);
+        };
+        if let Some(Value::Number(year)) = vehicle.get("year") {
+            push(&year.to_string());
+        }
+        for key in ["make", "model", "trim", "body", "exterior_color", "fuel"] {
+            if let Some(s) = vehicle.get(key).and_then(Value::as_str) {
+                push(s);
+            }
+        }
+        if let Some(features) = vehicle.get("features").and_then(Value::as_array) {
+            features
+                .iter()
+                .filter_map(Value::as_str)
+                .for_each(&mut push);
+        }
+        if let Some(s) = vehicle.get("description").and_then(Value::as_str) {
+            push(s);
+        }
+        // Lower-cased as a whole: `str::to_lowercase` reads context (a final sigma).
+        self.put(Slot::Haystack as usize, &text, Case::Lower);
+    }
+
+    fn str(&self, slot: usize) -> Option<&str> {
+        let (start, end) = (*self.spans.get(slot)?)?;
+        self.strs.get(start as usize..end as usize)
+    }
+
     fn text(&self, field: Text) -> Option<&str> {
-        self.text[field as usize].as_deref()
+        self.str(field as usize)
+    }
+
+    /// The trimmed text of a text field, if it is a string (even a blank one).
+    fn spelling(&self, field: Text) -> Option<&str> {
+        self.str(TEXTS + field as usize)
+    }
+
+    fn slot(&self, slot: Slot) -> Option<&str> {
+        self.str(slot as usize)
+    }
+
+    fn vehicle_type(&self) -> &str {
+        self.slot(Slot::VehicleType).unwrap_or("car")
+    }
+
+    fn haystack(&self) -> &str {
+        self.slot(Slot::Haystack).unwrap_or("")
     }
 
     fn num(&self, field: Num) -> Option<f64> {
@@ -254,40 +378,12 @@ impl Keys {
     }
 }
 
-/// Trimmed and lower-cased; a blank value is absent.
-fn normalize(s: &str) -> Option<Box<str>> {
-    let s = s.trim();
-    (!s.is_empty()).then(|| s.to_lowercase().into_boxed_str())
-}
-
-/// The lower-cased text `query` terms are looked for in, one field per line so that a term
-/// (which never contains whitespace) cannot match across two fields.
-fn haystack(vehicle: &Value) -> Box<str> {
-    let mut out = String::new();
-    let mut push = |part: &str| {
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        out.push_str(part);
-    };
-    if let Some(Value::Number(year)) = vehicle.get("year") {
-        push(&year.to_string());
-    }
-    for key in ["make", "model", "trim", "body", "exterior_color", "fuel"] {
-        if let Some(s) = vehicle.get(key).and_then(Value::as_str) {
-            push(s);
-        }
-    }
-    if let Some(features) = vehicle.get("features").and_then(Value::as_array) {
-        features
-            .iter()
-            .filter_map(Value::as_str)
-            .for_each(&mut push);
-    }
-    if let Some(s) = vehicle.get("description").and_then(Value::as_str) {
-        push(s);
-    }
-    out.to_lowercase().into_boxed_str()
+/// How [`Keys::put`] writes a string.
+#[derive(Debug, Clone, Copy)]
+enum Case {
+    AsIs,
+    Lower,
+    Upper,
 }
 
 /// `Some(n)` for a non-negative integral JSON number (`20` and `20.0` alike).
@@ -401,8 +497,8 @@ impl Filters {
     /// column-wise one).
     fn accepts(&self, k: &Keys) -> bool {
         k.servable
-            && any_exact(self.condition.as_deref(), k.condition.as_deref())
-            && any_exact(self.vehicle_type.as_deref(), Some(&k.vehicle_type))
+            && any_exact(self.condition.as_deref(), k.slot(Slot::Condition))
+            && any_exact(self.vehicle_type.as_deref(), Some(k.vehicle_type()))
             && self
                 .text
                 .iter()
@@ -429,12 +525,23 @@ impl Filters {
     }
 
     fn identity_and_query_accept(&self, k: &Keys) -> bool {
-        let one = |filter: &Option<Box<str>>, value: &Option<Box<str>>| {
-            filter.is_none() || (value.is_some() && value == filter)
+        self.identity_and_query_accept_strs(k.slot(Slot::Vin), k.slot(Slot::Stock), k.haystack())
+    }
+
+    /// The `vin`, `stock` and `query` rules on a listing's trimmed upper-case VIN, stock as
+    /// given and `query` haystack.
+    fn identity_and_query_accept_strs(
+        &self,
+        vin: Option<&str>,
+        stock: Option<&str>,
+        haystack: &str,
+    ) -> bool {
+        let one = |filter: &Option<Box<str>>, value: Option<&str>| {
+            filter.as_deref().is_none_or(|f| value == Some(f))
         };
-        one(&self.vin, &k.vin)
-            && one(&self.stock, &k.stock)
-            && self.query.iter().all(|term| k.haystack.contains(&**term))
+        one(&self.vin, vin)
+            && one(&self.stock, stock)
+            && self.query.iter().all(|term| haystack.contains(&**term))
     }
 }
 
@@ -503,28 +610,6 @@ impl SortField {
             SortField::UpdatedAt => "updated_at",
         }
     }
-
-    /// Compares on this field only, present values first in both orders.
-    fn compare(self, a: &Keys, b: &Keys, descending: bool) -> Ordering {
-        let num = |n: Num| present_first(a.num(n), b.num(n), descending, f64::total_cmp);
-        let text = |t: Text| present_first(a.text(t), b.text(t), descending, Ord::cmp);
-        match self {
-            SortField::Price => num(Num::Price),
-            SortField::ListPrice => num(Num::ListPrice),
-            SortField::Msrp => num(Num::Msrp),
-            SortField::Mileage => num(Num::Mileage),
-            SortField::Year => num(Num::Year),
-            SortField::Make => text(Text::Make),
-            SortField::Model => text(Text::Model),
-            SortField::Stock => present_first(
-                a.stock_key.as_deref(),
-                b.stock_key.as_deref(),
-                descending,
-                Ord::cmp,
-            ),
-            SortField::UpdatedAt => present_first(a.updated_at, b.updated_at, descending, Ord::cmp),
-        }
-    }
 }
 
 /// Present values before missing ones whatever the order; present values in `descending` or
@@ -542,13 +627,6 @@ fn present_first<T>(
         (None, Some(_)) => Ordering::Greater,
         (None, None) => Ordering::Equal,
     }
-}
-
-/// Tie-break (and default order): `stock`, then `vin`, ascending, missing last.
-fn tie_break(a: &Keys, b: &Keys) -> Ordering {
-    SortField::Stock
-        .compare(a, b, false)
-        .then_with(|| present_first(a.vin.as_deref(), b.vin.as_deref(), false, Ord::cmp))
 }
 
 /// Term facets, in the order of docs/protocol.md §Facets.
@@ -588,6 +666,13 @@ enum GroupKey {
     Str(Box<str>),
 }
 
+/// A [`GroupKey`] borrowed from a listing's keys.
+#[derive(Debug, Clone, Copy)]
+enum GroupRef<'a> {
+    Int(i64),
+    Str(&'a str),
+}
+
 impl TermFacet {
     fn key(self) -> &'static str {
         match self {
@@ -601,31 +686,34 @@ impl TermFacet {
     }
 
     /// The listing's group and its spelling (`None`: shown as the group key itself).
-    fn entry(self, listing: &Listing) -> Option<(GroupKey, Option<&str>)> {
-        let k = &listing.keys;
-        let exact = |s: &str| (GroupKey::Str(s.into()), None);
+    fn entry(self, k: &Keys) -> Option<(GroupRef<'_>, Option<&str>)> {
+        let exact = |s| (GroupRef::Str(s), None);
         match self {
-            TermFacet::Text(text, _) => {
-                let spelling = listing.vehicle.get(text.field()).and_then(Value::as_str);
-                Some((GroupKey::Str(k.text(text)?.into()), spelling.map(str::trim)))
-            }
+            TermFacet::Text(text, _) => Some((GroupRef::Str(k.text(text)?), k.spelling(text))),
             TermFacet::Years => k
                 .num(Num::Year)
                 .filter(|y| y.fract() == 0.0 && y.abs() < 1e15)
-                .map(|y| (GroupKey::Int(y as i64), None)),
-            TermFacet::Conditions => k.condition.as_deref().map(exact),
+                .map(|y| (GroupRef::Int(y as i64), None)),
+            TermFacet::Conditions => k.slot(Slot::Condition).map(exact),
             TermFacet::DcFastCharge => Some(exact(if k.dc_fast_charge == Some(true) {
                 "true"
             } else {
                 "false"
             })),
-            TermFacet::VehicleTypes => Some(exact(&k.vehicle_type)),
-            TermFacet::Statuses => listing
-                .vehicle
-                .get("status")
-                .and_then(Value::as_str)
-                .map(exact),
+            TermFacet::VehicleTypes => Some(exact(k.vehicle_type())),
+            TermFacet::Statuses => k.slot(Slot::Status).map(exact),
         }
+    }
+}
+
+/// What an [`InventoryBuilder`] reads from one vehicle, computed where the vehicle is (e.g. on
+/// another thread), so that the vehicle itself need not travel to the builder.
+#[derive(Debug)]
+pub struct Prepared(Keys);
+
+impl Prepared {
+    pub fn of(vehicle: &Value) -> Prepared {
+        Prepared(Keys::of(vehicle))
     }
 }
 
@@ -634,47 +722,95 @@ impl TermFacet {
 struct Group {
     value: Value,
     /// Position in value-ascending order.
-    rank: usize,
+    rank: u32,
 }
 
-/// A term facet over the whole inventory: each listing's group, and the groups.
-#[derive(Debug, Clone)]
-struct TermColumn {
+/// A listing without a value in a term column while the column is being built.
+const NO_GROUP: u32 = u32::MAX;
+
+/// A term column while listings are added one by one: each listing's group, interned.
+#[derive(Debug)]
+struct TermBuilder {
     facet: TermFacet,
-    /// Per listing: index into `groups`, or `groups.len()` when the listing has no value (so
-    /// that filtering and counting index flat arrays without branching).
-    ids: Box<[u32]>,
-    groups: Box<[Group]>,
-    /// Group key → index into `groups`, to compile filters into ids.
-    index: HashMap<GroupKey, u32>,
-    /// Whether the key is emitted at all.
-    emitted: bool,
+    ids: Vec<u32>,
+    keys: Vec<GroupKey>,
+    strs: HashMap<Box<str>, u32>,
+    ints: HashMap<i64, u32>,
+    /// Per group: how often each trimmed spelling occurs.
+    spellings: Vec<HashMap<Box<str>, usize>>,
+    /// Some listing carries `dc_fast_charge` (the facet is emitted only then).
+    flagged: bool,
 }
 
-impl TermColumn {
-    fn build(facet: TermFacet, listings: &[Listing]) -> TermColumn {
-        let mut index: HashMap<GroupKey, u32> = HashMap::new();
-        let mut keys: Vec<GroupKey> = Vec::new();
-        let mut spellings: Vec<HashMap<&str, usize>> = Vec::new();
-        let ids: Vec<Option<u32>> = listings
-            .iter()
-            .map(|listing| {
-                let (key, spelling) = facet.entry(listing)?;
-                let id = match index.entry(key) {
-                    Entry::Occupied(e) => *e.get(),
-                    Entry::Vacant(e) => {
-                        let id = u32::try_from(keys.len()).ok()?;
-                        keys.push(e.key().clone());
-                        spellings.push(HashMap::new());
-                        *e.insert(id)
+impl TermBuilder {
+    fn new(facet: TermFacet) -> TermBuilder {
+        TermBuilder {
+            facet,
+            ids: Vec::new(),
+            keys: Vec::new(),
+            strs: HashMap::default(),
+            ints: HashMap::default(),
+            spellings: Vec::new(),
+            flagged: false,
+        }
+    }
+
+    fn push(&mut self, k: &Keys) {
+        self.flagged |= k.dc_fast_charge.is_some();
+        let id = self
+            .facet
+            .entry(k)
+            .and_then(|(key, spelling)| self.intern(key, spelling));
+        self.ids.push(id.unwrap_or(NO_GROUP));
+    }
+
+    /// The group's id (new groups are added), its spelling counted; `None` past `u32` groups.
+    fn intern(&mut self, key: GroupRef<'_>, spelling: Option<&str>) -> Option<u32> {
+        let known = match key {
+            GroupRef::Str(s) => self.strs.get(s),
+            GroupRef::Int(i) => self.ints.get(&i),
+        };
+        let id = match known {
+            Some(&id) => id,
+            None => {
+                let id = u32::try_from(self.keys.len())
+                    .ok()
+                    .filter(|&id| id < NO_GROUP)?;
+                match key {
+                    GroupRef::Str(s) => {
+                        self.strs.insert(s.into(), id);
+                        self.keys.push(GroupKey::Str(s.into()));
                     }
-                };
-                if let (Some(spelling), Some(counts)) = (spelling, spellings.get_mut(id as usize)) {
-                    *counts.entry(spelling).or_default() += 1;
+                    GroupRef::Int(i) => {
+                        self.ints.insert(i, id);
+                        self.keys.push(GroupKey::Int(i));
+                    }
                 }
-                Some(id)
-            })
-            .collect();
+                self.spellings.push(HashMap::default());
+                id
+            }
+        };
+        if let (Some(spelling), Some(counts)) = (spelling, self.spellings.get_mut(id as usize)) {
+            match counts.get_mut(spelling) {
+                Some(count) => *count += 1,
+                None => {
+                    counts.insert(spelling.into(), 1);
+                }
+            }
+        }
+        Some(id)
+    }
+
+    fn finish(self) -> TermColumn {
+        let TermBuilder {
+            facet,
+            ids,
+            keys,
+            strs,
+            spellings,
+            flagged,
+            ..
+        } = self;
         let values: Vec<Value> = keys
             .iter()
             .zip(&spellings)
@@ -682,7 +818,7 @@ impl TermColumn {
                 let most_common = counts
                     .iter()
                     .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
-                    .map(|(spelling, _)| *spelling);
+                    .map(|(spelling, _)| &**spelling);
                 match (key, most_common) {
                     (_, Some(spelling)) => Value::from(spelling),
                     (GroupKey::Int(i), None) => Value::from(*i),
@@ -698,39 +834,65 @@ impl TermColumn {
         });
         let mut ranks = vec![0; keys.len()];
         for (rank, &id) in by_value.iter().enumerate() {
-            ranks[id] = rank;
+            ranks[id] = rank as u32;
         }
-        let absent = u32::try_from(keys.len()).unwrap_or(u32::MAX);
+        // Below `NO_GROUP`: `intern` never hands out more ids.
+        let absent = keys.len() as u32;
         let emitted = match facet {
-            TermFacet::DcFastCharge => listings.iter().any(|l| l.keys.dc_fast_charge.is_some()),
+            TermFacet::DcFastCharge => flagged,
             _ => !keys.is_empty(),
         };
         TermColumn {
             facet,
-            ids: ids.into_iter().map(|id| id.unwrap_or(absent)).collect(),
+            ids: ids
+                .into_iter()
+                .map(|id| if id == NO_GROUP { absent } else { id })
+                .collect(),
             groups: values
                 .into_iter()
                 .zip(ranks)
                 .map(|(value, rank)| Group { value, rank })
                 .collect(),
-            index,
+            index: strs,
             emitted,
         }
     }
+}
 
+/// A term facet over the whole inventory: each listing's group, and the groups.
+#[derive(Debug, Clone)]
+struct TermColumn {
+    facet: TermFacet,
+    /// Per listing: index into `groups`, or `groups.len()` when the listing has no value (so
+    /// that filtering and counting index flat arrays without branching).
+    ids: Box<[u32]>,
+    groups: Box<[Group]>,
+    /// String group key → index into `groups`, to compile filters into ids.
+    index: HashMap<Box<str>, u32>,
+    /// Whether the key is emitted at all.
+    emitted: bool,
+}
+
+impl TermColumn {
     /// Per id (the "no value" slot included): whether a list filter of `values` accepts it.
     fn accepts(&self, values: &[Box<str>]) -> Box<[bool]> {
         let mut accepts = vec![false; self.groups.len() + 1];
         for value in values {
             if let Some(slot) = self
                 .index
-                .get(&GroupKey::Str(value.clone()))
+                .get(&**value)
                 .and_then(|&id| accepts.get_mut(id as usize))
             {
                 *slot = true;
             }
         }
         accepts.into_boxed_slice()
+    }
+
+    /// The value-ascending rank of listing `i`'s group (`None`: no value).
+    fn rank(&self, i: usize) -> Option<u32> {
+        let id = *self.ids.get(i)?;
+        self.groups.get(id as usize).map(|g| g.rank)
     }
 
     /// `[{value, count}]` over the `matched` listings, count desc then value asc.
@@ -774,6 +936,63 @@ impl TermColumn {
     }
 }
 
+/// One optional string per listing, all in one buffer (no allocation per listing).
+#[derive(Debug, Clone, Default)]
+struct StrColumn {
+    text: String,
+    /// Per listing: the byte range in `text`; [`StrColumn::ABSENT`] for none.
+    spans: Vec<(u32, u32)>,
+}
+
+impl StrColumn {
+    const ABSENT: (u32, u32) = (u32::MAX, u32::MAX);
+
+    /// Adds the next listing's string. (Past 4 GiB of text a string counts as absent: no feed
+    /// gets there under `max_response_bytes`.)
+    fn push(&mut self, s: Option<&str>) {
+        let span = s.and_then(|s| {
+            let start = u32::try_from(self.text.len()).ok()?;
+            let end = u32::try_from(self.text.len() + s.len())
+                .ok()
+                .filter(|&end| end < u32::MAX)?;
+            self.text.push_str(s);
+            Some((start, end))
+        });
+        self.spans.push(span.unwrap_or(Self::ABSENT));
+    }
+
+    fn get(&self, i: usize) -> Option<&str> {
+        let &(start, end) = self.spans.get(i)?;
+        if (start, end) == Self::ABSENT {
+            return None;
+        }
+        self.text.get(start as usize..end as usize)
+    }
+
+    fn shrink_to_fit(&mut self) {
+        self.text.shrink_to_fit();
+        self.spans.shrink_to_fit();
+    }
+}
+
+/// How the inventory holds a vehicle: as parsed (the pages of a proxied upstream, shared with
+/// the page that fetched them) or packed (a feed's whole stock: a fraction of the memory).
+#[derive(Debug, Clone)]
+pub enum Stored {
+    Shared(Arc<Value>),
+    Packed(Packed),
+}
+
+impl Stored {
+    /// The vehicle, for a page.
+    pub fn vehicle(&self) -> Arc<Value> {
+        match self {
+            Stored::Shared(v) => Arc::clone(v),
+            Stored::Packed(p) => Arc::new(p.unpack()),
+        }
+    }
+}
+
 /// A JSON number, integral when the value is.
 fn number(x: f64) -> Value {
     if x.fract() == 0.0 && x.abs() < 9.0e15 {
@@ -797,16 +1016,20 @@ pub struct Page {
 }
 
 /// The cached feed, built once per refresh and then only read.
+///
+/// Everything is a column over the servable listings (feed order): the vehicles themselves,
+/// the interned term ids, the numbers, the strings the `vin`, `stock` and `query` filters read,
+/// and the pre-sorted orders; no per-listing allocation besides the vehicle.
 #[derive(Debug, Clone)]
 pub struct Inventory {
-    /// Servable listings, in feed order; every index below points into it.
-    listings: Vec<Listing>,
+    /// Servable vehicles, in feed order; every index below points into it.
+    vehicles: Box<[Stored]>,
     /// Listings dropped for their status.
     excluded: usize,
     /// Listing indices in the default order.
-    default_order: Box<[usize]>,
+    default_order: Box<[u32]>,
     /// Listing indices in each sort order, at `2 * field + descending`.
-    sorted: Vec<Box<[usize]>>,
+    sorted: Vec<Box<[u32]>>,
     /// Term facets in the order of docs/protocol.md §Facets; also the interned columns text and
     /// enum filters test.
     terms: Vec<TermColumn>,
@@ -815,66 +1038,266 @@ pub struct Inventory {
     nums: Vec<Box<[f64]>>,
     /// 0 absent, 1 false, 2 true.
     dc_fast_charge: Box<[u8]>,
+    /// Trimmed, upper-cased VINs (`vin` filter).
+    vin: StrColumn,
+    /// Stock numbers as given (`stock` filter).
+    stock: StrColumn,
+    /// `query` haystacks.
+    haystack: StrColumn,
+}
+
+/// Builds an [`Inventory`] one vehicle at a time, so that a feed's vehicles never have to be
+/// held as parsed values all at once.
+#[derive(Debug)]
+pub struct InventoryBuilder {
+    vehicles: Vec<Stored>,
+    excluded: usize,
+    terms: Vec<TermBuilder>,
+    nums: [Vec<f64>; NUMS],
+    dc_fast_charge: Vec<u8>,
+    updated_at: Vec<Option<i128>>,
+    vin: StrColumn,
+    stock: StrColumn,
+    stock_key: StrColumn,
+    haystack: StrColumn,
+}
+
+impl Default for InventoryBuilder {
+    fn default() -> Self {
+        InventoryBuilder::new()
+    }
+}
+
+impl InventoryBuilder {
+    pub fn new() -> InventoryBuilder {
+        InventoryBuilder {
+            vehicles: Vec::new(),
+            excluded: 0,
+            terms: TERM_FACETS.iter().map(|&f| TermBuilder::new(f)).collect(),
+            nums: Default::default(),
+            dc_fast_charge: Vec::new(),
+            updated_at: Vec::new(),
+            vin: StrColumn::default(),
+            stock: StrColumn::default(),
+            stock_key: StrColumn::default(),
+            haystack: StrColumn::default(),
+        }
+    }
+
+    /// A builder for about as many listings as `like` has (the inventory a refresh replaces):
+    /// the columns are reserved once, with a little room, instead of grown by doubling, which
+    /// would hold up to twice their size while the previous inventory is still in memory.
+    pub fn sized_like(like: &Inventory) -> InventoryBuilder {
+        let room = |n: usize| n + n / 32;
+        let n = room(like.len());
+        let column = |c: &StrColumn| StrColumn {
+            text: String::with_capacity(room(c.text.len())),
+            spans: Vec::with_capacity(n),
+        };
+        let mut terms: Vec<TermBuilder> =
+            TERM_FACETS.iter().map(|&f| TermBuilder::new(f)).collect();
+        for term in &mut terms {
+            term.ids.reserve_exact(n);
+        }
+        InventoryBuilder {
+            vehicles: Vec::with_capacity(n),
+            excluded: 0,
+            terms,
+            nums: std::array::from_fn(|_| Vec::with_capacity(n)),
+            dc_fast_charge: Vec::with_capacity(n),
+            updated_at: Vec::with_capacity(n),
+            vin: column(&like.vin),
+            stock: column(&like.stock),
+            stock_key: column(&like.stock),
+            haystack: column(&like.haystack),
+        }
+    }
+
+    /// Adds `vehicle` (kept as `stored`); a listing whose status may not be served is dropped.
+    pub fn push(&mut self, vehicle: &Value, stored: Stored) {
+        self.push_keys(Keys::of(vehicle), stored);
+    }
+
+    /// [`InventoryBuilder::push`] of a vehicle [prepared](Prepared) elsewhere.
+    pub fn push_prepared(&mut self, prepared: Prepared, stored: Stored) {
+        self.push_keys(prepared.0, stored);
+    }
+
+    fn push_keys(&mut self, k: Keys, stored: Stored) {
+        // Listing indices are `u32`s.
+        if !k.servable || self.vehicles.len() >= u32::MAX as usize {
+            self.excluded += 1;
+            return;
+        }
+        for term in &mut self.terms {
+            term.push(&k);
+        }
+        for (column, num) in self.nums.iter_mut().zip(k.num) {
+            column.push(num.unwrap_or(f64::NAN));
+        }
+        self.dc_fast_charge
+            .push(k.dc_fast_charge.map_or(0, |dc| 1 + u8::from(dc)));
+        self.updated_at.push(k.updated_at);
+        self.vin.push(k.slot(Slot::Vin));
+        self.stock.push(k.slot(Slot::Stock));
+        self.stock_key.push(k.slot(Slot::StockKey));
+        self.haystack.push(Some(k.haystack()));
+        self.vehicles.push(stored);
+    }
+
+    /// Number of servable listings added so far.
+    pub fn len(&self) -> usize {
+        self.vehicles.len()
+    }
+
+    /// True when no servable listing was added.
+    pub fn is_empty(&self) -> bool {
+        self.vehicles.is_empty()
+    }
+
+    /// Sorts and freezes the columns.
+    pub fn finish(self) -> Inventory {
+        let InventoryBuilder {
+            vehicles,
+            excluded,
+            terms,
+            nums,
+            dc_fast_charge,
+            updated_at,
+            mut vin,
+            mut stock,
+            stock_key,
+            mut haystack,
+        } = self;
+        let n = vehicles.len();
+        let terms: Vec<TermColumn> = terms.into_iter().map(TermBuilder::finish).collect();
+        let nums: Vec<Box<[f64]>> = nums.into_iter().map(Vec::into_boxed_slice).collect();
+
+        // Tie-break (and default order): `stock`, then `vin`, ascending, missing last, then
+        // feed position. `tie[i]` is listing i's place in that order, so that every sort below
+        // compares two integers instead of strings, and the order is total.
+        let mut by_stock: Vec<u32> = (0..n as u32).collect();
+        by_stock.sort_by(|&a, &b| {
+            present_first(
+                stock_key.get(a as usize),
+                stock_key.get(b as usize),
+                false,
+                Ord::cmp,
+            )
+        });
+        let mut stock_rank = vec![0u32; n];
+        let mut rank = 0;
+        for pair in by_stock.windows(2) {
+            if stock_key.get(pair[0] as usize) != stock_key.get(pair[1] as usize) {
+                rank += 1;
+            }
+            stock_rank[pair[1] as usize] = rank;
+        }
+        drop(by_stock);
+        let mut default_order: Vec<u32> = (0..n as u32).collect();
+        default_order.sort_by(|&a, &b| {
+            let (a, b) = (a as usize, b as usize);
+            stock_rank[a]
+                .cmp(&stock_rank[b])
+                .then_with(|| present_first(vin.get(a), vin.get(b), false, Ord::cmp))
+        });
+        let mut tie = vec![0u32; n];
+        for (place, &i) in default_order.iter().enumerate() {
+            tie[i as usize] = place as u32;
+        }
+
+        let text_rank = |text: Text| {
+            terms
+                .iter()
+                .find(|c| matches!(c.facet, TermFacet::Text(t, _) if t == text))
+        };
+        let sorted = SortField::ALL
+            .iter()
+            .flat_map(|&field| [false, true].map(|descending| (field, descending)))
+            .map(|(field, descending)| {
+                // Per listing: its value as an unsigned key in ascending order, if it has one.
+                let key = |i: usize| -> Option<u128> {
+                    let num = |num: Num| {
+                        nums.get(num as usize)
+                            .and_then(|c| c.get(i))
+                            .filter(|x| !x.is_nan())
+                            .map(|&x| u128::from(f64_key(x)))
+                    };
+                    let text = |t: Text| text_rank(t).and_then(|c| c.rank(i)).map(u128::from);
+                    match field {
+                        SortField::Price => num(Num::Price),
+                        SortField::ListPrice => num(Num::ListPrice),
+                        SortField::Msrp => num(Num::Msrp),
+                        SortField::Mileage => num(Num::Mileage),
+                        SortField::Year => num(Num::Year),
+                        SortField::Make => text(Text::Make),
+                        SortField::Model => text(Text::Model),
+                        SortField::Stock => stock_key.get(i).map(|_| u128::from(stock_rank[i])),
+                        SortField::UpdatedAt => updated_at[i].map(|t| (t as u128) ^ (1 << 127)),
+                    }
+                };
+                // Present values first in both orders, then the tie-break.
+                let mut keyed: Vec<(bool, u128, u32)> = (0..n)
+                    .map(|i| match key(i) {
+                        Some(k) if descending => (false, !k, tie[i]),
+                        Some(k) => (false, k, tie[i]),
+                        None => (true, 0, tie[i]),
+                    })
+                    .collect();
+                // `tie` is unique, so the keys are: an unstable sort gives the one order.
+                keyed.sort_unstable();
+                keyed
+                    .into_iter()
+                    .map(|(_, _, place)| default_order[place as usize])
+                    .collect()
+            })
+            .collect();
+        vin.shrink_to_fit();
+        stock.shrink_to_fit();
+        haystack.shrink_to_fit();
+        Inventory {
+            vehicles: vehicles.into_boxed_slice(),
+            excluded,
+            default_order: default_order.into_boxed_slice(),
+            sorted,
+            terms,
+            nums,
+            dc_fast_charge: dc_fast_charge.into_boxed_slice(),
+            vin,
+            stock,
+            haystack,
+        }
+    }
+}
+
+/// `x` as an unsigned integer in the order of `f64::total_cmp`.
+fn f64_key(x: f64) -> u64 {
+    let bits = x.to_bits();
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
+    }
 }
 
 impl Inventory {
     /// Builds the searchable inventory; listings whose status may not be served are dropped.
     pub fn new(listings: Vec<Listing>) -> Inventory {
-        let total = listings.len();
-        let listings: Vec<Listing> = listings.into_iter().filter(Listing::is_servable).collect();
-        let excluded = total - listings.len();
-        let order = |cmp: &dyn Fn(&Keys, &Keys) -> Ordering| -> Box<[usize]> {
-            let mut order: Vec<usize> = (0..listings.len()).collect();
-            // Stable: listings equal on every key keep feed order, which makes the order total.
-            order.sort_by(|&a, &b| cmp(&listings[a].keys, &listings[b].keys));
-            order.into_boxed_slice()
-        };
-        let default_order = order(&tie_break);
-        let sorted = SortField::ALL
-            .iter()
-            .flat_map(|&field| [false, true].map(|descending| (field, descending)))
-            .map(|(field, descending)| {
-                order(&|a, b| {
-                    field
-                        .compare(a, b, descending)
-                        .then_with(|| tie_break(a, b))
-                })
-            })
-            .collect();
-        let terms = TERM_FACETS
-            .iter()
-            .map(|&facet| TermColumn::build(facet, &listings))
-            .collect();
-        let nums = Num::ALL
-            .iter()
-            .map(|&num| {
-                let value = |l: &Listing| l.keys.num(num).unwrap_or(f64::NAN);
-                listings.iter().map(value).collect()
-            })
-            .collect();
-        let dc_fast_charge = listings
-            .iter()
-            .map(|l| l.keys.dc_fast_charge.map_or(0, |dc| 1 + u8::from(dc)))
-            .collect();
-        Inventory {
-            listings,
-            excluded,
-            default_order,
-            sorted,
-            terms,
-            nums,
-            dc_fast_charge,
+        let mut builder = InventoryBuilder::new();
+        for Listing { vehicle, keys } in listings {
+            builder.push_keys(keys, Stored::Shared(vehicle));
         }
+        builder.finish()
     }
 
     /// Number of servable listings.
     pub fn len(&self) -> usize {
-        self.listings.len()
+        self.vehicles.len()
     }
 
     /// True when no listing can be served.
     pub fn is_empty(&self) -> bool {
-        self.listings.is_empty()
+        self.vehicles.is_empty()
     }
 
     /// Number of feed listings dropped because of their `status` (for logs and metrics).
@@ -898,7 +1321,7 @@ impl Inventory {
             .clamp(1, MAX_LIMIT);
         let order = self.order(request.get("sort"));
         let filters = request.get("filters").map(Filters::new).unwrap_or_default();
-        let vehicle = |i: usize| self.listings.get(i).map(|l| Arc::clone(&l.vehicle));
+        let vehicle = |&i: &u32| self.vehicles.get(i as usize).map(Stored::vehicle);
         if filters.is_empty() {
             return Page {
                 total: order.len(),
@@ -908,7 +1331,7 @@ impl Inventory {
                     .iter()
                     .skip(skip)
                     .take(limit)
-                    .filter_map(|&i| vehicle(i))
+                    .filter_map(vehicle)
                     .collect(),
             };
         }
@@ -921,10 +1344,10 @@ impl Inventory {
         } else {
             order
                 .iter()
-                .filter(|&&i| matched.get(i).copied().unwrap_or(false))
+                .filter(|&&i| matched.get(i as usize).copied().unwrap_or(false))
                 .skip(skip)
                 .take(limit)
-                .filter_map(|&i| vehicle(i))
+                .filter_map(vehicle)
                 .collect()
         };
         Page {
@@ -967,7 +1390,7 @@ impl Inventory {
     }
 
     /// The pre-sorted index list for a request's `sort` (absent or unknown: default order).
-    fn order(&self, sort: Option<&Value>) -> &[usize] {
+    fn order(&self, sort: Option<&Value>) -> &[u32] {
         let field = sort
             .and_then(|s| s.get("field"))
             .and_then(Value::as_str)
@@ -986,7 +1409,7 @@ impl Inventory {
     /// sets of interned ids), reading listing strings only for `vin`, `stock` and `query` and
     /// only for listings still in. Same rules as `Filters::accepts`.
     fn matched(&self, filters: &Filters) -> Vec<bool> {
-        let mut matched = vec![true; self.listings.len()];
+        let mut matched = vec![true; self.vehicles.len()];
         let mut terms = |column: Option<&TermColumn>, values: &[Box<str>]| match column {
             Some(column) => {
                 let accepts = column.accepts(values);
@@ -1028,8 +1451,13 @@ impl Inventory {
             }
         }
         if filters.reads_strings() {
-            for (m, listing) in matched.iter_mut().zip(&self.listings) {
-                *m = *m && filters.identity_and_query_accept(&listing.keys);
+            for (i, m) in matched.iter_mut().enumerate() {
+                *m = *m
+                    && filters.identity_and_query_accept_strs(
+                        self.vin.get(i),
+                        self.stock.get(i),
+                        self.haystack.get(i).unwrap_or(""),
+                    );
             }
         }
         matched

@@ -106,34 +106,23 @@ impl Upstream {
         name: &str,
         settings: UpstreamSettings,
     ) -> Result<Upstream, Vec<UpstreamConfigProblem>> {
-        let mut builder = reqwest::Client::builder()
-            .connect_timeout(settings.connect_timeout)
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .pool_max_idle_per_host(settings.max_concurrency)
-            .tcp_nodelay(true)
-            // A redirect from a back-office API is an answer for the mapping, and following it
-            // could carry credentials to another host.
-            .redirect(reqwest::redirect::Policy::none())
-            // Some legacy HTTP/1 stacks match header names case-sensitively.
-            .http1_title_case_headers()
-            .gzip(true)
-            .user_agent(USER_AGENT)
-            .danger_accept_invalid_certs(settings.insecure_skip_verify);
-        for cert in &settings.ca_certificates {
-            builder = builder.add_root_certificate(cert.clone());
-        }
+        Upstream::from_settings_sharing(name, settings, &HttpClients::default())
+    }
+
+    /// [`Upstream::from_settings`], taking its HTTP client from `clients` when one with the same
+    /// settings was built already.
+    pub fn from_settings_sharing(
+        name: &str,
+        settings: UpstreamSettings,
+        clients: &HttpClients,
+    ) -> Result<Upstream, Vec<UpstreamConfigProblem>> {
         if settings.insecure_skip_verify {
             tracing::warn!(
                 upstream = name,
                 "tls.insecure_skip_verify is on: the upstream's certificate is not checked"
             );
         }
-        let client = builder.build().map_err(|e| {
-            vec![UpstreamConfigProblem {
-                pointer: "/tls".to_owned(),
-                message: format!("cannot build the HTTP client: {}", error_chain(&e)),
-            }]
-        })?;
+        let client = clients.client(&settings)?;
         let auth = Auth::new(
             name,
             settings.auth.clone(),
@@ -156,7 +145,135 @@ impl Upstream {
             }),
         })
     }
+}
 
+/// The HTTP clients (connection pools, TLS roots) of one configuration load, by the settings
+/// that shape them. Building a client reads and parses the system's root certificates, which
+/// took most of the start-up of a group of 100 dealers and a good share of its memory; dealers
+/// whose upstreams have the same client settings share one client instead. Connections are
+/// pooled per host inside a client, and every other piece of an upstream (breaker, concurrency
+/// slots, retry budget, credentials) stays its own. A client with its own `tls.ca_file` is
+/// never shared.
+#[derive(Debug, Default)]
+pub struct HttpClients {
+    built: std::sync::Mutex<std::collections::HashMap<ClientKey, reqwest::Client>>,
+    /// Clients built through this cache, shared or not.
+    builds: std::sync::atomic::AtomicUsize,
+}
+
+/// What a shared client is built from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct ClientKey {
+    connect_timeout: Duration,
+    max_concurrency: usize,
+    insecure_skip_verify: bool,
+}
+
+impl HttpClients {
+    /// How many clients were built through this cache (for tests and logs).
+    pub fn len(&self) -> usize {
+        self.builds.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// True before the first client.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn build(
+        &self,
+        settings: &UpstreamSettings,
+    ) -> Result<reqwest::Client, Vec<UpstreamConfigProblem>> {
+        self.builds
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        build_client(settings)
+    }
+
+    fn client(
+        &self,
+        settings: &UpstreamSettings,
+    ) -> Result<reqwest::Client, Vec<UpstreamConfigProblem>> {
+        if !settings.ca_certificates.is_empty() {
+            return self.build(settings);
+        }
+        let key = ClientKey {
+            connect_timeout: settings.connect_timeout,
+            max_concurrency: settings.max_concurrency,
+            insecure_skip_verify: settings.insecure_skip_verify,
+        };
+        let Ok(mut built) = self.built.lock() else {
+            return self.build(settings);
+        };
+        if let Some(client) = built.get(&key) {
+            return Ok(client.clone());
+        }
+        let client = self.build(settings)?;
+        built.insert(key, client.clone());
+        Ok(client)
+    }
+}
+
+/// The body of a streamed 2xx reply ([`Upstream::call_streaming`]), read as it arrives.
+#[derive(Debug)]
+pub struct BodyStream<'a> {
+    response: reqwest::Response,
+    upstream: &'a Upstream,
+    limit: usize,
+    read: usize,
+    /// The attempt's `timeouts.request` covers the whole body.
+    deadline: tokio::time::Instant,
+    /// The concurrency slot the reply holds until it is read.
+    _slot: tokio::sync::SemaphorePermit<'a>,
+}
+
+impl BodyStream<'_> {
+    /// The next piece of the body (decompressed); `None` at its end. Past `max_response_bytes`
+    /// or `timeouts.request` it fails, and the body is to be dropped.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, UpstreamError> {
+        let after = self.upstream.inner.settings.request_timeout;
+        let chunk = tokio::time::timeout_at(self.deadline, self.response.chunk())
+            .await
+            .map_err(|_| UpstreamError::Timeout { after })?
+            .map_err(|e| self.upstream.classify(e))?;
+        if let Some(chunk) = &chunk {
+            self.read += chunk.len();
+            if self.read > self.limit {
+                return Err(UpstreamError::TooLarge { limit: self.limit });
+            }
+        }
+        Ok(chunk)
+    }
+}
+
+/// A client for `settings`.
+fn build_client(
+    settings: &UpstreamSettings,
+) -> Result<reqwest::Client, Vec<UpstreamConfigProblem>> {
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(settings.connect_timeout)
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .pool_max_idle_per_host(settings.max_concurrency)
+        .tcp_nodelay(true)
+        // A redirect from a back-office API is an answer for the mapping, and following it
+        // could carry credentials to another host.
+        .redirect(reqwest::redirect::Policy::none())
+        // Some legacy HTTP/1 stacks match header names case-sensitively.
+        .http1_title_case_headers()
+        .gzip(true)
+        .user_agent(USER_AGENT)
+        .danger_accept_invalid_certs(settings.insecure_skip_verify);
+    for cert in &settings.ca_certificates {
+        builder = builder.add_root_certificate(cert.clone());
+    }
+    builder.build().map_err(|e| {
+        vec![UpstreamConfigProblem {
+            pointer: "/tls".to_owned(),
+            message: format!("cannot build the HTTP client: {}", error_chain(&e)),
+        }]
+    })
+}
+
+impl Upstream {
     /// The upstream's name (its key in `upstreams.yaml`).
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -186,7 +303,31 @@ impl Upstream {
     /// 502/503/504 for idempotent calls); `Err` means no usable reply.
     ///
     /// Cancel-safe: dropping the future releases the concurrency slot and the breaker's trial.
-    pub async fn call(&self, mut req: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError> {
+    pub async fn call(&self, req: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError> {
+        self.call_metered(req, false)
+            .await
+            .map(|(response, _)| response)
+    }
+
+    /// [`Upstream::call`] for a reply too large to hold whole (an inventory feed): a 2xx
+    /// reply comes back as soon as its headers arrive, with an empty `body` and the body to
+    /// read from [`BodyStream::chunk`] as it arrives, under the same `timeouts.request`
+    /// (counted from the start of the attempt) and `max_response_bytes`. The concurrency slot
+    /// is held until the stream is dropped. Any other reply is read whole, as by `call`, and
+    /// has no stream. Retries happen only before a 2xx reply's headers: a body that breaks
+    /// off fails the call.
+    pub async fn call_streaming(
+        &self,
+        req: UpstreamRequest,
+    ) -> Result<(UpstreamResponse, Option<BodyStream<'_>>), UpstreamError> {
+        self.call_metered(req, true).await
+    }
+
+    async fn call_metered(
+        &self,
+        mut req: UpstreamRequest,
+        stream: bool,
+    ) -> Result<(UpstreamResponse, Option<BodyStream<'_>>), UpstreamError> {
         let span = tracing::debug_span!(
             "upstream",
             otel.kind = "client",
@@ -199,14 +340,17 @@ impl Upstream {
         req.headers
             .extend(span.in_scope(crate::telemetry::trace::outgoing));
         let started = Instant::now();
-        let result = self.call_unmetered(req).instrument(span.clone()).await;
+        let result = self
+            .call_unmetered(req, stream)
+            .instrument(span.clone())
+            .await;
         match &result {
-            Ok(reply) => span.record("http.response.status_code", reply.status.as_u16()),
+            Ok((reply, _)) => span.record("http.response.status_code", reply.status.as_u16()),
             Err(e) => span.record("error.kind", crate::telemetry::metrics::error_kind(e)),
         };
         if let Some(meter) = self.inner.meter.get() {
             meter.observe(
-                result.as_ref().map(|r| r.status.as_u16()),
+                result.as_ref().map(|(r, _)| r.status.as_u16()),
                 started.elapsed(),
             );
         }
@@ -214,13 +358,13 @@ impl Upstream {
     }
 
     /// Attaches the breaker report of a returned 5xx reply to it, for the caller to judge.
-    fn with_verdict(
+    fn with_verdict<'a>(
         outcome: Result<UpstreamResponse, UpstreamError>,
         verdict: Option<Verdict>,
-    ) -> Result<UpstreamResponse, UpstreamError> {
+    ) -> Result<(UpstreamResponse, Option<BodyStream<'a>>), UpstreamError> {
         outcome.map(|mut response| {
             response.verdict = verdict;
-            response
+            (response, None)
         })
     }
 
@@ -232,7 +376,8 @@ impl Upstream {
     async fn call_unmetered(
         &self,
         req: UpstreamRequest,
-    ) -> Result<UpstreamResponse, UpstreamError> {
+        stream: bool,
+    ) -> Result<(UpstreamResponse, Option<BodyStream<'_>>), UpstreamError> {
         let inner = &*self.inner;
         let started = Instant::now();
         let url = self.url(&req.path_and_query)?;
@@ -267,7 +412,10 @@ impl Upstream {
                         attempt,
                         "circuit open; not calling"
                     );
-                    return last.unwrap_or(Err(UpstreamError::CircuitOpen { retry_after }));
+                    return Self::with_verdict(
+                        last.unwrap_or(Err(UpstreamError::CircuitOpen { retry_after })),
+                        None,
+                    );
                 }
             };
             let credential = inner.auth.credential().await?;
@@ -285,23 +433,38 @@ impl Upstream {
                         attempt,
                         "no free concurrency slot; not calling"
                     );
-                    return last.unwrap_or(Err(UpstreamError::Busy { waited }));
+                    return Self::with_verdict(
+                        last.unwrap_or(Err(UpstreamError::Busy { waited })),
+                        None,
+                    );
                 }
             };
             let attempt_started = Instant::now();
             // A 5xx try's breaker report, until it is known whether it is retried or returned.
             let mut deferred: Option<Verdict> = None;
-            let outcome = self.attempt(&url, &req, credential.as_ref()).await.map(
-                |(status, headers, body)| UpstreamResponse {
-                    status,
-                    headers,
-                    body,
-                    elapsed: started.elapsed(),
-                    verdict: None,
-                },
-            );
-            // Free for the next caller during any backoff.
-            drop(slot);
+            let attempted = self.attempt(&url, &req, credential.as_ref(), stream).await;
+            let (outcome, live) = match attempted {
+                Ok((status, headers, body, live)) => (
+                    Ok(UpstreamResponse {
+                        status,
+                        headers,
+                        body,
+                        elapsed: started.elapsed(),
+                        verdict: None,
+                    }),
+                    live,
+                ),
+                Err(e) => (Err(e), None),
+            };
+            // A streamed 2xx keeps its slot until its body is read; any other reply frees it
+            // for the next caller during any backoff.
+            let slot = match live {
+                Some(_) => Some(slot),
+                None => {
+                    drop(slot);
+                    None
+                }
+            };
             let elapsed_ms = attempt_started.elapsed().as_millis() as u64;
             match &outcome {
                 Ok(response) => {
@@ -338,6 +501,19 @@ impl Upstream {
                 }
             }
 
+            if let (Some(response), Some(slot)) = (live, slot) {
+                // Only a 2xx is streamed, and a 2xx is never retried.
+                let after = inner.settings.request_timeout;
+                let stream = BodyStream {
+                    response,
+                    upstream: self,
+                    limit: inner.settings.max_response_bytes,
+                    read: 0,
+                    deadline: tokio::time::Instant::from_std(attempt_started) + after,
+                    _slot: slot,
+                };
+                return outcome.map(|response| (response, Some(stream)));
+            }
             if let Ok(response) = &outcome
                 && response.status == StatusCode::UNAUTHORIZED
                 && !reauthenticated
@@ -412,12 +588,14 @@ impl Upstream {
     }
 
     /// One try under `timeouts.request`, its concurrency slot held: send, headers, body.
+    #[allow(clippy::type_complexity)]
     async fn attempt(
         &self,
         url: &Url,
         req: &UpstreamRequest,
         credential: Option<&Credential>,
-    ) -> Result<(StatusCode, HeaderMap, Bytes), UpstreamError> {
+        stream: bool,
+    ) -> Result<(StatusCode, HeaderMap, Bytes, Option<reqwest::Response>), UpstreamError> {
         let inner = &*self.inner;
         let limit = inner.settings.max_response_bytes;
         let work = async {
@@ -452,6 +630,9 @@ impl Upstream {
             }
             let status = response.status();
             let headers = std::mem::take(response.headers_mut());
+            if stream && status.is_success() {
+                return Ok((status, headers, Bytes::new(), Some(response)));
+            }
             let capacity = response
                 .content_length()
                 .map_or(8 * 1024, |len| len as usize);
@@ -463,7 +644,7 @@ impl Upstream {
                 }
                 body.extend_from_slice(&chunk);
             }
-            Ok((status, headers, body.freeze()))
+            Ok((status, headers, body.freeze(), None))
         };
         let after = inner.settings.request_timeout;
         tokio::time::timeout(after, work)
@@ -524,4 +705,36 @@ pub(crate) fn error_chain(error: &(dyn StdError + 'static)) -> String {
         source = e.source();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn settings(entry: serde_json::Value) -> UpstreamSettings {
+        let file: FileUpstream = serde_json::from_value(entry).expect("valid entry");
+        file.validate().expect("valid settings")
+    }
+
+    #[test]
+    fn upstreams_with_the_same_client_settings_share_one_client_and_keep_their_own_state() {
+        let clients = HttpClients::default();
+        let a = json!({ "kind": "rest", "base_url": "http://127.0.0.1:1" });
+        let b = json!({ "kind": "rest", "base_url": "http://127.0.0.1:2", "max_concurrency": 3 });
+        let first = Upstream::from_settings_sharing("dms", settings(a.clone()), &clients);
+        let second = Upstream::from_settings_sharing("dms", settings(a), &clients);
+        assert_eq!(
+            clients.len(),
+            1,
+            "the second dealer's identical upstream built no client"
+        );
+        let (first, second) = (first.expect("builds"), second.expect("builds"));
+        assert!(
+            !Arc::ptr_eq(&first.inner, &second.inner),
+            "breaker and slots stay per upstream"
+        );
+        Upstream::from_settings_sharing("crm", settings(b), &clients).expect("builds");
+        assert_eq!(clients.len(), 2, "other pool settings, another client");
+    }
 }

@@ -58,7 +58,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 
 pub use breaker::BreakerState;
-pub use client::{Upstream, Verdict};
+pub use client::{BodyStream, HttpClients, Upstream, Verdict};
 pub use config::{
     AuthSettings, EndpointSettings, FileAuth, FileCircuitBreaker, FileClientAuth, FilePasswordType,
     FileRetries, FileSmtp, FileSoap, FileSoapVersion, FileStartTls, FileTimeouts, FileTls,
@@ -82,9 +82,18 @@ pub enum Endpoint {
 /// Validates one `upstreams.yaml` entry of any kind and builds it. Every problem is reported at
 /// once, located by a JSON Pointer relative to the entry.
 pub fn build(name: &str, file: FileUpstream) -> Result<Endpoint, Vec<UpstreamConfigProblem>> {
+    build_sharing(name, file, &HttpClients::default())
+}
+
+/// [`build`], an HTTP upstream taking its client from `clients` (see [`HttpClients`]).
+pub fn build_sharing(
+    name: &str,
+    file: FileUpstream,
+    clients: &HttpClients,
+) -> Result<Endpoint, Vec<UpstreamConfigProblem>> {
     match file.validate_endpoint()? {
         EndpointSettings::Http(settings) => {
-            Upstream::from_settings(name, settings).map(Endpoint::Http)
+            Upstream::from_settings_sharing(name, settings, clients).map(Endpoint::Http)
         }
         EndpointSettings::Smtp(settings) => {
             Mailer::from_settings(name, settings).map(Endpoint::Smtp)
