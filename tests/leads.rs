@@ -305,6 +305,34 @@ async fn a_lead_reaches_the_smtp_intake_as_adf_with_the_consent_attached() {
     assert_eq!(mail["consent"], request["consent"]);
 }
 
+/// Mail servers end a session after so many commands or messages (the demo intake: 200
+/// commands, `421`). A pooled connection spent that way must not fail the lead that meets it:
+/// nothing of that message was accepted, so it goes again on a fresh connection.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mail_server_ending_a_pooled_session_loses_no_lead() {
+    let sims = Simulators::start().await.expect("simulators");
+    let files = DemoCopy::new();
+    files.edit(
+        "config/demo.yaml",
+        "lead.submit: { rate: 60/min, burst: 20 }",
+        "lead.submit: { rate: 100/s, burst: 100 }",
+    );
+    let gw = files.start(simulator_vars(&sims)).await;
+    let bike = honda(Status::InStock);
+    // About four commands a message on a reused connection: the 51st meets the `421`.
+    const LEADS: usize = 56;
+    for n in 0..LEADS {
+        let reply = gw.send(HONDA, lead(&bike, &format!("pooled-{n}"))).await;
+        assert_eq!(
+            data(&reply)["status"],
+            "received",
+            "lead {n}: {}",
+            reply.text
+        );
+    }
+    assert_eq!(sims.smtp.messages().len(), LEADS, "one e-mail per lead");
+}
+
 /// A copy of the demo whose Demo Honda delivers leads to the HTTP intake with `mapping`.
 async fn intake_rig(mapping: &str) -> (Gateway, aap_gateway::demo::sim::SimHandle, Simulators) {
     let sims = Simulators::start().await.expect("simulators");

@@ -25,7 +25,10 @@
 //! - Never retried here: whether to send again is the caller's decision.
 //! - Connections are pooled (at most `max_concurrency`, idle ones closed after 30 s and checked
 //!   with `NOOP` before reuse). A connection whose send did not end cleanly is dropped, never
-//!   reused: the late reply meant for one message must not be read as another's.
+//!   reused: the late reply meant for one message must not be read as another's. Servers end
+//!   sessions after so many commands or messages: when a reused connection answers the
+//!   envelope with `421` or is gone, the message (not yet accepted) goes once more on a fresh
+//!   connection.
 //! - Circuit breaker as for HTTP: timeouts, connection and protocol failures and transient (4xx)
 //!   refusals count as failures; an accepted message or a permanent (5xx) refusal proves the
 //!   server is up. Waiting for a slot is the gateway's own queue, not a server failure.
@@ -395,9 +398,19 @@ impl Inner {
                 unconfirmed: false,
             })?;
             slotted.store(true, Ordering::Relaxed);
-            let mut conn = self.connection().await.map_err(|e| self.certain(&e))?;
+            let (mut conn, reused) = self.connection().await.map_err(|e| self.certain(&e))?;
             match self.envelope(&mut conn, envelope, bytes).await {
                 Ok(()) => Ok((slot, conn)),
+                // Servers end sessions after so many messages or commands (`421`, or just
+                // closing): a pooled connection may be spent. Nothing of this message was
+                // accepted yet, so it goes once more on a fresh connection.
+                Err(e) if reused && session_ended(&e) => {
+                    let mut conn = self.connect().await.map_err(|e| self.certain(&e))?;
+                    match self.envelope(&mut conn, envelope, bytes).await {
+                        Ok(()) => Ok((slot, conn)),
+                        Err(e) => Err(self.certain(&e)),
+                    }
+                }
                 Err(e) => Err(self.certain(&e)),
             }
         })
@@ -468,8 +481,10 @@ impl Inner {
         Ok(())
     }
 
-    /// An idle connection that still answers `NOOP`, or a new one (TLS, EHLO, AUTH).
-    async fn connection(&self) -> Result<AsyncSmtpConnection, lettre::transport::smtp::Error> {
+    /// An idle connection that still answers `NOOP` (`true`: reused), or a new one.
+    async fn connection(
+        &self,
+    ) -> Result<(AsyncSmtpConnection, bool), lettre::transport::smtp::Error> {
         loop {
             let idle = {
                 let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
@@ -480,9 +495,14 @@ impl Inner {
                 break;
             };
             if conn.test_connected().await {
-                return Ok(conn);
+                return Ok((conn, true));
             }
         }
+        Ok((self.connect().await?, false))
+    }
+
+    /// A new connection: TLS, EHLO, AUTH.
+    async fn connect(&self) -> Result<AsyncSmtpConnection, lettre::transport::smtp::Error> {
         let wrapper = match &self.tls {
             Tls::Wrapper(parameters) => Some(parameters.clone()),
             _ => None,
@@ -567,6 +587,12 @@ impl Inner {
             UpstreamError::Protocol(error_chain(error))
         }
     }
+}
+
+/// The server ended the session rather than answering the command: `421` (service closing
+/// the channel) or a connection that is gone.
+fn session_ended(error: &lettre::transport::smtp::Error) -> bool {
+    error.status().map_or(true, |code| u16::from(code) == 421)
 }
 
 /// `250 2.0.0 Ok: queued as …`: the code and the reply's lines.
