@@ -138,7 +138,7 @@ fn extract_page_with(
     let records = items.run(&doc, &vars).expect("items");
     let mut vehicles = Vec::with_capacity(records.len());
     for record in &records {
-        let vehicle = item.run_one(record, &vars).expect("item").to_json();
+        let vehicle = item.run_one_json(record, &vars).expect("item");
         if is_listable(&vehicle) {
             vehicles.push(Arc::new(vehicle));
         }

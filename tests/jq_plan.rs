@@ -235,22 +235,44 @@ fn vars() -> JqVars {
     }
 }
 
-/// Outputs rendered with jaq's own `Debug`, so that `1` and `1.0` differ.
-fn outcome(
-    jq: &Jq,
-    input: &JqValue,
-    vars: &JqVars,
-) -> (Result<String, String>, Result<bool, String>) {
+/// Outputs rendered with jaq's own `Debug`, so that `1` and `1.0` differ; the truthiness of
+/// the first; and the one output as JSON text (key order kept).
+type Outcome = (
+    Result<String, String>,
+    Result<bool, String>,
+    Result<String, String>,
+);
+
+fn outcome(jq: &Jq, input: &JqValue, vars: &JqVars) -> Outcome {
     let all = jq
         .run(input, vars)
         .map(|out| format!("{out:?}"))
         .map_err(|e| e.0);
-    (all, jq.run_bool(input, vars).map_err(|e| e.0))
+    let json = jq
+        .run_one_json(input, vars)
+        .map(|v| v.to_string())
+        .map_err(|e| e.0);
+    (all, jq.run_bool(input, vars).map_err(|e| e.0), json)
+}
+
+/// jaq's outcome, its one output converted to JSON the general way.
+fn jaq_outcome(jq: &Jq, input: &JqValue, vars: &JqVars) -> Outcome {
+    let (all, first) = (
+        jq.run(input, vars)
+            .map(|out| format!("{out:?}"))
+            .map_err(|e| e.0),
+        jq.run_bool(input, vars).map_err(|e| e.0),
+    );
+    let json = jq
+        .run_one(input, vars)
+        .map(|v| v.to_json().to_string())
+        .map_err(|e| e.0);
+    (all, first, json)
 }
 
 /// Runs `code` both ways on `input`; `Err` describes a difference.
 fn compare(native: &Jq, jaq: &Jq, input: &JqValue, vars: &JqVars) -> Result<(), String> {
-    let (got, want) = (outcome(native, input, vars), outcome(jaq, input, vars));
+    let (got, want) = (outcome(native, input, vars), jaq_outcome(jaq, input, vars));
     if got == want {
         Ok(())
     } else {
@@ -472,6 +494,11 @@ fn demo_search_programs_are_native() {
             jq.code()
         );
     }
+    assert!(
+        item.builds_json_directly(),
+        "demo-toyota item builds a jaq object first: {}",
+        item.code()
+    );
     let total = total.as_ref().expect("total");
     assert!(total.is_native(), "demo-toyota total fell back to jaq");
 

@@ -388,10 +388,8 @@ impl Mapped {
                 )));
             }
         };
-        let out = debug_span!("extract").in_scope(|| program.run_one(&doc, &vars));
-        Ok(out
-            .map_err(|e| self.extract_error(e.to_string()))?
-            .to_json())
+        let out = debug_span!("extract").in_scope(|| program.run_one_json(&doc, &vars));
+        out.map_err(|e| self.extract_error(e.to_string()))
     }
 
     /// `inventory.search`: straight through the upstream when its pages are exactly AAP's
@@ -610,8 +608,8 @@ impl Mapped {
         let mut failed = None;
         let mut skipped = 0usize;
         for record in &records {
-            match item.run_one(record, vars) {
-                Ok(vehicle) => vehicles.push(Arc::new(vehicle.to_json())),
+            match item.run_one_json(record, vars) {
+                Ok(vehicle) => vehicles.push(Arc::new(vehicle)),
                 Err(e) => {
                     skipped += 1;
                     failed.get_or_insert(e);

@@ -169,6 +169,12 @@ impl Jq {
         self.inner.plan.is_some()
     }
 
+    /// Whether [`Jq::run_one_json`] builds the program's object as JSON directly (a native
+    /// plan whose root is an object literal with literal keys, optionally `| compact`).
+    pub fn builds_json_directly(&self) -> bool {
+        self.inner.plan.as_ref().is_some_and(plan::Plan::is_record)
+    }
+
     /// The program text.
     pub fn code(&self) -> &str {
         &self.inner.code
@@ -202,6 +208,18 @@ impl Jq {
                 n + 1
             ))),
         }
+    }
+
+    /// [`Jq::run_one`] converted to JSON (`JqValue::to_json`). A program that builds one
+    /// object from literal keys (a mapping's `item`) builds it as JSON directly.
+    pub fn run_one_json(&self, input: &JqValue, vars: &JqVars) -> Result<Value, JqRunError> {
+        if let Some(plan) = &self.inner.plan {
+            let mut env = plan.env(globals(vars));
+            if let Some(object) = plan.eval_record_json(&input.0, &mut env) {
+                return object.map(Value::Object).map_err(error_message);
+            }
+        }
+        self.run_one(input, vars).map(|v| v.to_json())
     }
 
     /// jq truthiness (neither `null` nor `false`) of the first output; no output is `false`.
@@ -1210,19 +1228,46 @@ fn legacy_date(v: &Val) -> Val {
     date.map_or(Val::Null, Val::from)
 }
 
+/// The zone of that IANA name. A mapping names one zone for all its records: each thread keeps
+/// the last one it looked up rather than asking the database per record.
+fn zone_named(name: &str) -> Option<jiff::tz::TimeZone> {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(Box<str>, jiff::tz::TimeZone)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| {
+        if let Some((n, zone)) = last.as_ref()
+            && **n == *name
+        {
+            return Some(zone.clone());
+        }
+        let zone = jiff::tz::db().get(name).ok()?;
+        *last = Some((name.into(), zone.clone()));
+        Some(zone)
+    })
+}
+
+/// Whether `s` could be a timestamp with an offset: one needs `Z` or a sign (`+`, `-`, or
+/// the non-ASCII `−`) after its date. Wall-clock times skip the (failing) timestamp parse.
+fn may_have_offset(s: &str) -> bool {
+    s.bytes()
+        .skip(10)
+        .any(|b| matches!(b, b'Z' | b'z' | b'+' | b'-') || !b.is_ascii())
+}
+
 fn legacy_datetime(v: Val, tz: Val) -> jaq_core::ValR<Val> {
     let name = as_str(&tz).ok_or_else(|| {
         jaq_core::Error::str(format_args!(
             "legacy_datetime: the time zone must be a name such as \"America/Los_Angeles\", not {tz}"
         ))
     })?;
-    let zone = jiff::tz::db().get(name).map_err(|_| {
+    let zone = zone_named(name).ok_or_else(|| {
         jaq_core::Error::str(format_args!("legacy_datetime: unknown time zone {tz}"))
     })?;
     let Some(s) = as_str(&v).map(str::trim) else {
         return Ok(Val::Null);
     };
-    if !s.contains('[') && s.parse::<jiff::Timestamp>().is_ok() {
+    if may_have_offset(s) && !s.contains('[') && s.parse::<jiff::Timestamp>().is_ok() {
         return Ok(Val::from(s.to_string()));
     }
     let wall_clock = date_prefix(s).and_then(|(date, rest)| {
@@ -1446,6 +1491,31 @@ mod tests {
     }
 
     #[test]
+    fn every_timestamp_jiff_reads_passes_the_offset_precheck() {
+        let stamps = [
+            "2026-11-30T14:05:00Z",
+            "2026-11-30t14:05:00z",
+            "2026-11-30T14:05:00-05:00",
+            "2026-11-30T14:05:00+0530",
+            "2026-11-30T14:05:00.123456789+05:30",
+            "2026-11-30 14:05Z",
+            "20261130T140500Z",
+            "20261130T1405-05",
+            "+002026-11-30T14:05:00Z",
+            "2026-11-30T14:05:00\u{2212}05:00",
+            "2026-11-30T14:05:00-05:00[America/New_York]",
+        ];
+        for s in stamps {
+            if s.parse::<jiff::Timestamp>().is_ok() {
+                assert!(may_have_offset(s), "{s}");
+            }
+        }
+        assert!("2026-11-30T14:05:00Z".parse::<jiff::Timestamp>().is_ok());
+        assert!(!may_have_offset("2026-11-30 14:05:00"));
+        assert!(!may_have_offset("11/30/2026 2:05 PM"));
+    }
+
+    #[test]
     fn legacy_datetime() {
         check(
             r#"legacy_datetime("America/Los_Angeles")"#,
@@ -1537,6 +1607,14 @@ mod tests {
                 .contains("unknown time zone")
         );
         assert!(run_err("legacy_datetime(null)", json!("x")).contains("time zone must be"));
+        // The zone cache keys by name: a second zone on the same thread is its own.
+        assert_eq!(
+            eval(
+                r#"legacy_datetime("Asia/Tokyo")"#,
+                json!("2026-07-01 14:05")
+            ),
+            json!("2026-07-01T14:05:00+09:00")
+        );
         // Minimal containers have no /usr/share/zoneinfo; the gateway carries its own.
         assert!(
             jiff::tz::TimeZoneDatabase::bundled()

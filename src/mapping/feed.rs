@@ -468,7 +468,7 @@ impl Feed {
     /// What the item mapping makes of one record, ready for the snapshot; `None`: the
     /// mapping failed on it.
     fn map(&self, record: &JqValue, vars: &JqVars) -> Option<Mapped> {
-        let vehicle = self.item.run_one(record, vars).ok()?.to_json();
+        let vehicle = self.item.run_one_json(record, vars).ok()?;
         let key = |name: &str| vehicle.get(name).and_then(Value::as_str);
         Some(Mapped {
             vin: key("vin").map(str::to_ascii_uppercase),

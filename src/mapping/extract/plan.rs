@@ -25,6 +25,7 @@
 
 use std::borrow::Cow;
 use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use jaq_core::load::{lex, parse};
 use jaq_core::ops::{Cmp, Math};
@@ -45,6 +46,16 @@ type Sink<'a> = dyn FnMut(&mut Env, ValR<Val>) -> Flow + 'a;
 pub(super) struct Plan {
     root: Node,
     slots: usize,
+    /// Set when the root builds one object from literal keys (a mapping's `item`).
+    record: Option<Record>,
+}
+
+/// A root `{k: v, …}` or `{k: v, …} | compact` whose keys are distinct literal strings: the
+/// object can be built as JSON straight away ([`Plan::eval_record_json`]), skipping jaq's
+/// hashed object, its compaction and its conversion.
+struct Record {
+    keys: Box<[Box<str>]>,
+    compact: bool,
 }
 
 /// Variable slots: the globals first (in [`GLOBAL_VARS`] order), then one slot per binding
@@ -61,6 +72,42 @@ impl Plan {
         vars.extend(globals);
         vars.resize(self.slots.max(GLOBAL_VARS.len()), Val::Null);
         Env { vars }
+    }
+
+    /// Whether the root is a [`Record`].
+    pub(super) fn is_record(&self) -> bool {
+        self.record.is_some()
+    }
+
+    /// The program's one output as a JSON object, for a [`Record`] root; `None` for any
+    /// other. The same object (keys in order, values converted as `JqValue::to_json` does) and
+    /// the same first error as running the plan and converting its output.
+    pub(super) fn eval_record_json(
+        &self,
+        input: &Val,
+        env: &mut Env,
+    ) -> Option<Result<serde_json::Map<String, serde_json::Value>, Error>> {
+        let record = self.record.as_ref()?;
+        let entries = record_entries(&self.root)?;
+        let mut map = serde_json::Map::with_capacity(entries.len());
+        for ((_, value), key) in entries.iter().zip(&record.keys) {
+            let v = match value.eval1(input, env) {
+                Ok(v) => v,
+                Err(e) => return Some(Err(e)),
+            };
+            // `compact` compacts a field's value and then drops it when blank; compacting
+            // never makes a value blank, so the check can come first.
+            let v = if record.compact {
+                if super::is_blank(&v) {
+                    continue;
+                }
+                super::compact(v)
+            } else {
+                v
+            };
+            map.insert(key.to_string(), super::val_to_json(&v));
+        }
+        Some(Ok(map))
     }
 
     /// Pushes the outputs of the program on `input` into `sink`, in jaq's order.
@@ -80,7 +127,8 @@ enum Kind {
     Empty,
     Lit(Val),
     Var(usize),
-    Path(Box<Node>, Box<[(PathPart, Opt)]>),
+    /// `f` then its parts; one position hint per part (see [`index_hinted`]).
+    Path(Box<Node>, Box<[(PathPart, Opt)]>, Box<[AtomicUsize]>),
     Pipe(Box<Node>, Box<Node>),
     /// `l as $x | r`, with `$x` in the given slot.
     Bind(Box<Node>, usize, Box<Node>),
@@ -211,8 +259,44 @@ pub(super) fn compile(term: &Term<'_>) -> Option<Plan> {
     };
     let root = c.term(term, &scope)?;
     Some(Plan {
+        record: record_shape(&root),
         root,
         slots: c.max_slots,
+    })
+}
+
+/// The entries of a root object literal, alone or piped into `compact`.
+fn record_entries(root: &Node) -> Option<&[(Node, Node)]> {
+    match &root.kind {
+        Kind::Obj(entries) => Some(entries),
+        Kind::Pipe(l, r) if matches!(&r.kind, Kind::Call(Fun::Compact, args) if args.is_empty()) => {
+            match &l.kind {
+                Kind::Obj(entries) => Some(entries),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+fn record_shape(root: &Node) -> Option<Record> {
+    let entries = record_entries(root)?;
+    let mut keys: Vec<Box<str>> = Vec::with_capacity(entries.len());
+    for (key, _) in entries {
+        // A computed or repeated key keeps the general path: its position and value follow
+        // jaq's object rules there.
+        let Kind::Lit(Val::TStr(bytes)) = &key.kind else {
+            return None;
+        };
+        let key = std::str::from_utf8(bytes).ok()?;
+        if keys.iter().any(|k| &**k == key) {
+            return None;
+        }
+        keys.push(key.into());
+    }
+    Some(Record {
+        keys: keys.into(),
+        compact: !matches!(root.kind, Kind::Obj(_)),
     })
 }
 
@@ -244,6 +328,11 @@ struct LocalDef<'s, 't> {
 fn var(x: &str, s: &Scope<'_, '_>) -> Option<Node> {
     let slot = s.vars.iter().rposition(|v| *v == Some(x))?;
     Some(node(Kind::Var(slot), true))
+}
+
+fn path_kind(f: Box<Node>, parts: Box<[(PathPart, Opt)]>) -> Kind {
+    let hints = parts.iter().map(|_| AtomicUsize::new(0)).collect();
+    Kind::Path(f, parts, hints)
 }
 
 fn node(kind: Kind, one: bool) -> Node {
@@ -353,7 +442,7 @@ impl Compiler {
                         && matches!(&part, PathPart::Index(i) if i.one);
                     parts.push((part, *opt));
                 }
-                node(Kind::Path(f, parts.into()), one)
+                node(path_kind(f, parts.into()), one)
             }
             Term::Str(Some(_), _)
             | Term::Recurse
@@ -410,7 +499,7 @@ impl Compiler {
                     let index = self.term(k, s)?;
                     let one = index.one;
                     let part = [(PathPart::Index(index), Opt::Essential)];
-                    let path = Kind::Path(Box::new(node(Kind::Id, true)), Box::new(part));
+                    let path = path_kind(Box::new(node(Kind::Id, true)), Box::new(part));
                     (key, node(path, one))
                 }
                 (k, Some(v)) => (self.term(k, s)?, self.term(v, s)?),
@@ -462,7 +551,7 @@ impl Compiler {
                 let f = arg(0)?;
                 let each = [(PathPart::Iter, Opt::Essential)];
                 let each = node(
-                    Kind::Path(Box::new(node(Kind::Id, true)), each.into()),
+                    path_kind(Box::new(node(Kind::Id, true)), each.into()),
                     false,
                 );
                 let body = node(Kind::Pipe(Box::new(each), f), false);
@@ -547,6 +636,27 @@ fn with_var<T>(env: &mut Env, slot: usize, v: Val, f: impl FnOnce(&mut Env) -> T
 }
 
 /// `v[idx]`, as jaq's `ValT::index`, without cloning `v` for the common object lookup.
+/// [`index`] by a literal key, looking first at the position where the key was last found:
+/// the records of a list are alike, so this nearly always spares hashing the key. A key is in
+/// an object once, so the hit is the entry `get` finds.
+fn index_hinted(v: &Val, key: &Val, hint: &AtomicUsize) -> ValR<Val> {
+    let Val::Obj(o) = v else {
+        return index(v, key);
+    };
+    if let Some((k, found)) = o.get_index(hint.load(Ordering::Relaxed))
+        && k == key
+    {
+        return Ok(found.clone());
+    }
+    Ok(match o.get_full(key) {
+        Some((at, _, found)) => {
+            hint.store(at, Ordering::Relaxed);
+            found.clone()
+        }
+        None => Val::Null,
+    })
+}
+
 fn index(v: &Val, idx: &Val) -> ValR<Val> {
     match v {
         Val::Obj(o) => Ok(o.get(idx).cloned().unwrap_or(Val::Null)),
@@ -563,7 +673,7 @@ impl Node {
             Kind::Id => Ok(input.clone()),
             Kind::Lit(v) => Ok(v.clone()),
             Kind::Var(slot) => Ok(env.vars[*slot].clone()),
-            Kind::Path(f, parts) => {
+            Kind::Path(f, parts, hints) => {
                 // jaq runs `f` first (its error wins), then all index terms (the first error
                 // among them wins), then applies the parts in turn.
                 // Literal keys (`.a.b`, `$tables.t`) cannot fail: no need to compute them first.
@@ -582,12 +692,12 @@ impl Node {
                         Kind::Var(slot) => Cow::Borrowed(&env.vars[*slot]),
                         _ => Cow::Owned(f.eval1(input, env)?),
                     };
-                    for (part, _) in parts.iter() {
+                    for ((part, _), hint) in parts.iter().zip(hints) {
                         if let PathPart::Index(Node {
                             kind: Kind::Lit(k), ..
                         }) = part
                         {
-                            v = Cow::Owned(index(&v, k)?);
+                            v = Cow::Owned(index_hinted(&v, k, hint)?);
                         }
                     }
                     return Ok(v.into_owned());
@@ -794,7 +904,7 @@ impl Node {
             Kind::Error(msgs) => msgs.run(input, env, &mut |env, m| {
                 sink(env, Err(m.map_or_else(|e| e, Error::new)))
             }),
-            Kind::Path(f, parts) => self.run_path(f, parts, input, env, sink),
+            Kind::Path(f, parts, _) => self.run_path(f, parts, input, env, sink),
             Kind::Id
             | Kind::Lit(_)
             | Kind::Var(_)
