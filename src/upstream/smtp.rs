@@ -592,7 +592,7 @@ impl Inner {
 /// The server ended the session rather than answering the command: `421` (service closing
 /// the channel) or a connection that is gone.
 fn session_ended(error: &lettre::transport::smtp::Error) -> bool {
-    error.status().map_or(true, |code| u16::from(code) == 421)
+    error.status().is_none_or(|code| u16::from(code) == 421)
 }
 
 /// `250 2.0.0 Ok: queued as …`: the code and the reply's lines.
