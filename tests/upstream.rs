@@ -367,12 +367,12 @@ async fn a_hanging_upstream_times_out_on_time() {
     ));
 }
 
-#[tokio::test]
-async fn a_stalled_body_counts_against_the_timeout() {
-    // Headers and a first chunk come at once, the rest never: the timeout covers the body too.
-    let server = TestServer::start(|_| async {
+/// A server that sends its headers and `first`, then nothing more, and an upstream that
+/// gives it 300 ms in all, with no retry.
+async fn stalled_after(first: &'static [u8]) -> (TestServer, Upstream) {
+    let server = TestServer::start(move |_| async move {
         Response::new(ChunkBody {
-            chunks: VecDeque::from([Bytes::from_static(b"{\"Items\": [")]),
+            chunks: VecDeque::from([Bytes::from_static(first)]),
             exact: false,
             stall: true,
         })
@@ -382,6 +382,13 @@ async fn a_stalled_body_counts_against_the_timeout() {
         &server.url(),
         json!({ "timeouts": { "request": "300ms" }, "retries": { "attempts": 1 } }),
     );
+    (server, up)
+}
+
+#[tokio::test]
+async fn a_stalled_body_counts_against_the_timeout() {
+    // Headers and a first chunk come at once, the rest never: the timeout covers the body too.
+    let (_server, up) = stalled_after(b"{\"Items\": [").await;
     let started = Instant::now();
     let error = up
         .call(UpstreamRequest::get("/x"))
@@ -1668,18 +1675,7 @@ async fn a_streamed_body_is_bounded_by_max_response_bytes_and_the_request_timeou
         .unwrap_err();
     assert!(matches!(error, UpstreamError::TooLarge { .. }), "{error:?}");
 
-    let stalled = TestServer::start(|_| async {
-        Response::new(ChunkBody {
-            chunks: VecDeque::from([Bytes::from_static(b"VIN\r\n")]),
-            exact: false,
-            stall: true,
-        })
-    })
-    .await;
-    let up = upstream(
-        &stalled.url(),
-        json!({ "timeouts": { "request": "300ms" }, "retries": { "attempts": 1 } }),
-    );
+    let (_stalled, up) = stalled_after(b"VIN\r\n").await;
     let started = Instant::now();
     let (_, stream) = up
         .call_streaming(UpstreamRequest::get("/x"))

@@ -699,7 +699,11 @@ mod tests {
     /// Every row `CsvText::rows` reads, as the JSON the feed maps.
     fn rows_one_by_one(body: &[u8]) -> Result<Value, String> {
         let text = CsvText::new(body, Declared::default())?;
-        let mut rows = text.rows()?;
+        every_row(text.rows()?)
+    }
+
+    /// The rows left in `rows`, each as the JSON object the feed maps.
+    fn every_row<R: std::io::Read>(mut rows: CsvRows<R>) -> Result<Value, String> {
         let mut record = csv::StringRecord::new();
         let mut out = Vec::new();
         while rows.next_into(&mut record)? {
@@ -741,15 +745,10 @@ mod tests {
     }
 
     fn streamed(body: &[u8], declared: Declared<'_>) -> Result<Value, String> {
-        let mut rows = csv_stream(Trickle(std::io::Cursor::new(body.to_vec())), declared)?;
-        let mut record = csv::StringRecord::new();
-        let mut out = Vec::new();
-        while rows.next_into(&mut record)? {
-            let mut json = Vec::new();
-            rows.columns().row(&record).write_json(&mut json)?;
-            out.push(serde_json::from_slice(&json).map_err(|e| e.to_string())?);
-        }
-        Ok(Value::Array(out))
+        every_row(csv_stream(
+            Trickle(std::io::Cursor::new(body.to_vec())),
+            declared,
+        )?)
     }
 
     #[test]
