@@ -638,18 +638,25 @@ async fn a_huge_body_with_content_length_is_refused() {
     ));
 }
 
-#[tokio::test]
-async fn a_huge_chunked_body_is_refused_while_streaming() {
+/// A server answering 2 MiB in chunks without `Content-Length`, and an upstream that takes
+/// at most 1 MiB.
+async fn twice_too_large() -> (TestServer, Upstream) {
     let server = TestServer::start(|_| async {
         let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
         Response::new(ChunkBody {
-            chunks: std::iter::repeat_n(chunk, 32).collect(), // 2 MiB, no Content-Length
+            chunks: std::iter::repeat_n(chunk, 32).collect(),
             exact: false,
             stall: false,
         })
     })
     .await;
     let up = upstream(&server.url(), json!({ "max_response_bytes": MIB }));
+    (server, up)
+}
+
+#[tokio::test]
+async fn a_huge_chunked_body_is_refused_while_streaming() {
+    let (server, up) = twice_too_large().await;
     let error = up
         .call(UpstreamRequest::get("/x"))
         .await
@@ -1656,16 +1663,7 @@ async fn a_streamed_reply_hands_over_the_body_as_it_arrives_and_holds_its_slot()
 
 #[tokio::test]
 async fn a_streamed_body_is_bounded_by_max_response_bytes_and_the_request_timeout() {
-    let huge = TestServer::start(|_| async {
-        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
-        Response::new(ChunkBody {
-            chunks: std::iter::repeat_n(chunk, 32).collect(), // 2 MiB, no Content-Length
-            exact: false,
-            stall: false,
-        })
-    })
-    .await;
-    let up = upstream(&huge.url(), json!({ "max_response_bytes": MIB }));
+    let (_huge, up) = twice_too_large().await;
     let (_, stream) = up
         .call_streaming(UpstreamRequest::get("/x"))
         .await
