@@ -1016,8 +1016,14 @@ impl Write for LogBuffer {
     }
 }
 
-#[tokio::test]
-async fn logs_carry_neither_queries_nor_secrets() {
+/// Captures this thread's events at debug level (the test runtime is single-threaded, so the
+/// servers' tasks log through it too).
+///
+/// Tests in this file run in parallel, and tracing caches each callsite's interest for all
+/// threads: a callsite another thread registers while this subscriber is being installed can
+/// keep "never" (seen once in CI: the `upstream attempt` line missing). The tests therefore
+/// call `tracing::callsite::rebuild_interest_cache()` right before the calls they watch.
+fn capture_logs() -> (LogBuffer, tracing::subscriber::DefaultGuard) {
     let logs = LogBuffer::default();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::DEBUG)
@@ -1027,8 +1033,13 @@ async fn logs_carry_neither_queries_nor_secrets() {
             move || logs.clone()
         })
         .finish();
-    // The test runtime is single-threaded: the guard covers the servers' tasks too.
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let guard = tracing::subscriber::set_default(subscriber);
+    (logs, guard)
+}
+
+#[tokio::test]
+async fn logs_carry_neither_queries_nor_secrets() {
+    let (logs, _guard) = capture_logs();
 
     let server = TestServer::start(|_| async { reply(500, "ORA-00060 secret-body") }).await;
     let up = upstream(
@@ -1043,6 +1054,7 @@ async fn logs_carry_neither_queries_nor_secrets() {
         HeaderName::from_static("x-customer"),
         HeaderValue::from_static("jane-doe"),
     ));
+    tracing::callsite::rebuild_interest_cache();
     up.call(req).await.expect("reply");
 
     let text = String::from_utf8_lossy(&logs.0.lock().expect("lock")).into_owned();
@@ -1575,16 +1587,7 @@ async fn smtp_invalid_mail_is_refused_before_connecting() {
 
 #[tokio::test]
 async fn smtp_logs_carry_no_mail_content() {
-    let logs = LogBuffer::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer({
-            let logs = logs.clone();
-            move || logs.clone()
-        })
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = capture_logs();
 
     let server = SmtpServer::start(|i| {
         if i == 0 {
@@ -1598,6 +1601,7 @@ async fn smtp_logs_carry_no_mail_content() {
         &server.url(),
         json!({ "auth": { "kind": "basic", "username": "demo-smtp", "password": "smtp-s3cret" } }),
     );
+    tracing::callsite::rebuild_interest_cache();
     mail.send(lead_mail("lead-1")).await.expect("accepted");
     mail.send(lead_mail("lead-2")).await.expect_err("refused");
 
