@@ -332,7 +332,9 @@ impl<R: std::io::Read> CsvRows<R> {
     fn new(source: R, charset: Charset) -> Result<CsvRows<R>, String> {
         let mut reader = csv::ReaderBuilder::new()
             .flexible(true)
-            .trim(csv::Trim::All)
+            // Fields are trimmed as they are read (`CsvRow::entries`): `Trim::All` would
+            // rebuild every record to trim it.
+            .trim(csv::Trim::Headers)
             .from_reader(source);
         let headers = reader
             .headers()
@@ -410,6 +412,11 @@ fn unreadable(charset: Charset, what: String, e: csv::Error) -> String {
 pub struct CsvColumns(Vec<(String, Vec<usize>)>);
 
 impl CsvColumns {
+    /// The object keys, in order (each name once).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(name, _)| name.as_str())
+    }
+
     /// `record` as the object it stands for.
     pub fn row<'a>(&'a self, record: &'a csv::StringRecord) -> CsvRow<'a> {
         CsvRow {
@@ -431,21 +438,28 @@ impl CsvRow<'_> {
     /// column and the field of its last column the row reaches (as inserting the row's fields
     /// one by one into an object would); a short row lacks the names of its missing columns.
     pub fn fields(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.columns.0.iter().filter_map(|(name, at)| {
-            let last = at.iter().rev().find_map(|&i| self.record.get(i))?;
-            Some((name.as_str(), last))
-        })
+        let names = &self.columns.0;
+        self.entries()
+            .map(|(at, field)| (names[at].0.as_str(), field))
     }
 
-    /// Appends the row as a JSON object to `out`.
-    pub fn write_json(&self, out: &mut Vec<u8>) -> Result<(), String> {
-        serde_json::to_writer(out, self).map_err(|e| format!("CSV row as JSON: {e}"))
+    /// [`CsvRow::fields`] with each name given by its place in [`CsvColumns::names`]; the
+    /// fields are slices of [`CsvRow::text`].
+    pub fn entries(&self) -> impl Iterator<Item = (usize, &str)> {
+        self.columns
+            .0
+            .iter()
+            .enumerate()
+            .filter_map(|(n, (_, at))| {
+                let last = at.iter().rev().find_map(|&i| self.record.get(i))?;
+                // As csv's `Trim::All`: ASCII white space.
+                Some((n, last.trim_matches(|c: char| c.is_ascii_whitespace())))
+            })
     }
-}
 
-impl serde::Serialize for CsvRow<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.fields())
+    /// The row's fields, one after the other.
+    pub fn text(&self) -> &str {
+        self.record.as_slice()
     }
 }
 
@@ -707,11 +721,50 @@ mod tests {
         let mut record = csv::StringRecord::new();
         let mut out = Vec::new();
         while rows.next_into(&mut record)? {
-            let mut json = Vec::new();
-            rows.columns().row(&record).write_json(&mut json)?;
-            out.push(serde_json::from_slice(&json).map_err(|e| e.to_string())?);
+            out.push(row_json(&rows.columns().row(&record)));
         }
         Ok(Value::Array(out))
+    }
+
+    fn row_json(row: &CsvRow<'_>) -> Value {
+        let object = row
+            .fields()
+            .map(|(name, field)| (name.to_owned(), Value::String(field.to_owned())))
+            .collect();
+        Value::Object(object)
+    }
+
+    #[test]
+    fn csv_fields_and_names_lose_surrounding_ascii_white_space_only() {
+        let body = " Make ,\tPrice\r\n  Honda\t,\" $1 \" \r\n\u{a0}Kia\u{a0},\"\"\r\n";
+        assert_eq!(
+            Format::Csv.decode(body.as_bytes()).unwrap(),
+            json!([{"Make": "Honda", "Price": "$1"}, {"Make": "\u{a0}Kia\u{a0}", "Price": ""}])
+        );
+    }
+
+    #[test]
+    fn csv_rows_become_the_jq_objects_their_json_text_parses_to() {
+        // Names that repeat, rows short and long, quotes, escapes JSON must write, non-ASCII.
+        let body = "Make,Note,Make,Tab\\\r\nHonda,\"a \\ b \"\"q\"\"\",Acura,\"x\ty\u{1}\"\r\n\
+                    Kia\r\n,,,,extra\r\n\"Škoda\",\"line\nbreak\",Ü,€\r\n";
+        let text = CsvText::new(body.as_bytes(), Declared::default()).unwrap();
+        let mut rows = text.rows().unwrap();
+        let objects = crate::mapping::extract::TextObjects::new(rows.columns().names());
+        let mut record = csv::StringRecord::new();
+        let mut seen = 0;
+        while rows.next_into(&mut record).unwrap() {
+            let row = rows.columns().row(&record);
+            let json = serde_json::to_vec(&row_json(&row)).unwrap();
+            let expected = crate::mapping::extract::JqValue::from_json_slice(&json).unwrap();
+            assert_eq!(
+                objects.build(row.text(), row.entries()),
+                expected,
+                "{row:?}"
+            );
+            seen += 1;
+        }
+        assert_eq!(seen, 4);
     }
 
     #[test]

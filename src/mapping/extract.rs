@@ -49,7 +49,7 @@ use jaq_core::native::{self, bome, unary, v};
 use jaq_core::ops::Math;
 use jaq_core::path::Part;
 use jaq_core::{Compiler, Ctx, Cv, DataT, Exn, Native, RunPtr, ValT as _, ValXs, Vars};
-use jaq_json::{Num, Rc, Val};
+use jaq_json::{Map, Num, Rc, Val};
 use jaq_std::ValT as _;
 use jiff::civil::{Date, DateTime, Time};
 use serde_json::Value;
@@ -331,6 +331,45 @@ impl JqValue {
     /// jq truthiness: neither `null` nor `false`.
     pub fn is_truthy(&self) -> bool {
         self.0.as_bool()
+    }
+}
+
+/// Objects whose values are all strings (a CSV row), built straight into jaq's representation:
+/// the keys made once, each object's strings slices of one copy of its text. The same value
+/// [`JqValue::from_json_slice`] gives for the object written as JSON, without the JSON.
+pub struct TextObjects {
+    keys: Vec<Val>,
+}
+
+impl TextObjects {
+    /// Objects with these keys (distinct), in this order.
+    pub fn new<'a>(keys: impl IntoIterator<Item = &'a str>) -> TextObjects {
+        TextObjects {
+            keys: keys.into_iter().map(|k| Val::from(k.to_owned())).collect(),
+        }
+    }
+
+    /// `{key[i]: field, …}` for each `(i, field)` in order; every field is a slice of `text`
+    /// (else it is copied).
+    pub fn build<'a>(
+        &self,
+        text: &'a str,
+        fields: impl Iterator<Item = (usize, &'a str)>,
+    ) -> JqValue {
+        let shared = bytes::Bytes::copy_from_slice(text.as_bytes());
+        let whole = text.as_bytes().as_ptr_range();
+        let mut map = Map::with_capacity_and_hasher(self.keys.len(), Default::default());
+        for (at, field) in fields {
+            let range = field.as_bytes().as_ptr_range();
+            let value = if whole.start <= range.start && range.end <= whole.end {
+                let start = range.start as usize - whole.start as usize;
+                shared.slice(start..start + field.len())
+            } else {
+                bytes::Bytes::copy_from_slice(field.as_bytes())
+            };
+            map.insert(self.keys[at].clone(), Val::utf8_str(value));
+        }
+        JqValue(Val::obj(map))
     }
 }
 
@@ -1106,14 +1145,29 @@ fn split_list(v: Val, sep: Val) -> jaq_core::ValR<Val> {
                     "split_list: the separator must be a non-empty string, not {sep}"
                 ))
             })?;
-            let text = as_str(&v).unwrap_or_default();
-            text.split(sep).map(|s| Val::from(s.to_string())).collect()
+            let (Val::TStr(text) | Val::BStr(text)) = &v else {
+                unreachable!("matched a string")
+            };
+            // The pieces are slices of the string (`clean` below keeps them, trimmed).
+            let piece = |p: &str| Val::utf8_str(text.slice_ref(p.as_bytes()));
+            let mut one = sep.chars();
+            match (std::str::from_utf8(text), one.next(), one.next()) {
+                // A one-character separator (nearly always) is searched for as a `char`.
+                (Ok(s), Some(c), None) => s.split(c).map(piece).collect(),
+                (Ok(s), _, _) => s.split(sep).map(piece).collect(),
+                (Err(_), _, _) => Vec::new(),
+            }
         }
         _ => vec![v.clone()],
     };
-    let clean = |item: Val| match as_str(&item) {
-        Some(s) if s.trim().is_empty() => None,
-        Some(s) if s.trim().len() < s.len() => Some(Val::from(s.trim().to_string())),
+    let clean = |item: Val| match &item {
+        Val::TStr(b) | Val::BStr(b) => match std::str::from_utf8(b) {
+            Ok(s) if s.trim().is_empty() => None,
+            Ok(s) if s.trim().len() < s.len() => {
+                Some(Val::utf8_str(b.slice_ref(s.trim().as_bytes())))
+            }
+            _ => Some(item),
+        },
         _ => (!matches!(item, Val::Null)).then_some(item),
     };
     Ok(items.into_iter().filter_map(clean).collect())

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use super::decode::{self, Declared, Format};
 use super::execute::{Shared, Transport, check_listable, page_json, send};
-use super::extract::{Jq, JqValue, JqVars};
+use super::extract::{Jq, JqValue, JqVars, TextObjects};
 use super::packed::Packed;
 use super::request::RequestSpec;
 use super::search::{Inventory, InventoryBuilder, Prepared, Stored};
@@ -427,14 +427,13 @@ impl Feed {
             }
             Ok((!batch.is_empty()).then_some(batch))
         };
+        let objects = TextObjects::new(columns.names());
         let work = |batch: Vec<csv::StringRecord>| {
-            let mut json = Vec::new();
             batch
                 .iter()
                 .map(|record| {
-                    json.clear();
-                    columns.row(record).write_json(&mut json).ok()?;
-                    let record = JqValue::from_json_slice(&json).ok()?;
+                    let row = columns.row(record);
+                    let record = objects.build(row.text(), row.entries());
                     self.map(&record, &vars)
                 })
                 .collect()
