@@ -810,7 +810,14 @@ impl Node {
     /// (`{…} | compact` compacts the object just built in place).
     fn eval1_owned(&self, input: Val, env: &mut Env) -> ValR<Val> {
         match &self.kind {
-            Kind::Call(fun, args) if args.is_empty() => fun.call(input, None),
+            // As in `eval1`: the argument first (on the same input), then the helper.
+            Kind::Call(fun, args) => {
+                let arg = match args.first() {
+                    Some(a) => Some(a.eval1(&input, env)?),
+                    None => None,
+                };
+                fun.call(input, arg)
+            }
             _ => self.eval1(&input, env),
         }
     }
