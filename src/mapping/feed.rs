@@ -699,19 +699,43 @@ impl<'a> Building<'a> {
 
     fn finish(self) -> Snapshot {
         let Building {
+            previous,
             all,
             inventory,
-            mut by_vin,
-            mut by_stock,
-            mut by_id,
+            by_vin,
+            by_stock,
+            by_id,
             stats,
             ..
         } = self;
-        for lookup in [&mut by_vin, &mut by_stock, &mut by_id] {
-            lookup.seal();
+        // As the mapping (`threads`): a first load sorts on every core, a refresh on one.
+        let threads = threads(previous);
+        let mut lookups = [by_vin, by_stock, by_id];
+        let mut sealed = false;
+        let inventory = if threads > 1 {
+            std::thread::scope(|scope| {
+                let target = &mut lookups;
+                let sealing = std::thread::Builder::new()
+                    .name("feed-sorting".to_owned())
+                    .spawn_scoped(scope, move || target.iter_mut().for_each(Lookup::seal));
+                let inventory = inventory.finish_on(threads);
+                if let Ok(sealing) = sealing {
+                    if let Err(panic) = sealing.join() {
+                        std::panic::resume_unwind(panic);
+                    }
+                    sealed = true;
+                }
+                inventory
+            })
+        } else {
+            inventory.finish()
+        };
+        if !sealed {
+            lookups.iter_mut().for_each(Lookup::seal);
         }
+        let [by_vin, by_stock, by_id] = lookups;
         Snapshot {
-            inventory: inventory.finish(),
+            inventory,
             all: all.into_boxed_slice(),
             by_vin,
             by_stock,
