@@ -59,6 +59,7 @@ const METRICS: &[(&str, MetricKind)] = &[
         MetricKind::Histogram,
     ),
     ("aap_gateway_upstream_errors_total", MetricKind::Counter),
+    ("aap_gateway_upstream_breaker_open", MetricKind::Gauge),
     ("aap_gateway_mapping_events_total", MetricKind::Counter),
     ("aap_gateway_rate_limited_total", MetricKind::Counter),
     ("aap_gateway_idempotency_replays_total", MetricKind::Counter),

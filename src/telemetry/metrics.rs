@@ -106,6 +106,12 @@ struct UnknownOutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BreakerLabels {
+    dealer: Arc<str>,
+    upstream: Arc<str>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StoreLabels {
     store: &'static str,
 }
@@ -122,6 +128,7 @@ pub struct Metrics {
     request_seconds: Family<RouteLabels, Histogram, Buckets>,
     upstream_seconds: Family<UpstreamLabels, Histogram, Buckets>,
     upstream_errors: Family<UpstreamErrorLabels, Counter>,
+    breaker_open: Family<BreakerLabels, Gauge>,
     mapping_events: Family<MappingEventLabels, Counter>,
     rate_limited: Family<SkillLabels, Counter>,
     replays: Family<DealerLabels, Counter>,
@@ -172,6 +179,13 @@ impl Metrics {
             "aap_gateway_upstream_errors",
             "Failed calls to dealer systems by kind",
             upstream_errors.clone(),
+        );
+        let breaker_open = Family::default();
+        registry.register(
+            "aap_gateway_upstream_breaker_open",
+            "1 while a dealer system's circuit breaker is open (calls fail fast until a trial \
+             call succeeds), else 0",
+            breaker_open.clone(),
         );
         let mapping_events = Family::default();
         registry.register(
@@ -291,6 +305,7 @@ impl Metrics {
             request_seconds,
             upstream_seconds,
             upstream_errors,
+            breaker_open,
             mapping_events,
             rate_limited,
             replays,
@@ -563,6 +578,17 @@ impl Meter {
     pub fn status_failure(&self) {
         self.metrics
             .upstream_error(&self.dealer, &self.upstream, "status");
+    }
+
+    /// The gauge of this upstream's circuit breaker (the series exists from now on, at 0).
+    pub fn breaker_gauge(&self) -> Gauge {
+        self.metrics
+            .breaker_open
+            .get_or_create(&BreakerLabels {
+                dealer: Arc::clone(&self.dealer),
+                upstream: Arc::clone(&self.upstream),
+            })
+            .clone()
     }
 
     /// Something a mapping met in the upstream's replies (`record_skipped`,

@@ -11,13 +11,15 @@
 //! 5xx reply is judged by its caller ([`super::Verdict`]): a SOAP fault a mapping turns into
 //! "no such unit" is an answer, not a failure.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+
+use prometheus_client::metrics::gauge::Gauge;
 use std::time::{Duration, Instant};
 
 /// The retry hint while a half-open trial decides: it usually takes one round trip.
 pub(crate) const TRIAL_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// The breaker's state, for health reporting.
+/// The breaker's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakerState {
     /// Calls go through.
@@ -41,6 +43,8 @@ pub(crate) struct Breaker {
     threshold: u32,
     cool_down: Duration,
     state: Mutex<State>,
+    /// `aap_gateway_upstream_breaker_open`: 1 from opening until a trial closes it.
+    open: OnceLock<Gauge>,
 }
 
 /// Permission to make one try. Report its outcome with [`Permit::record`]; a permit dropped
@@ -60,6 +64,7 @@ impl Breaker {
             threshold: threshold.max(1),
             cool_down,
             state: Mutex::new(State::Closed { failures: 0 }),
+            open: OnceLock::new(),
         }
     }
 
@@ -68,6 +73,20 @@ impl Breaker {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Shows the breaker's state in `gauge` from now on (set once, with the upstream's meter).
+    pub(crate) fn attach_gauge(&self, gauge: Gauge) {
+        let state = self.lock();
+        gauge.set(i64::from(!matches!(*state, State::Closed { .. })));
+        let _ = self.open.set(gauge);
+    }
+
+    fn show_open(&self, open: bool) {
+        if let Some(gauge) = self.open.get() {
+            gauge.set(i64::from(open));
+        }
+    }
+
+    /// The state now; tests read it.
     pub(crate) fn state(&self) -> BreakerState {
         match *self.lock() {
             State::Closed { .. } => BreakerState::Closed,
@@ -128,11 +147,13 @@ impl Breaker {
                     *state = State::Open {
                         until: Instant::now() + self.cool_down,
                     };
+                    self.show_open(true);
                 }
             }
             (State::HalfOpen { .. }, true, true) => {
                 tracing::warn!(upstream = %self.upstream, "circuit breaker closed: trial call succeeded");
                 *state = State::Closed { failures: 0 };
+                self.show_open(false);
             }
             (State::HalfOpen { .. }, true, false) => {
                 tracing::warn!(

@@ -109,14 +109,6 @@ impl Endpoint {
             Endpoint::Smtp(mailer) => mailer.name(),
         }
     }
-
-    /// The circuit breaker's state, for health reports.
-    pub fn breaker_state(&self) -> BreakerState {
-        match self {
-            Endpoint::Http(upstream) => upstream.breaker_state(),
-            Endpoint::Smtp(mailer) => mailer.breaker_state(),
-        }
-    }
 }
 
 /// One call to an upstream, fully rendered by the mapping.

@@ -215,7 +215,7 @@ impl Mailer {
         &self.inner.settings
     }
 
-    /// The circuit breaker's state, for health reports.
+    /// The circuit breaker's state (`aap_gateway_upstream_breaker_open` shows it).
     pub fn breaker_state(&self) -> BreakerState {
         self.inner.breaker.state()
     }
@@ -264,6 +264,7 @@ impl Mailer {
 
     /// Records this mailer's sends in `meter` from now on (set once, by the app).
     pub fn attach_meter(&self, meter: crate::telemetry::metrics::Meter) {
+        self.inner.breaker.attach_gauge(meter.breaker_gauge());
         let _ = self.inner.meter.set(meter);
     }
 
