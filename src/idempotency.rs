@@ -222,11 +222,6 @@ impl Idempotency {
         self
     }
 
-    /// The in-process store.
-    pub fn store(&self) -> &Arc<Store> {
-        &self.local
-    }
-
     /// What a delivery with an unknown outcome leaves for the retry.
     pub fn on_ambiguous(&self) -> OnAmbiguous {
         self.on_ambiguous
@@ -657,11 +652,6 @@ impl Store {
             max_bytes,
             inner: Mutex::new(Inner::default()),
         }
-    }
-
-    /// How long replies are kept.
-    pub fn ttl(&self) -> Duration {
-        self.ttl
     }
 
     /// Keys held (in flight or finished, expired ones not yet swept included).

@@ -6,7 +6,10 @@
 //! ## The request's path
 //!
 //! ```text
-//!  TCP ─▶ server (tower stack: panic guard, concurrency cap, body limit)
+//!  TCP ─▶ server   connection caps and deadlines, panic guard (the one tower layer)
+//!           │
+//!           ├─ server::routes ─ per-address quota, body read (size limit, own deadline),
+//!           │                   concurrency slot (refused at once when full)
 //!           │
 //!           ├─ router ─ which dealer? (Host and/or path prefix) ── none ─▶ 404
 //!           │

@@ -140,6 +140,7 @@ impl Feed {
             feed = %self.file,
             vehicles = snapshot.all.len(),
             listable = snapshot.inventory.len(),
+            excluded = snapshot.inventory.excluded(),
             reused = stats.reused,
             skipped = stats.skipped,
             bytes = stats.bytes,

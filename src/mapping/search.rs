@@ -3,9 +3,10 @@
 //! Some dealer systems can only dump their whole inventory as a feed. In `mode: feed` the
 //! mapping fetches it, turns every record into an AAP `Vehicle` and adds each to an
 //! [`InventoryBuilder`], which builds one immutable [`Inventory`] per refresh; every search and
-//! facets call then runs here, in memory, without I/O. Proxy-mode skills reuse the same
-//! semantics on a page an upstream returned through [`matches`] / [`Filters`] (which apply the
-//! status rule too), and complete searches through [`Inventory::new`] over [`Listing`]s.
+//! facets call then runs here, in memory, without I/O. Proxy-mode skills complete searches
+//! through [`Inventory::new`] over [`Listing`]s. [`matches`] reads the same rules one vehicle
+//! at a time: the reference the column-wise search is tested against (here and in
+//! `tests/skills.rs`), not a path requests take.
 //!
 //! # Cost model
 //!
@@ -555,8 +556,9 @@ fn any_exact(allowed: Option<&[Box<str>]>, value: Option<&str>) -> bool {
     allowed.is_none_or(|list| value.is_some_and(|v| list.iter().any(|a| **a == *v)))
 }
 
-/// Whether one vehicle (e.g. from a proxy-mode upstream page) may be served and matches an AAP
-/// `filters` object. Compile a [`Filters`] once instead when checking many vehicles.
+/// Whether one vehicle may be served and matches an AAP `filters` object, rule by rule: the
+/// reference reading tests hold [`Inventory::search`] to. Compile a [`Filters`] once instead
+/// when checking many vehicles.
 pub fn matches(filters: &Value, vehicle: &Value) -> bool {
     Filters::new(filters).matches(vehicle)
 }
@@ -1332,7 +1334,7 @@ impl Inventory {
         self.vehicles.is_empty()
     }
 
-    /// Number of feed listings dropped because of their `status` (for logs and metrics).
+    /// Number of listings dropped because of their `status` (logged with each feed load).
     pub fn excluded(&self) -> usize {
         self.excluded
     }
