@@ -69,6 +69,12 @@ pub struct Dealer {
     carried: Carried,
 }
 
+impl crate::router::Placed for Dealer {
+    fn placement(&self) -> &DealerSettings {
+        &self.settings
+    }
+}
+
 impl App {
     /// Builds the app for `settings`. `listen` is the address the gateway really listens on; it
     /// forms the card URLs of dealers whose `card.url` is not configured.

@@ -22,9 +22,7 @@ use crate::settings::AuthSettings;
 /// The `WWW-Authenticate` challenge of a 401.
 pub const CHALLENGE: &str = "Bearer realm=\"aap-gateway\"";
 
-/// What the caller sent: the SHA-256 of its key, if any.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Presented(Option<[u8; 32]>);
+pub use crate::protocol::Presented;
 
 impl Presented {
     /// Reads `Authorization: Bearer …` or `X-API-Key: …` (an empty key counts as none).

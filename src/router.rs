@@ -8,27 +8,30 @@
 
 use std::cmp::Reverse;
 
-use crate::app::Dealer;
+use crate::settings::DealerSettings;
+
+/// A dealer as routing sees it: where it is served (`hosts`, `path_prefix`).
+pub trait Placed {
+    fn placement(&self) -> &DealerSettings;
+}
 
 /// Orders dealers most specific first.
-pub fn sort_by_specificity(dealers: &mut [Dealer]) {
+pub fn sort_by_specificity<D: Placed>(dealers: &mut [D]) {
     dealers.sort_by_key(|d| {
-        (
-            Reverse(d.settings.path_prefix.len()),
-            d.settings.hosts.is_empty(),
-        )
+        let s = d.placement();
+        (Reverse(s.path_prefix.len()), s.hosts.is_empty())
     });
 }
 
 /// The dealer for `host` and `path`, with the path below the dealer's prefix (`/` at least).
-pub fn select<'a, 'p>(
-    dealers: &'a [Dealer],
+pub fn select<'a, 'p, D: Placed>(
+    dealers: &'a [D],
     host: Option<&str>,
     path: &'p str,
-) -> Option<(&'a Dealer, &'p str)> {
+) -> Option<(&'a D, &'p str)> {
     let host = host.map(strip_port);
     dealers.iter().find_map(|dealer| {
-        let s = &dealer.settings;
+        let s = dealer.placement();
         if !s.hosts.is_empty() {
             let h = host?;
             if !s.hosts.iter().any(|known| known.eq_ignore_ascii_case(h)) {

@@ -9,12 +9,12 @@
 //! differ. `{base}` is the JSON-RPC endpoint's path, so the card's two interfaces share a URL.
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use http::header::{CONTENT_TYPE, HeaderMap};
 use http::{Method, Response, StatusCode};
 use http_body_util::Full;
 use serde_json::{Value, json};
 
-use super::{headers, wire_error};
+use super::{encode, headers, respond, wire_error};
 use crate::app::{App, Dealer};
 use crate::error::AapError;
 use crate::protocol::Caller;
@@ -226,27 +226,6 @@ fn reply_media_type(headers: &HeaderMap) -> &'static str {
     } else {
         JSON
     }
-}
-
-fn encode<T: serde::Serialize>(body: &T) -> Vec<u8> {
-    // Serializing plain structs and `Value`s to memory cannot fail.
-    serde_json::to_vec(body).unwrap_or_default()
-}
-
-fn respond(
-    status: StatusCode,
-    body: Vec<u8>,
-    media_type: &'static str,
-    extension: Option<&str>,
-) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    let h = response.headers_mut();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static(media_type));
-    if let Some(uri) = extension.and_then(|u| HeaderValue::from_str(u).ok()) {
-        h.insert("a2a-extensions", uri);
-    }
-    response
 }
 
 #[cfg(test)]

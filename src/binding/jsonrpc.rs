@@ -6,12 +6,12 @@
 //! `RATE_LIMITED` (docs/protocol.md §Rate limits).
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use http::header::HeaderMap;
 use http::{Response, StatusCode};
 use http_body_util::Full;
 use serde_json::{Value, json};
 
-use super::{headers, send_message};
+use super::{encode, headers, send_message};
 use crate::app::{App, Dealer};
 use crate::error::{AapCode, AapError};
 use crate::protocol::Caller;
@@ -137,11 +137,6 @@ struct RpcErrorObject<'a> {
     data: &'a [Value],
 }
 
-fn encode<T: serde::Serialize>(body: &T) -> Vec<u8> {
-    // Serializing plain structs and `Value`s to memory cannot fail.
-    serde_json::to_vec(body).unwrap_or_default()
-}
-
 enum Request {
     SendMessage {
         id: Id,
@@ -263,13 +258,7 @@ fn invalid(id: Id, detail: &str) -> (Id, AapError) {
     )
 }
 
+/// JSON-RPC answers everything, errors included, with HTTP 200 and `application/json`.
 fn respond(body: Vec<u8>, extension: Option<&str>) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = StatusCode::OK;
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if let Some(uri) = extension.and_then(|u| HeaderValue::from_str(u).ok()) {
-        headers.insert("a2a-extensions", uri);
-    }
-    response
+    super::respond(StatusCode::OK, body, "application/json", extension)
 }

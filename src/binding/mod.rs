@@ -65,3 +65,28 @@ pub(crate) fn report(error: &AapError, dealer: &Dealer) -> WireError {
     }
     wire
 }
+
+/// A reply's body as JSON bytes.
+fn encode<T: serde::Serialize>(body: &T) -> Vec<u8> {
+    // Serializing plain structs and `Value`s to memory cannot fail.
+    serde_json::to_vec(body).unwrap_or_default()
+}
+
+/// The HTTP response of either binding: status, media type, and `A2A-Extensions` naming the
+/// extension when the call activated it.
+fn respond(
+    status: http::StatusCode,
+    body: Vec<u8>,
+    media_type: &'static str,
+    extension: Option<&str>,
+) -> http::Response<http_body_util::Full<bytes::Bytes>> {
+    use http::header::{CONTENT_TYPE, HeaderValue};
+    let mut response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from(body)));
+    *response.status_mut() = status;
+    let h = response.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(media_type));
+    if let Some(uri) = extension.and_then(|u| HeaderValue::from_str(u).ok()) {
+        h.insert("a2a-extensions", uri);
+    }
+    response
+}

@@ -799,7 +799,7 @@ impl Mapped {
     }
 
     fn render_error(&self, message: String) -> AapError {
-        if message.starts_with(super::request::UNSENDABLE) {
+        if message.starts_with(super::template::UNSENDABLE) {
             // A buyer's value the dealer system cannot be asked about: no unit has such an
             // identifier, and a search value like that is malformed for this dealer.
             return match self.skill {

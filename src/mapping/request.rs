@@ -7,7 +7,7 @@ use http::{HeaderName, HeaderValue, Method};
 use minijinja::value::Value as TplValue;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
-use super::template::{Context, Templates};
+use super::template::{Context, Templates, UNSENDABLE};
 
 /// Characters left as they are in a query name or value (RFC 3986 unreserved).
 const QUERY: &AsciiSet = &NON_ALPHANUMERIC
@@ -15,10 +15,6 @@ const QUERY: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'_')
     .remove(b'~');
-
-/// Start of a render error caused by a request value that cannot be sent (a `..` path
-/// segment, a line break in a header), as opposed to a defect in the mapping.
-pub const UNSENDABLE: &str = "unsendable value: ";
 
 /// How an upstream pages a list. The engine owns the arithmetic; the page reaches the upstream
 /// as query parameters (when their names are given) and as the template variable `page`

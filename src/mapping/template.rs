@@ -14,6 +14,10 @@ use minijinja::value::Value as TplValue;
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, Output, State, UndefinedBehavior};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
+/// Start of a render error caused by a request value that cannot be sent (a `..` path
+/// segment, a line break in a header), as opposed to a defect in the mapping.
+pub const UNSENDABLE: &str = "unsendable value: ";
+
 /// Where a template's output goes; decides how interpolated values are escaped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Context {
@@ -114,15 +118,14 @@ impl Templates {
         let template = self.env.get_template(&key).map_err(|e| describe(&e))?;
         let out = template.render(values).map_err(|e| {
             if e.kind() == ErrorKind::InvalidOperation && context == Context::Header {
-                format!("{}{}", super::request::UNSENDABLE, describe(&e))
+                format!("{UNSENDABLE}{}", describe(&e))
             } else {
                 describe(&e)
             }
         })?;
         if context == Context::Header && out.contains(['\r', '\n', '\0']) {
             return Err(format!(
-                "{}a header value would contain a line break",
-                super::request::UNSENDABLE
+                "{UNSENDABLE}a header value would contain a line break"
             ));
         }
         Ok(out)

@@ -35,8 +35,13 @@ pub struct Call {
 #[derive(Debug, Clone, Copy)]
 pub struct Caller {
     pub ip: std::net::IpAddr,
-    pub presented: crate::auth::Presented,
+    pub presented: Presented,
 }
+
+/// What the caller sent: the SHA-256 of its API key, if any (read from the headers and checked
+/// in `auth`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Presented(pub(crate) Option<[u8; 32]>);
 
 /// A successful skill reply, holding the AAP response object `{type, data, message?}`.
 ///

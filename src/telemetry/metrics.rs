@@ -19,8 +19,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::upstream::UpstreamError;
-
 /// Content type of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -359,12 +357,13 @@ impl Metrics {
         }
     }
 
-    /// One call to a dealer system: `Ok(status)` for any HTTP reply, or the error.
+    /// One call to a dealer system: `Ok(status)` for any HTTP reply, or the error's kind
+    /// (`UpstreamError::kind`).
     pub fn upstream(
         &self,
         dealer: &Arc<str>,
         upstream: &Arc<str>,
-        result: Result<u16, &UpstreamError>,
+        result: Result<u16, &'static str>,
         elapsed: Duration,
     ) {
         let outcome = match result {
@@ -374,7 +373,7 @@ impl Metrics {
                 400..=499 => "4xx",
                 _ => "5xx",
             },
-            Err(error) => error_kind(error),
+            Err(kind) => kind,
         };
         self.upstream_seconds
             .get_or_create(&UpstreamLabels {
@@ -383,8 +382,8 @@ impl Metrics {
                 outcome,
             })
             .observe(elapsed.as_secs_f64());
-        if let Err(error) = result {
-            self.upstream_error(dealer, upstream, error_kind(error));
+        if let Err(kind) = result {
+            self.upstream_error(dealer, upstream, kind);
         }
     }
 
@@ -569,7 +568,7 @@ impl Meter {
     }
 
     /// Records one call: `Ok(status)` for any HTTP reply (`200` for an accepted mail).
-    pub fn observe(&self, result: Result<u16, &UpstreamError>, elapsed: Duration) {
+    pub fn observe(&self, result: Result<u16, &'static str>, elapsed: Duration) {
         self.metrics
             .upstream(&self.dealer, &self.upstream, result, elapsed);
     }
@@ -596,19 +595,5 @@ impl Meter {
     pub fn mapping_event(&self, event: &'static str, count: u64) {
         self.metrics
             .mapping_event(&self.dealer, &self.upstream, event, count);
-    }
-}
-
-/// The `kind` of an upstream failure.
-pub fn error_kind(error: &UpstreamError) -> &'static str {
-    match error {
-        UpstreamError::Timeout { .. } => "timeout",
-        UpstreamError::Connect(_) => "connect",
-        UpstreamError::CircuitOpen { .. } => "circuit_open",
-        UpstreamError::Busy { .. } => "queue_full",
-        UpstreamError::TooLarge { .. } => "too_large",
-        UpstreamError::Protocol(_) | UpstreamError::InvalidRequest(_) => "invalid_response",
-        UpstreamError::Auth(_) => "auth",
-        UpstreamError::Rejected { .. } => "rejected",
     }
 }

@@ -346,11 +346,14 @@ impl Upstream {
             .await;
         match &result {
             Ok((reply, _)) => span.record("http.response.status_code", reply.status.as_u16()),
-            Err(e) => span.record("error.kind", crate::telemetry::metrics::error_kind(e)),
+            Err(e) => span.record("error.kind", e.kind()),
         };
         if let Some(meter) = self.inner.meter.get() {
             meter.observe(
-                result.as_ref().map(|(r, _)| r.status.as_u16()),
+                result
+                    .as_ref()
+                    .map(|(r, _)| r.status.as_u16())
+                    .map_err(UpstreamError::kind),
                 started.elapsed(),
             );
         }

@@ -198,6 +198,22 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
+    /// The failure's `kind`, as metrics and traces name it (docs/operations.md §Metrics).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            UpstreamError::Timeout { .. } => "timeout",
+            UpstreamError::Connect(_) => "connect",
+            UpstreamError::CircuitOpen { .. } => "circuit_open",
+            UpstreamError::Busy { .. } => "queue_full",
+            UpstreamError::TooLarge { .. } => "too_large",
+            UpstreamError::Protocol(_) | UpstreamError::InvalidRequest(_) => "invalid_response",
+            UpstreamError::Auth(_) => "auth",
+            UpstreamError::Rejected { .. } => "rejected",
+        }
+    }
+}
+
+impl UpstreamError {
     /// The gateway error for a failed call to `upstream`: `INTERNAL_ERROR` (retryable) on the
     /// wire, with this cause logged under the error id; a full queue is local overload
     /// (`RATE_LIMITED`), and a resting upstream carries its retry hint.

@@ -239,10 +239,7 @@ impl Mailer {
         let started = Instant::now();
         let result = self.send_unmetered(mail).instrument(span.clone()).await;
         if let Err(f) = &result {
-            span.record(
-                "error.kind",
-                crate::telemetry::metrics::error_kind(&f.error),
-            );
+            span.record("error.kind", f.error.kind());
         }
         if let Some(meter) = self.inner.meter.get()
             && !matches!(
@@ -255,7 +252,7 @@ impl Mailer {
         {
             // An accepted mail counts as a 2xx.
             meter.observe(
-                result.as_ref().map(|_| 200).map_err(|f| &f.error),
+                result.as_ref().map(|_| 200).map_err(|f| f.error.kind()),
                 started.elapsed(),
             );
         }
