@@ -243,7 +243,7 @@ impl TokenSource {
         let mut response = request.form(&form).send().await.map_err(|e| {
             UpstreamError::Auth(format!(
                 "token request failed: {}",
-                super::client::error_chain(&e.without_url())
+                super::error_chain(&e.without_url())
             ))
         })?;
         let status = response.status();
@@ -262,7 +262,7 @@ impl TokenSource {
                 Err(e) => {
                     return Err(UpstreamError::Auth(format!(
                         "reading the token reply failed: {}",
-                        super::client::error_chain(&e.without_url())
+                        super::error_chain(&e.without_url())
                     )));
                 }
             }

@@ -30,7 +30,7 @@ use super::auth::{Auth, Credential};
 use super::breaker::{Breaker, BreakerState};
 use super::config::{FileUpstream, RESERVED_HEADERS, UpstreamConfigProblem, UpstreamSettings};
 use super::retry::{RetryBudget, backoff};
-use super::{UpstreamError, UpstreamRequest, UpstreamResponse};
+use super::{UpstreamError, UpstreamRequest, UpstreamResponse, error_chain};
 
 /// The breaker's (and the error metric's) report of a 5xx reply, left to the caller, who knows
 /// what the reply means: a SOAP 1.1 fault arrives as HTTP 500 and may mean "no such unit".
@@ -694,21 +694,6 @@ fn is_tls_handshake_error(error: &reqwest::Error) -> bool {
         };
     }
     false
-}
-
-/// An error and its causes, `outer: inner: root`, repeated messages skipped.
-pub(crate) fn error_chain(error: &(dyn StdError + 'static)) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        let message = e.to_string();
-        if !out.ends_with(&message) {
-            out.push_str(": ");
-            out.push_str(&message);
-        }
-        source = e.source();
-    }
-    out
 }
 
 #[cfg(test)]

@@ -25,8 +25,31 @@ use lettre::message::Mailbox;
 use reqwest::Url;
 use serde::Deserialize;
 
-use super::soap::{SoapSettings, SoapVersion, WsSecurity};
 use crate::settings::yaml::push_pointer;
+
+/// The SOAP version of an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SoapVersion {
+    V1_1,
+    V1_2,
+}
+
+/// WS-Security UsernameToken credentials.
+#[derive(Debug, Clone)]
+pub struct WsSecurity {
+    pub username: String,
+    pub password: Secret,
+    /// Send `PasswordDigest` (else `PasswordText`).
+    pub digest: bool,
+}
+
+/// What makes an upstream a SOAP upstream.
+#[derive(Debug, Clone)]
+pub struct SoapSettings {
+    pub version: SoapVersion,
+    /// The UsernameToken put in every envelope's header.
+    pub security: Option<WsSecurity>,
+}
 
 /// The largest `retries.attempts`: more tries only pile load onto a system that is already down.
 pub const MAX_ATTEMPTS: u32 = 5;

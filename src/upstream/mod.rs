@@ -251,6 +251,21 @@ impl From<(String, UpstreamError)> for AapError {
     }
 }
 
+/// An error and its causes, `outer: inner: root`, repeated messages skipped.
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let message = e.to_string();
+        if !out.ends_with(&message) {
+            out.push_str(": ");
+            out.push_str(&message);
+        }
+        source = e.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

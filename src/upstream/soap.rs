@@ -36,7 +36,7 @@ use serde_json::{Map, Value};
 use sha1::{Digest as _, Sha1};
 
 use super::client::Upstream;
-use super::config::Secret;
+pub use super::config::{SoapSettings, SoapVersion, WsSecurity};
 use super::{UpstreamError, UpstreamRequest};
 use crate::mapping::decode::{Declared, Format};
 use crate::mapping::template::xml_escape;
@@ -62,30 +62,6 @@ pub const BASE64_BINARY: &str = "http://docs.oasis-open.org/wss/2004/01/oasis-20
 const SOAP_ACTION: HeaderName = HeaderName::from_static("soapaction");
 /// Room for the envelope around the body: the fixed strings, namespaces and a UsernameToken.
 const ENVELOPE_OVERHEAD: usize = 1024;
-
-/// The SOAP version of an upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SoapVersion {
-    V1_1,
-    V1_2,
-}
-
-/// WS-Security UsernameToken credentials.
-#[derive(Debug, Clone)]
-pub struct WsSecurity {
-    pub username: String,
-    pub password: Secret,
-    /// Send `PasswordDigest` (else `PasswordText`).
-    pub digest: bool,
-}
-
-/// What makes an upstream a SOAP upstream.
-#[derive(Debug, Clone)]
-pub struct SoapSettings {
-    pub version: SoapVersion,
-    /// The UsernameToken put in every envelope's header.
-    pub security: Option<WsSecurity>,
-}
 
 /// A decoded SOAP reply.
 #[derive(Debug, Clone, PartialEq)]
@@ -375,6 +351,7 @@ fn fault(value: &Value) -> SoapFault {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::config::Secret;
     use quick_xml::events::Event;
     use serde_json::json;
 
