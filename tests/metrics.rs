@@ -226,25 +226,19 @@ async fn the_breaker_gauge_follows_a_dealer_system_down_and_back() {
     let gw = files.start(common::simulator_vars(&sims)).await;
     let series = "aap_gateway_upstream_breaker_open{dealer=\"demo_toyota\",upstream=\"dms\"}";
     let search = json!({ "type": "inventory.search.request", "pagination": { "limit": 2 } });
-    let ok = |reply: &common::Reply| reply.body.get("result").is_some();
     assert_eq!(sample(&scrape(&gw).await, series), Some(0.0));
 
     sims.dms.set_mode(Mode::Fail, 0);
-    let mut calls = 0;
-    loop {
-        let before = sims.dms.received().len();
-        assert!(!ok(&gw.send("/a2a", search.clone()).await));
-        if sims.dms.received().len() == before {
-            break; // the breaker answered without calling the DMS
-        }
-        calls += 1;
-        assert!(calls < 10, "the breaker never opened");
-    }
+    common::until_the_dms_breaker_opens(&gw, &sims, "/a2a", &search).await;
     assert_eq!(sample(&scrape(&gw).await, series), Some(1.0));
 
     sims.dms.set_mode(Mode::Normal, 0);
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     let reply = gw.send("/a2a", search).await;
-    assert!(ok(&reply), "the trial call succeeds: {}", reply.text);
+    assert!(
+        reply.body.get("result").is_some(),
+        "the trial call succeeds: {}",
+        reply.text
+    );
     assert_eq!(sample(&scrape(&gw).await, series), Some(0.0));
 }

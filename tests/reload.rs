@@ -222,16 +222,7 @@ async fn a_reload_keeps_breakers_and_feed_caches_of_what_did_not_change() {
     // longer reaches it.
     sims.feed.set_mode(Mode::Fail, 0);
     sims.dms.set_mode(Mode::Fail, 0);
-    let mut calls = 0;
-    loop {
-        let before = sims.dms.received().len();
-        assert!(!is_ok(&gw.send("/a2a", search.clone()).await));
-        if sims.dms.received().len() == before {
-            break;
-        }
-        calls += 1;
-        assert!(calls < 10, "the breaker never opened");
-    }
+    common::until_the_dms_breaker_opens(&gw, &sims, "/a2a", &search).await;
 
     // A change elsewhere: both dealers' upstreams are as they were.
     let facets = root.join(FACETS);

@@ -532,3 +532,26 @@ pub fn send_message(data: Value) -> Value {
         "params": { "message": { "messageId": "msg-1", "role": "ROLE_USER", "parts": [ { "data": data } ] } }
     })
 }
+
+/// Sends `data` to `path` until the demo DMS's circuit breaker opens: every call fails, and
+/// the last one is refused without reaching the DMS. Panics if that takes 10 calls.
+pub async fn until_the_dms_breaker_opens(
+    gw: &Gateway,
+    sims: &Simulators,
+    path: &str,
+    data: &Value,
+) {
+    for _ in 0..10 {
+        let before = sims.dms.received().len();
+        let reply = gw.send(path, data.clone()).await;
+        assert!(
+            reply.body.get("result").is_none(),
+            "the DMS is down, yet: {}",
+            reply.text
+        );
+        if sims.dms.received().len() == before {
+            return;
+        }
+    }
+    panic!("the breaker never opened");
+}
