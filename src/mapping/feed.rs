@@ -6,11 +6,11 @@
 //! (`INTERNAL_ERROR`, retryable) if the upstream cannot deliver. A background task also refreshes
 //! every `refresh` so buyers rarely wait. One refresh runs at a time.
 //!
-//! Scale: a dealer group's feed holds tens of thousands of vehicles. A snapshot is built on a
-//! blocking thread, never on the async workers that serve buyers. A CSV document is read and
+//! Scale: a dealer group's feed holds tens of thousands of vehicles. A snapshot is built on the
+//! feed's own thread ([`FeedThread`]), never on the async workers that serve buyers. A CSV document is read and
 //! mapped one row at a time (no document value); each vehicle is kept [packed](Packed) and the
 //! search index as columns ([`Inventory`]); a refresh shares every vehicle that did not change
-//! with the snapshot it replaces, and the replaced snapshot is freed on a blocking thread too.
+//! with the snapshot it replaces, and the replaced snapshot is freed on the feed's thread too.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -30,7 +30,7 @@ use crate::telemetry::Escaped;
 use crate::upstream::Upstream;
 
 /// How long a replaced snapshot waits for the searches still reading it, so that it is freed
-/// on a blocking thread rather than by the last search, on an async worker.
+/// on the feed's thread rather than by the last search, on an async worker.
 const RETIRE_WAIT: Duration = Duration::from_secs(2);
 
 /// A compiled `feed.yaml` and its cache.
@@ -248,7 +248,7 @@ impl Feed {
     }
 
     /// Fetches the document through `transport` and builds a snapshot. Decoding, mapping and
-    /// indexing a whole inventory is CPU work of up to seconds: it runs on a blocking thread,
+    /// indexing a whole inventory is CPU work of up to seconds: it runs on the feed's thread,
     /// never on the async workers that serve buyers.
     pub async fn fetch(self: &Arc<Self>, transport: Transport<'_>) -> Result<Snapshot, AapError> {
         let started = Instant::now();
