@@ -99,19 +99,12 @@ pub fn key_owner<'a>(api_key: Option<&str>, request: &'a Value) -> std::borrow::
     }
 }
 
-/// Counts for metrics and tests.
+/// What the store's Redis did, beyond what metrics count (replays, conflicts, "in progress"
+/// answers and unknown outcomes are counted there, once).
 #[derive(Debug, Default)]
 pub struct Counters {
-    /// Replies answered again for a repeated key.
-    pub replays: AtomicU64,
-    /// Keys reused with another payload.
-    pub conflicts: AtomicU64,
     /// Shared-store (Redis) failures.
     pub backend_errors: AtomicU64,
-    /// Deliveries whose outcome was unknown (freed for a resend, or held).
-    pub ambiguous: AtomicU64,
-    /// "In progress" answers: a duplicate while its key's delivery ran, or Redis recovering.
-    pub in_progress: AtomicU64,
     /// Outcomes and claims put back into a Redis that had lost them.
     pub restored: AtomicU64,
 }
@@ -240,25 +233,12 @@ impl Idempotency {
             .local
             .claim(scope.clone(), fingerprint, until, self.on_ambiguous)
             .await;
-        let claim = match (claim, &self.shared) {
+        match (claim, &self.shared) {
             (Ok(Claim::Fresh(ticket)), Some(shared)) => {
                 self.claim_shared(shared, &scope, ticket, until).await
             }
             (other, _) => other,
-        };
-        let counter = match &claim {
-            Ok(Claim::Replay(_)) => Some(&self.counters.replays),
-            Err(AapError::Domain {
-                code: AapCode::IdempotencyConflict,
-                ..
-            }) => Some(&self.counters.conflicts),
-            Err(AapError::LeadInProgress { .. }) => Some(&self.counters.in_progress),
-            _ => None,
-        };
-        if let Some(counter) = counter {
-            counter.fetch_add(1, Ordering::Relaxed);
         }
-        claim
     }
 
     /// The local claim was fresh: now the replicas' claim.
@@ -389,7 +369,6 @@ impl Idempotency {
     /// A replica died while it delivered `reference` (its lease ran out): counted and logged
     /// as an unknown outcome, `action` being what the policy made of it.
     fn orphaned(&self, scope: &Scope, reference: &str, action: &'static str) {
-        self.counters.ambiguous.fetch_add(1, Ordering::Relaxed);
         if let Some(metrics) = &self.metrics {
             metrics.lead_ambiguous(&Arc::from(scope.dealer.as_str()), action);
         }
