@@ -7,7 +7,7 @@
 //! ```
 //!
 //! The rows are the demo's own units (the Honda store's 212 and the Toyota group's 234, written by
-//! `demo::feed::row`, so every quirk of the demo feed is there: BOM, CRLF, quoted money, trailing
+//! `aap_sim::feed::row`, so every quirk of the demo feed is there: BOM, CRLF, quoted money, trailing
 //! spaces, sold units, blank prices), cycled until `--rows`, each with its own VIN (valid check
 //! digit), stock number and photo URLs, and prices, mileage and modification times spread across
 //! cycles so that sorting and ranges see distinct values. The same arguments give the same bytes.
@@ -23,10 +23,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use aap_gateway::demo::dms;
-use aap_gateway::demo::feed::{FEED_PATH, csv_document};
-use aap_gateway::demo::inventory::{self, Vehicle, check_digit};
-use aap_gateway::demo::sim::{self, SimApp, SimRequest, SimResponse};
+use aap_sim::dms;
+use aap_sim::feed::{FEED_PATH, csv_document};
+use aap_sim::inventory::{self, Vehicle, check_digit};
+use aap_sim::sim::{self, SimApp, SimRequest, SimResponse};
 use bytes::Bytes;
 use clap::Parser;
 use http::StatusCode;

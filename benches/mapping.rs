@@ -53,7 +53,7 @@ fn search_mapping(dms_url: &str) -> Arc<Mapped> {
     let dms_url = dms_url.to_owned();
     let vars = move |name: &str| match name {
         "DMS_URL" => Some(dms_url.clone()),
-        "DMS_API_KEY" => Some(aap_gateway::demo::dms::API_KEY.to_owned()),
+        "DMS_API_KEY" => Some(aap_sim::dms::API_KEY.to_owned()),
         _ => None,
     };
     let metrics = aap_gateway::telemetry::metrics::Metrics::new();
@@ -162,10 +162,7 @@ fn fetch_from_simulator(
     runtime.block_on(async {
         let reply = reqwest::Client::new()
             .get(&url)
-            .header(
-                aap_gateway::demo::dms::API_KEY_HEADER,
-                aap_gateway::demo::dms::API_KEY,
-            )
+            .header(aap_sim::dms::API_KEY_HEADER, aap_sim::dms::API_KEY)
             .send()
             .await
             .expect("DMS simulator call");
@@ -180,7 +177,7 @@ fn bench(c: &mut Criterion) {
         .build()
         .expect("runtime");
     let dms = runtime
-        .block_on(aap_gateway::demo::dms::start_dms())
+        .block_on(aap_sim::dms::start_dms())
         .expect("DMS simulator");
     let mapped = search_mapping(&dms.base_url());
     let request = search_request();

@@ -1,6 +1,6 @@
 //! A dealer whose inventory comes as an XML feed, end to end: the real gateway in-process on the
 //! feed-mode mapping folder `tests/fixtures/mappings/xml-feed/` (`format: xml`), in front of the
-//! feed simulator's `GET /feeds/inventory.xml` (`src/demo/feed.rs`).
+//! feed simulator's `GET /feeds/inventory.xml` (`sim/src/feed.rs`).
 //!
 //! What holds for every reply: it validates against the project's AAP response schemas
 //! (`schemas/`, formats checked), and nothing of the export's internal pricing (`DealerCost`, `BookValue`)
@@ -23,10 +23,10 @@ use std::process::Command;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use aap_gateway::demo::Simulators;
-use aap_gateway::demo::feed::{self as feed_sim, XML_FEED_PATH, XML_FIRST_ID};
-use aap_gateway::demo::inventory::{self, Condition, Status, Vehicle as Unit, VehicleType};
-use aap_gateway::demo::sim::Mode;
+use aap_sim::Simulators;
+use aap_sim::feed::{self as feed_sim, XML_FEED_PATH, XML_FIRST_ID};
+use aap_sim::inventory::{self, Condition, Status, Vehicle as Unit, VehicleType};
+use aap_sim::sim::Mode;
 use common::{Gateway, Reply};
 use serde_json::{Value, json};
 

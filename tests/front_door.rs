@@ -383,7 +383,7 @@ async fn an_http2_flood_of_six_connections_by_two_hundred_streams_for_ten_second
 
 #[tokio::test(flavor = "multi_thread")]
 async fn calls_beyond_max_concurrency_are_shed_at_once_through_the_server() {
-    use aap_gateway::demo::sim::Mode;
+    use aap_sim::sim::Mode;
     let (gw, sims) =
         common::demo_with_simulators_env(&[("AAP_GATEWAY__LIMITS__MAX_CONCURRENCY", "2")]).await;
     // The DMS hangs: each inventory.search holds its slot until the upstream timeout.

@@ -363,8 +363,8 @@ fn any_json() -> impl Strategy<Value = Value> {
 fn demo_vins() -> &'static [String] {
     static VINS: OnceLock<Vec<String>> = OnceLock::new();
     VINS.get_or_init(|| {
-        let toyota = aap_gateway::demo::inventory::toyota_group();
-        let honda = aap_gateway::demo::inventory::honda_powersports();
+        let toyota = aap_sim::inventory::toyota_group();
+        let honda = aap_sim::inventory::honda_powersports();
         toyota
             .iter()
             .take(3)
@@ -641,7 +641,7 @@ struct Front {
     runtime: tokio::runtime::Runtime,
     app: Arc<App>,
     _gateway: common::Gateway,
-    _simulators: aap_gateway::demo::Simulators,
+    _simulators: aap_sim::Simulators,
 }
 
 /// The demo (both dealers, the HTTP+JSON binding on) with its simulators, rate limits off (a

@@ -6,9 +6,9 @@
 
 mod common;
 
-use aap_gateway::demo::Simulators;
-use aap_gateway::demo::inventory::{self, Status};
-use aap_gateway::demo::sim::Mode;
+use aap_sim::Simulators;
+use aap_sim::inventory::{self, Status};
+use aap_sim::sim::Mode;
 use common::{EXT, Gateway, Reply, standard_headers};
 use serde_json::{Value, json};
 

@@ -24,10 +24,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aap_gateway::demo::Simulators;
-use aap_gateway::demo::crm::Crm;
-use aap_gateway::demo::inventory::{self, Status, Vehicle};
-use aap_gateway::demo::sim::{self, Mode, SimApp, SimHandle, SimRequest, SimResponse};
+use aap_sim::Simulators;
+use aap_sim::crm::Crm;
+use aap_sim::inventory::{self, Status, Vehicle};
+use aap_sim::sim::{self, Mode, SimApp, SimHandle, SimRequest, SimResponse};
 use common::DemoCopy;
 use common::redis::RedisServer;
 use serde_json::{Value, json};

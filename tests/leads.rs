@@ -12,9 +12,9 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use aap_gateway::demo::Simulators;
-use aap_gateway::demo::inventory::{self, Status, Vehicle};
-use aap_gateway::demo::sim::Mode;
+use aap_sim::Simulators;
+use aap_sim::inventory::{self, Status, Vehicle};
+use aap_sim::sim::Mode;
 use common::{DemoCopy, Gateway, Reply, simulator_vars};
 use jiff::civil::Weekday;
 use jiff::{Timestamp, ToSpan, tz::TimeZone};
@@ -343,11 +343,9 @@ async fn a_mail_server_ending_a_pooled_session_loses_no_lead() {
 }
 
 /// A copy of the demo whose Demo Honda delivers leads to the HTTP intake with `mapping`.
-async fn intake_rig(mapping: &str) -> (Gateway, aap_gateway::demo::sim::SimHandle, Simulators) {
+async fn intake_rig(mapping: &str) -> (Gateway, aap_sim::sim::SimHandle, Simulators) {
     let sims = Simulators::start().await.expect("simulators");
-    let intake = aap_gateway::demo::intake::start_intake()
-        .await
-        .expect("intake");
+    let intake = aap_sim::intake::start_intake().await.expect("intake");
     let files = DemoCopy::new();
     files.append(
         "mappings/demo-honda/upstreams.yaml",

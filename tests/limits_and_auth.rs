@@ -256,9 +256,7 @@ async fn the_demo_quotas_are_generous_but_real() {
 /// admitted past the limits, and no CRM is needed.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dealers_lead_quota_holds_across_clients() {
-    let sims = aap_gateway::demo::Simulators::start()
-        .await
-        .expect("simulators");
+    let sims = aap_sim::Simulators::start().await.expect("simulators");
     let copy = common::DemoCopy::new();
     copy.edit(
         "config/demo.yaml",
@@ -481,10 +479,8 @@ async fn the_card_declares_security_only_when_keys_are_required() {
 }
 
 /// The demo (search on Toyota's REST DMS) with `auth` appended: keys for leads only.
-async fn leads_need_a_key() -> (Gateway, aap_gateway::demo::Simulators) {
-    let sims = aap_gateway::demo::Simulators::start()
-        .await
-        .expect("simulators");
+async fn leads_need_a_key() -> (Gateway, aap_sim::Simulators) {
+    let sims = aap_sim::Simulators::start().await.expect("simulators");
     let copy = common::DemoCopy::new();
     copy.append(
         "config/demo.yaml",

@@ -463,9 +463,7 @@ const LIVE_VALUES: [&str; 10] = [
 
 #[tokio::test(flavor = "multi_thread")]
 async fn live_calls_keep_their_path_and_parameters() {
-    let sims = aap_gateway::demo::Simulators::start()
-        .await
-        .expect("simulators");
+    let sims = aap_sim::Simulators::start().await.expect("simulators");
     let mut vars = common::simulator_vars(&sims);
     // Demo Honda is not used here: its feed points nowhere (no load cost).
     vars.insert("FEED_URL".into(), "http://127.0.0.1:9".into());

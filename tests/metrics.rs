@@ -3,8 +3,8 @@
 
 mod common;
 
-use aap_gateway::demo::inventory::{self, Status};
-use aap_gateway::demo::sim::Mode;
+use aap_sim::inventory::{self, Status};
+use aap_sim::sim::Mode;
 use common::{Gateway, standard_headers};
 use serde_json::{Value, json};
 
@@ -214,9 +214,7 @@ async fn rate_limited_calls_are_counted_per_dealer_and_skill() {
 /// through, 1 from the failure that opens it until a trial call succeeds.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_breaker_gauge_follows_a_dealer_system_down_and_back() {
-    let sims = aap_gateway::demo::Simulators::start()
-        .await
-        .expect("simulators");
+    let sims = aap_sim::Simulators::start().await.expect("simulators");
     let files = common::DemoCopy::new();
     files.set_key(
         "mappings/demo-toyota/upstreams.yaml",

@@ -347,7 +347,7 @@ fn unsupported_next_to_a_mapping_is_a_problem() {
 // verify
 
 /// `verify` against the demo's REST DMS simulator (started here, on an ephemeral port).
-fn verify(config: &Path, sims: &aap_gateway::demo::Simulators) -> Output {
+fn verify(config: &Path, sims: &aap_sim::Simulators) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_aap-gateway"));
     command
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -369,9 +369,7 @@ fn verify(config: &Path, sims: &aap_gateway::demo::Simulators) -> Output {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn verify_finds_no_difference_where_the_mapping_is_true() {
-    let sims = aap_gateway::demo::Simulators::start()
-        .await
-        .expect("simulators");
+    let sims = aap_sim::Simulators::start().await.expect("simulators");
     let out = tokio::task::block_in_place(|| verify(&common::repo_path("config/demo.yaml"), &sims));
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
@@ -383,9 +381,7 @@ async fn verify_finds_no_difference_where_the_mapping_is_true() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn verify_reports_a_false_supports_declaration_with_the_request_that_shows_it() {
-    let sims = aap_gateway::demo::Simulators::start()
-        .await
-        .expect("simulators");
+    let sims = aap_sim::Simulators::start().await.expect("simulators");
     // The DMS matches stock numbers case-insensitively, AAP exactly: declaring `stock` is wrong.
     let copy = common::DemoCopy::new();
     copy.edit(

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use aap_gateway::demo::inventory::{self, Status};
+use aap_sim::inventory::{self, Status};
 use common::process::DemoProcess;
 use serde_json::{Value, json};
 

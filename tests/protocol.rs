@@ -2065,11 +2065,9 @@ async fn admin_healthz_and_readyz_are_200() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_waits_for_the_first_load_of_each_feed() {
-    let sims = aap_gateway::demo::Simulators::start()
-        .await
-        .expect("simulators");
+    let sims = aap_sim::Simulators::start().await.expect("simulators");
     // Demo Honda's feed takes a while to answer.
-    sims.feed.set_mode(aap_gateway::demo::sim::Mode::Slow, 700);
+    sims.feed.set_mode(aap_sim::sim::Mode::Slow, 700);
     let gw = common::start_file_with_vars(
         &common::repo_path("config/demo.yaml"),
         None,

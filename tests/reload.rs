@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use aap_gateway::demo::Simulators;
-use aap_gateway::demo::sim::Mode;
+use aap_sim::Simulators;
+use aap_sim::sim::Mode;
 use common::process::DemoProcess;
 use common::{DemoCopy, Gateway, simulator_vars};
 use serde_json::json;

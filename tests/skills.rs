@@ -24,9 +24,9 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::LazyLock;
 
-use aap_gateway::demo::Simulators;
-use aap_gateway::demo::inventory::{self, Condition, Status, Vehicle as Unit, VehicleType};
 use aap_gateway::mapping::search;
+use aap_sim::Simulators;
+use aap_sim::inventory::{self, Condition, Status, Vehicle as Unit, VehicleType};
 use common::{Gateway, Reply};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -721,10 +721,7 @@ async fn search_totals_agree_with_the_simulators_fixtures_and_a_direct_dms_call_
             "{}/api/v2/vehicles?make=Toyota&type=Pre-Owned&maxPrice=30000&minYear=2018&pageSize=1",
             sims.dms.base_url()
         ))
-        .header(
-            aap_gateway::demo::dms::API_KEY_HEADER,
-            aap_gateway::demo::dms::API_KEY,
-        )
+        .header(aap_sim::dms::API_KEY_HEADER, aap_sim::dms::API_KEY)
         .send()
         .await
         .expect("DMS call")

@@ -14,13 +14,13 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use aap_gateway::demo::dms::{self, API_KEY, API_KEY_HEADER};
-use aap_gateway::demo::sim::Mode;
 use aap_gateway::error::AapError;
 use aap_gateway::upstream::{
     self, BreakerState, Endpoint, FileUpstream, MailPart, Mailer, OutgoingMail, Upstream,
     UpstreamError, UpstreamRequest, soap,
 };
+use aap_sim::dms::{self, API_KEY, API_KEY_HEADER};
+use aap_sim::sim::Mode;
 use base64::Engine as _;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};

@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use aap_gateway::demo::Simulators;
-use aap_gateway::demo::sim::Mode;
+use aap_sim::Simulators;
+use aap_sim::sim::Mode;
 use common::{DemoCopy, Gateway, Reply};
 use serde_json::{Value, json};
 
@@ -399,9 +399,9 @@ async fn shipped_demo_timeouts_bound_a_hanging_dms() {
 
 /// The stock number of a Demo Honda unit that is in stock.
 static HONDA_IN_STOCK: LazyLock<String> = LazyLock::new(|| {
-    aap_gateway::demo::inventory::honda_powersports()
+    aap_sim::inventory::honda_powersports()
         .into_iter()
-        .find(|u| u.status == aap_gateway::demo::inventory::Status::InStock)
+        .find(|u| u.status == aap_sim::inventory::Status::InStock)
         .map(|u| u.stock_number)
         .expect("an in-stock unit")
 });

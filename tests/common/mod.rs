@@ -11,9 +11,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use aap_gateway::demo::Simulators;
 use aap_gateway::server;
 use aap_gateway::settings;
+use aap_sim::Simulators;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 

@@ -3,22 +3,39 @@
 //! Binds the listeners first (port 0 allowed), builds the app against the real addresses so the
 //! cards advertise URLs that work, then writes the endpoints file and prints ready-to-paste calls.
 
-pub mod adf_parse;
-pub mod crm;
-pub mod dms;
-pub mod feed;
-pub mod intake;
-pub mod inventory;
-pub mod sim;
-pub mod smtp_intake;
-pub mod soap_dms;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
 use crate::app::App;
+
+/// The legacy systems the demo dealers sit in front of (the `sim/` crate).
+#[cfg(feature = "demo")]
+pub use aap_sim::Simulators;
+
+/// A build without the `demo` feature has no simulators: `demo` says so and stops.
+#[cfg(not(feature = "demo"))]
+pub enum Simulators {}
+
+#[cfg(not(feature = "demo"))]
+impl Simulators {
+    pub const VARS: [&'static str; 0] = [];
+
+    pub async fn start() -> std::io::Result<Simulators> {
+        Err(std::io::Error::other(
+            "this build has no demo (it was built without the `demo` feature)",
+        ))
+    }
+
+    pub fn var(&self, _: &str) -> Option<String> {
+        match *self {}
+    }
+
+    pub fn endpoints(&self) -> Value {
+        match *self {}
+    }
+}
 
 /// Where `demo` finds its configuration when `--config` is not given: `config/demo.yaml` under
 /// the working directory, else under the crate's source directory (for `cargo run` elsewhere).
@@ -28,59 +45,6 @@ pub fn default_config() -> PathBuf {
         local
     } else {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("config/demo.yaml")
-    }
-}
-
-/// The legacy systems the demo dealers sit in front of, on loopback ephemeral ports.
-pub struct Simulators {
-    /// Demo Toyota's REST DMS (search, facets).
-    pub dms: sim::SimHandle,
-    /// Demo Toyota's SOAP 1.2 vehicle service (vehicle detail).
-    pub soap_dms: sim::SimHandle,
-    /// Demo Toyota's SOAP 1.1 CRM (leads, appointments).
-    pub crm: sim::SimHandle,
-    /// Demo Honda's CSV inventory feed.
-    pub feed: sim::SimHandle,
-    /// Demo Honda's CRM intake mailbox (ADF/XML by SMTP).
-    pub smtp: smtp_intake::SmtpIntake,
-}
-
-impl Simulators {
-    pub async fn start() -> std::io::Result<Simulators> {
-        Ok(Simulators {
-            dms: dms::start_dms().await?,
-            soap_dms: soap_dms::start_soap_dms().await?,
-            crm: crm::start_crm().await?,
-            feed: feed::start_feed().await?,
-            smtp: smtp_intake::start_smtp_intake().await?,
-        })
-    }
-
-    /// The `${NAME}`s the demo mappings use to find the simulators.
-    pub fn var(&self, name: &str) -> Option<String> {
-        match name {
-            "DMS_URL" => Some(self.dms.base_url()),
-            "SOAP_DMS_URL" => Some(self.soap_dms.base_url()),
-            "CRM_URL" => Some(self.crm.base_url()),
-            "FEED_URL" => Some(self.feed.base_url()),
-            "SMTP_URL" => Some(self.smtp.smtp_url()),
-            _ => None,
-        }
-    }
-
-    /// Every `${NAME}` [`Simulators::var`] answers.
-    pub const VARS: [&'static str; 5] =
-        ["DMS_URL", "SOAP_DMS_URL", "CRM_URL", "FEED_URL", "SMTP_URL"];
-
-    pub fn endpoints(&self) -> Value {
-        json!({
-            "dms": self.dms.base_url(),
-            "soap_dms": self.soap_dms.base_url(),
-            "crm": self.crm.base_url(),
-            "feed": self.feed.base_url(),
-            "smtp": self.smtp.smtp_url(),
-            "smtp_control": self.smtp.control.base_url(),
-        })
     }
 }
 

@@ -3,7 +3,7 @@
 //! records.
 //!
 //! It is what the tests put behind `lead.submit` mappings that POST the gateway's ADF document
-//! ([`crate::mapping::adf`]) or a REST JSON lead. Both ways de-duplicate on the caller's stable
+//! (`aap_gateway::mapping::adf`) or a REST JSON lead. Both ways de-duplicate on the caller's stable
 //! reference, as real CRMs do, so a retried delivery never creates a second lead. The `/_sim/`
 //! controls are in [`sim`]; [`sim::SimApp::reset`] also forgets the stored leads and restarts
 //! the numbering.
@@ -42,11 +42,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 
 use super::adf_parse;
+use super::adf_parse::GATEWAY_ID_SOURCE;
 use super::sim::{self, SimApp, SimHandle, SimRequest, SimResponse, lock};
-use crate::mapping::adf::ID_SOURCE;
 
 /// The header carrying the API key.
 pub const API_KEY_HEADER: &str = "X-Api-Key";
@@ -59,12 +58,7 @@ pub const JSON_PATH: &str = "/api/leads";
 
 /// Binds `127.0.0.1:0` and serves the intake.
 pub async fn start_intake() -> std::io::Result<SimHandle> {
-    serve_intake(sim::bind_loopback().await?)
-}
-
-/// Serves the intake on `listener` (keep it on loopback).
-pub fn serve_intake(listener: TcpListener) -> std::io::Result<SimHandle> {
-    sim::serve(listener, Arc::new(Intake::default()))
+    sim::start(Arc::new(Intake::default())).await
 }
 
 /// The intake's state: the leads it took.
@@ -120,7 +114,7 @@ impl Intake {
             Ok(lead) => lead,
             Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
         };
-        let reference = (lead["id"]["source"] == ID_SOURCE)
+        let reference = (lead["id"]["source"] == GATEWAY_ID_SOURCE)
             .then(|| lead["id"]["value"].as_str())
             .flatten()
             .filter(|r| !r.is_empty())
@@ -312,8 +306,8 @@ fn error(status: StatusCode, message: &str) -> SimResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::demo::sim::Mode;
-    use crate::mapping::adf::{self, AdfContext};
+    use crate::sim::Mode;
+    use aap_gateway::mapping::adf::{self, AdfContext};
 
     struct Client {
         sim: SimHandle,

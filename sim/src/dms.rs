@@ -52,7 +52,6 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 
 use super::inventory::{self, Condition, Status, Vehicle};
 use super::sim::{self, SimApp, SimHandle, SimRequest, SimResponse};
@@ -70,12 +69,7 @@ pub const MAX_PAGE_SIZE: usize = 100;
 
 /// Binds `127.0.0.1:0` and serves the DMS over the Toyota group's inventory.
 pub async fn start_dms() -> std::io::Result<SimHandle> {
-    serve_dms(sim::bind_loopback().await?)
-}
-
-/// Serves the DMS over the Toyota group's inventory on `listener` (keep it on loopback).
-pub fn serve_dms(listener: TcpListener) -> std::io::Result<SimHandle> {
-    sim::serve(listener, Arc::new(Dms::new(inventory::toyota_group())))
+    sim::start(Arc::new(Dms::new(inventory::toyota_group()))).await
 }
 
 /// The DMS over any inventory.
@@ -478,7 +472,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::demo::sim::Mode;
+    use crate::sim::Mode;
 
     struct Client {
         sim: SimHandle,

@@ -1,6 +1,6 @@
 //! The strict ADF 1.0 reader shared by the lead intake simulators ([`super::intake`] over HTTP,
 //! [`super::smtp_intake`] over e-mail): what a picky dealer CRM accepts, so the tests notice
-//! when the gateway's ADF ([`crate::mapping::adf`]) stops being acceptable.
+//! when the gateway's ADF (`aap_gateway::mapping::adf`) stops being acceptable.
 //!
 //! [`parse`] turns a document into a JSON description of the lead (absent or empty fields are
 //! omitted; values are the element text, as text — a reader does not invent types):
@@ -69,6 +69,11 @@ pub enum AdfError {
     NoVendorName,
 }
 
+/// The `source` of the `<id>` that carries the gateway's lead reference: a CRM told about the
+/// gateway prefers that id to the others (the gateway writes it as
+/// `aap_gateway::mapping::adf::ID_SOURCE`; a test here holds the two equal).
+pub const GATEWAY_ID_SOURCE: &str = "aap-gateway";
+
 /// Deepest element nesting accepted (ADF needs six levels).
 const MAX_DEPTH: usize = 32;
 /// Most elements accepted in one document.
@@ -100,7 +105,7 @@ fn lead(prospect: &Element) -> Result<Value, AdfError> {
     let ids = prospect.all("id");
     let id = ids
         .iter()
-        .find(|id| id.attr("source") == Some(crate::mapping::adf::ID_SOURCE))
+        .find(|id| id.attr("source") == Some(GATEWAY_ID_SOURCE))
         .or(ids.first());
     if let Some(id) = id {
         let mut value = Map::new();
@@ -456,7 +461,7 @@ fn legal(text: &str) -> Result<(), AdfError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mapping::adf::{self, AdfContext};
+    use aap_gateway::mapping::adf::{self, AdfContext};
 
     const MINIMAL: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 <?adf version="1.0"?>
@@ -483,6 +488,11 @@ mod tests {
   </prospect>
 </adf>
 "#;
+
+    #[test]
+    fn the_gateway_id_source_is_the_one_the_gateway_writes() {
+        assert_eq!(GATEWAY_ID_SOURCE, adf::ID_SOURCE);
+    }
 
     #[test]
     fn reads_a_document() {

@@ -36,7 +36,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use serde_json::{Map, Value, json};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
 /// A simulator's response: everything is built in memory.
@@ -349,6 +349,11 @@ pub async fn bind_loopback() -> std::io::Result<TcpListener> {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await
 }
 
+/// Serves `app` on a fresh loopback listener ([`bind_loopback`]) until the handle is dropped.
+pub async fn start(app: Arc<dyn SimApp>) -> std::io::Result<SimHandle> {
+    serve(bind_loopback().await?, app)
+}
+
 /// Serves `app` (with the `/_sim/` controls) on `listener` until the handle is dropped. Must be
 /// called inside a Tokio runtime. The caller chooses the listener; keep it on loopback.
 pub fn serve(listener: TcpListener, app: Arc<dyn SimApp>) -> std::io::Result<SimHandle> {
@@ -370,25 +375,38 @@ pub fn serve(listener: TcpListener, app: Arc<dyn SimApp>) -> std::io::Result<Sim
     })
 }
 
-/// Accepts until aborted. Connections live in a `JoinSet` owned by this task, so aborting the
-/// task drops the set and with it every connection (a `hang` in progress included).
+/// Accepts HTTP/1.1 connections for the `/_sim/` controls and `shared`'s app until aborted.
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    accept_each(listener, move |stream| {
+        let shared = Arc::clone(&shared);
+        let service = hyper::service::service_fn(move |req| {
+            let shared = Arc::clone(&shared);
+            async move { Ok::<_, Infallible>(dispatch(&shared, req).await) }
+        });
+        async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        }
+    })
+    .await
+}
+
+/// Accepts on `listener` until aborted and runs `connection` for each (`TCP_NODELAY` set). The
+/// connections live in a `JoinSet` owned by this task, so aborting the task drops the set and
+/// with it every connection (a `hang` in progress included).
+pub(crate) async fn accept_each<F, C>(listener: TcpListener, mut connection: F)
+where
+    F: FnMut(TcpStream) -> C,
+    C: Future<Output = ()> + Send + 'static,
+{
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
-                    let shared = Arc::clone(&shared);
-                    let service = hyper::service::service_fn(move |req| {
-                        let shared = Arc::clone(&shared);
-                        async move { Ok::<_, Infallible>(dispatch(&shared, req).await) }
-                    });
-                    connections.spawn(async move {
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                    });
+                    connections.spawn(connection(stream));
                 }
                 // Usually EMFILE: back off briefly instead of spinning.
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
@@ -621,8 +639,7 @@ mod tests {
     }
 
     async fn start() -> SimHandle {
-        let listener = bind_loopback().await.expect("bind");
-        serve(listener, Arc::new(Echo)).expect("serve")
+        super::start(Arc::new(Echo)).await.expect("start")
     }
 
     #[test]
@@ -894,8 +911,9 @@ mod tests {
 
     #[tokio::test]
     async fn reset_reaches_the_app() {
-        let listener = bind_loopback().await.expect("bind");
-        let sim = serve(listener, Arc::new(Stateful::default())).expect("serve");
+        let sim = super::start(Arc::new(Stateful::default()))
+            .await
+            .expect("start");
         let r = reqwest::Client::new()
             .post(format!("{}/_sim/reset", sim.base_url()))
             .send()

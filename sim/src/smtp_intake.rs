@@ -74,7 +74,6 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinSet;
 
 use super::adf_parse;
 use super::sim::{self, Mode, SimApp, SimControl, SimHandle, SimRequest, SimResponse, lock};
@@ -241,30 +240,19 @@ struct Server {
     limits: Limits,
 }
 
-/// Accepts until aborted. Connections live in a `JoinSet` owned by this task, so aborting it
-/// (the [`SimHandle`] adopted it) drops every connection.
+/// Accepts SMTP connections until aborted (the [`SimHandle`] adopted the task, so dropping it
+/// ends every connection). However the client behaves, a connection ends after `HANG_CAP`.
 async fn accept_loop(listener: TcpListener, server: Arc<Server>) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let server = Arc::clone(&server);
-                    connections.spawn(async move {
-                        // However the client behaves, the connection ends after HANG_CAP.
-                        let _ = tokio::time::timeout(sim::HANG_CAP, converse(stream, server)).await;
-                    });
-                }
-                // Usually EMFILE: back off briefly instead of spinning.
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+    sim::accept_each(listener, move |stream| {
+        let server = Arc::clone(&server);
+        async move {
+            let _ = tokio::time::timeout(sim::HANG_CAP, converse(stream, server)).await;
         }
-    }
+    })
+    .await
 }
 
 async fn converse(stream: TcpStream, server: Arc<Server>) {
-    let _ = stream.set_nodelay(true);
     let (read, write) = stream.into_split();
     let mut session = Session {
         reader: BufReader::new(read),
@@ -798,7 +786,7 @@ mod tests {
     use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
     use super::*;
-    use crate::mapping::adf::{self, AdfContext};
+    use aap_gateway::mapping::adf::{self, AdfContext};
 
     const HOSTILE: &str = "Zoë <b>&amp; \"O'Brien\" ]]> 東京\u{1}";
     const HOSTILE_READ: &str = "Zoë <b>&amp; \"O'Brien\" ]]> 東京";

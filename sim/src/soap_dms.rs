@@ -5,7 +5,7 @@
 //! It is what `aap-gateway demo` and the tests put behind the `inventory.vehicle` mapping in SOAP
 //! mode. The record is the REST DMS's ([`Vehicle::legacy_json`], documented in [`inventory`]) as
 //! elements; the `/_sim/` controls are in [`sim`]; the SOAP plumbing is shared with the CRM
-//! ([`super::crm::soap`]).
+//! ([`super::soap`]).
 //!
 //! ## `POST /dms/VehicleService.svc` — `GetVehicle`
 //!
@@ -73,17 +73,15 @@ use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use http::header::{ALLOW, HeaderValue};
-use http::{Method, StatusCode};
+use http::StatusCode;
 use jiff::Timestamp;
 use serde_json::{Map, Value};
-use tokio::net::TcpListener;
 
 use super::crm::Clock;
-use super::crm::soap::{self, Authenticator, Credentials, EnvelopeError, MediaType, escape};
 use super::dms::Dms;
 use super::inventory::{self, Vehicle};
 use super::sim::{self, SimApp, SimHandle, SimRequest, SimResponse};
+use super::soap::{self, Authenticator, Credentials, EnvelopeError, MediaType, escape};
 
 /// The service's path.
 pub const PATH: &str = "/dms/VehicleService.svc";
@@ -102,12 +100,7 @@ const CONTENT_TYPE: &str = "application/soap+xml; charset=utf-8";
 
 /// Binds `127.0.0.1:0` and serves the SOAP DMS over the Toyota group's inventory.
 pub async fn start_soap_dms() -> std::io::Result<SimHandle> {
-    serve_soap_dms(sim::bind_loopback().await?)
-}
-
-/// Serves the SOAP DMS over the Toyota group's inventory on `listener` (keep it on loopback).
-pub fn serve_soap_dms(listener: TcpListener) -> std::io::Result<SimHandle> {
-    sim::serve(listener, Arc::new(SoapDms::new(inventory::toyota_group())))
+    sim::start(Arc::new(SoapDms::new(inventory::toyota_group()))).await
 }
 
 /// The SOAP DMS over any inventory.
@@ -223,20 +216,10 @@ impl SoapDms {
 
 impl SimApp for SoapDms {
     fn handle(&self, req: &SimRequest) -> SimResponse {
-        if !req.path.eq_ignore_ascii_case(PATH) {
-            return sim::text(StatusCode::NOT_FOUND, "Not Found");
-        }
-        if req.method != Method::POST {
-            let mut response = sim::text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
-            response
-                .headers_mut()
-                .insert(ALLOW, HeaderValue::from_static("POST"));
-            return response;
-        }
-        match self.get_vehicle(req) {
+        soap::endpoint(req, PATH, |req| match self.get_vehicle(req) {
             Ok(body) => xml(StatusCode::OK, body),
             Err(fault) => fault.response(),
-        }
+        })
     }
 
     fn fixtures(&self) -> Value {
@@ -413,14 +396,11 @@ fn fault_xml(code: &str, subcode: Option<Subcode>, reason: &str) -> String {
 }
 
 fn envelope_xml(body: &str) -> String {
-    format!(
-        "<?xml version=\"1.0\" encoding=\"utf-8\"?><soap:Envelope xmlns:soap=\"{SOAP12_NS}\">\
-         <soap:Body>{body}</soap:Body></soap:Envelope>"
-    )
+    soap::envelope(SOAP12_NS, body)
 }
 
 fn xml(status: StatusCode, body: String) -> SimResponse {
-    sim::bytes_response(status, CONTENT_TYPE, Bytes::from(body))
+    soap::xml(status, CONTENT_TYPE, body)
 }
 
 #[cfg(test)]
@@ -429,15 +409,15 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use base64::Engine as _;
-    use http::HeaderMap;
+    use http::{HeaderMap, Method};
     use http_body_util::BodyExt as _;
     use jiff::SignedDuration;
 
     use super::*;
-    use crate::demo::crm::password_digest;
-    use crate::demo::crm::soap::Element;
-    use crate::demo::inventory::Status;
-    use crate::demo::sim::{Mode, lock};
+    use crate::crm::password_digest;
+    use crate::inventory::Status;
+    use crate::sim::{Mode, lock};
+    use crate::soap::Element;
 
     const TEXT_TYPE: &str = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0#PasswordText";
     const DIGEST_TYPE: &str = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0#PasswordDigest";

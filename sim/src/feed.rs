@@ -121,7 +121,6 @@ use bytes::Bytes;
 use http::header::{HeaderValue, WWW_AUTHENTICATE};
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 
 use super::inventory::{self, Condition, Status, Vehicle, VehicleType};
 use super::sim::{self, SimApp, SimHandle, SimRequest, SimResponse};
@@ -183,15 +182,7 @@ pub const COLUMNS: [&str; 30] = [
 
 /// Binds `127.0.0.1:0` and serves the feed of the Honda dealer's inventory.
 pub async fn start_feed() -> std::io::Result<SimHandle> {
-    serve_feed(sim::bind_loopback().await?)
-}
-
-/// Serves the feed of the Honda dealer's inventory on `listener` (keep it on loopback).
-pub fn serve_feed(listener: TcpListener) -> std::io::Result<SimHandle> {
-    sim::serve(
-        listener,
-        Arc::new(Feed::new(inventory::honda_powersports())),
-    )
+    sim::start(Arc::new(Feed::new(inventory::honda_powersports()))).await
 }
 
 /// The feed's `Condition` vocabulary.
@@ -726,7 +717,7 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
-    use crate::demo::sim::Mode;
+    use crate::sim::Mode;
 
     fn parse(body: &[u8]) -> Result<(Vec<String>, Vec<csv::StringRecord>), csv::Error> {
         let body = body.strip_prefix(BOM.as_bytes()).unwrap_or(body);
