@@ -1,0 +1,139 @@
+//! The validated run-time settings of an upstream: if a value exists here it is usable.
+
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue};
+use lettre::message::Mailbox;
+use reqwest::Url;
+
+use super::file::{FileClientAuth, Secret};
+
+/// The SOAP version of an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SoapVersion {
+    V1_1,
+    V1_2,
+}
+
+/// WS-Security UsernameToken credentials.
+#[derive(Debug, Clone)]
+pub struct WsSecurity {
+    pub username: String,
+    pub password: Secret,
+    /// Send `PasswordDigest` (else `PasswordText`).
+    pub digest: bool,
+}
+
+/// What makes an upstream a SOAP upstream.
+#[derive(Debug, Clone)]
+pub struct SoapSettings {
+    pub version: SoapVersion,
+    /// The UsernameToken put in every envelope's header.
+    pub security: Option<WsSecurity>,
+}
+
+/// Validated settings of one upstream: if a value exists here it is usable.
+#[derive(Debug, Clone)]
+pub struct UpstreamSettings {
+    pub base_url: Url,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    /// Longest wait for a concurrency slot (`timeouts.queue`, else `timeouts.request`).
+    pub queue_timeout: Duration,
+    /// Tries per idempotent call, the first included (1..=5).
+    pub attempts: u32,
+    pub backoff: Duration,
+    pub max_backoff: Duration,
+    /// 0..=100.
+    pub budget_percent: u32,
+    pub budget_min_per_sec: u32,
+    pub breaker_failures: u32,
+    pub breaker_cool_down: Duration,
+    pub max_concurrency: usize,
+    pub max_response_bytes: usize,
+    /// Parsed PEM certificates of `tls.ca_file`.
+    pub ca_certificates: Vec<reqwest::Certificate>,
+    pub insecure_skip_verify: bool,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub auth: Option<AuthSettings>,
+    /// `Some` for `kind: soap`.
+    pub soap: Option<SoapSettings>,
+}
+
+/// Validated settings of any kind of upstream.
+#[derive(Debug, Clone)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one short-lived value per upstream at load; boxing would buy nothing"
+)]
+pub enum EndpointSettings {
+    /// `rest` and `soap`.
+    Http(UpstreamSettings),
+    Smtp(SmtpSettings),
+}
+
+/// Validated settings of an `smtp` upstream.
+#[derive(Debug, Clone)]
+pub struct SmtpSettings {
+    pub host: String,
+    pub port: u16,
+    pub tls: SmtpTls,
+    pub from: Mailbox,
+    /// At least one.
+    pub to: Vec<Mailbox>,
+    pub hello_name: Option<String>,
+    pub credentials: Option<SmtpCredentials>,
+    pub connect_timeout: Duration,
+    /// Bounds everything before the message: slot wait, connection, `AUTH`, `MAIL`, `RCPT`,
+    /// `DATA`.
+    pub request_timeout: Duration,
+    /// Bounds the message and the reply to its final dot (`timeouts.data`).
+    pub data_timeout: Duration,
+    pub breaker_failures: u32,
+    pub breaker_cool_down: Duration,
+    pub max_concurrency: usize,
+    /// Certificates of `tls.ca_file`.
+    pub ca_certificates: Vec<lettre::transport::smtp::client::Certificate>,
+    pub insecure_skip_verify: bool,
+}
+
+/// How an SMTP connection is secured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmtpTls {
+    /// `smtps://`: TLS from the first byte.
+    Implicit,
+    /// `STARTTLS` or fail before sending credentials or mail.
+    StartTlsRequired,
+    /// `STARTTLS` when the server offers it.
+    StartTlsOpportunistic,
+    /// Plain text.
+    Off,
+}
+
+/// SMTP `AUTH` credentials (PLAIN or LOGIN, whichever the server offers).
+#[derive(Debug, Clone)]
+pub struct SmtpCredentials {
+    pub username: String,
+    pub password: Secret,
+}
+
+/// Validated authentication.
+#[derive(Debug, Clone)]
+pub enum AuthSettings {
+    /// A fixed header (API key, Basic, static bearer), marked sensitive.
+    Static {
+        name: HeaderName,
+        value: HeaderValue,
+    },
+    OAuth2(OAuth2Settings),
+}
+
+#[derive(Debug, Clone)]
+pub struct OAuth2Settings {
+    pub token_url: Url,
+    pub client_id: String,
+    pub client_secret: Secret,
+    pub scope: Option<String>,
+    pub audience: Option<String>,
+    pub client_auth: FileClientAuth,
+}
