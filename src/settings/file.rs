@@ -2,7 +2,7 @@
 //!
 //! These types mirror the YAML one to one, reject unknown keys, and hold every default in one
 //! place (the `Default` impls below). They are never used at run time: `settings::load` turns them
-//! into the validated types of `settings/mod.rs`.
+//! into the validated types of `settings/types.rs`.
 
 use serde::Deserialize;
 use serde_json::Value;
