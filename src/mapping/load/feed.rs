@@ -1,0 +1,107 @@
+//! `feed.yaml`: the inventory feed, taken over from the running configuration when unchanged.
+
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use crate::mapping::decode::Format;
+use crate::mapping::feed::Feed;
+use crate::mapping::file::{FileCommon, FileFeed};
+
+use super::context::Upstreams;
+use super::loader::{Loader, Source, items_program};
+
+impl Loader<'_> {
+    pub(super) fn feed(
+        &mut self,
+        upstreams: &Upstreams,
+        common: &FileCommon,
+        common_src: Option<&Source>,
+    ) -> Option<Arc<Feed>> {
+        let src = self.read("feed.yaml")?;
+        let value = src.value.clone();
+        let file: FileFeed = self.deserialize(&src, "", value)?;
+        let upstream = self.upstream_ref(&src, "/upstream", &file.upstream, upstreams);
+        if upstream.as_ref().is_some_and(|u| u.soap().is_some()) {
+            self.problems.push(src.problem(
+                "/upstream",
+                "a feed is fetched over plain HTTP; a SOAP upstream cannot serve it",
+            ));
+        }
+        let request = self.request(&src, "/request", &file.request, false, false);
+        let format = match Format::parse(Some(&file.format), &file.list_elements) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                self.problems.push(src.problem("/format", e));
+                None
+            }
+        };
+        let charset = self.charset(&src, "/charset", file.charset.as_deref(), format.as_ref());
+        // Without `items` the document itself is the list of records (CSV rows, a JSON array).
+        let items = self
+            .jq(
+                &src,
+                "/items",
+                &items_program(file.items.as_deref().unwrap_or(".")),
+                common,
+            )
+            .map(Some);
+        let item = self.jq(&src, "/item", &file.item, common);
+        // A CSV document's rows are its records unless `items` says otherwise: they are then
+        // read and mapped one at a time, never held as one document.
+        let csv_rows = file.items.is_none() && matches!(format, Some(Format::Csv));
+        let refresh = self.duration(&src, "/refresh", &file.refresh);
+        let max_stale = self.duration(&src, "/max_stale", &file.max_stale);
+        if let (Some(r), Some(m)) = (refresh, max_stale)
+            && m < r
+        {
+            self.problems
+                .push(src.problem("/max_stale", "must be at least `refresh`"));
+            return None;
+        }
+        let shared = self.shared(Self::merged_tables(common, &file.tables));
+        let upstream = upstream?;
+        // Everything the feed's snapshot is made from besides its upstream.
+        let definition = {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (&src.text, common_src.map(|c| &c.text), self.ctx.dealer_name).hash(&mut h);
+            h.finish()
+        };
+        let kept = self
+            .ctx
+            .previous
+            .and_then(|p| p.feed.as_ref())
+            .filter(|(was, feed)| *was == definition && Arc::ptr_eq(&feed.upstream, &upstream));
+        if let Some((_, feed)) = kept {
+            self.carried.feed = Some((definition, Arc::clone(feed)));
+            return Some(Arc::clone(feed));
+        }
+        let feed = Arc::new(Feed::new(
+            src.path.display().to_string(),
+            upstream,
+            request?,
+            format?,
+            charset?,
+            items?,
+            csv_rows,
+            item?,
+            refresh?,
+            max_stale?,
+            shared,
+        ));
+        self.carried.feed = Some((definition, Arc::clone(&feed)));
+        Some(feed)
+    }
+
+    fn duration(&mut self, src: &Source, pointer: &str, text: &str) -> Option<std::time::Duration> {
+        match humantime::parse_duration(text) {
+            Ok(d) if !d.is_zero() => Some(d),
+            _ => {
+                self.problems.push(src.problem(
+                    pointer,
+                    format!("`{text}` is not a duration like 5m or 30s"),
+                ));
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! `lead.submit.yaml`: the lead policy, and delivery over HTTP (a proxy mapping) or by mail.
+
+use std::sync::Arc;
+
+use crate::mapping::Handler;
+use crate::mapping::file::{FileCommon, FileLead, FileMode, FileSkill};
+use crate::mapping::lead::{Delivery, LeadMapping, LeadPolicy, MailDelivery};
+use crate::mapping::template::{Context, Templates};
+use crate::protocol::Skill;
+use crate::upstream::Mailer;
+
+use super::context::{Target, Upstreams};
+use super::loader::{Loader, Source};
+
+impl Loader<'_> {
+    /// `lead.submit.yaml`: the policy, then delivery over HTTP (the mapping engine) or by mail.
+    pub(super) fn lead(
+        &mut self,
+        src: &Source,
+        file: FileSkill,
+        upstreams: &Upstreams,
+        common: &FileCommon,
+    ) -> Option<Handler> {
+        let policy = self.lead_policy(src, file.lead.as_ref());
+        if file.mode == FileMode::Feed {
+            self.problems
+                .push(src.problem("/mode", "`lead.submit` cannot be served from a feed"));
+            return None;
+        }
+        let Some(name) = &file.upstream else {
+            self.problems.push(src.problem(
+                "",
+                "lead.submit needs `upstream` (the CRM: a rest, soap or smtp upstream)",
+            ));
+            return None;
+        };
+        let target = self.target_ref(src, "/upstream", name, upstreams);
+        let path = src.path.display().to_string();
+        match target {
+            Some(Target::Smtp(mailer)) => {
+                let delivery = self.mail_delivery(src, &file, mailer, common);
+                Some(Handler::Lead(Arc::new(LeadMapping {
+                    file: path,
+                    policy: policy?,
+                    delivery: delivery?,
+                })))
+            }
+            Some(Target::Http(upstream)) => {
+                if file.mail.is_some() {
+                    self.problems.push(src.problem(
+                        "/mail",
+                        format!("`{name}` is not an SMTP upstream; `mail` is for e-mail delivery"),
+                    ));
+                }
+                let mapped = self.proxy(Skill::LeadSubmit, src, file, Some(upstream), common);
+                Some(Handler::Lead(Arc::new(LeadMapping {
+                    file: path,
+                    policy: policy?,
+                    delivery: Delivery::Http(Arc::new(mapped?)),
+                })))
+            }
+            None => {
+                // Still compile an HTTP delivery so every problem of the file is reported at once.
+                if file.request.is_some() {
+                    let _ = self.proxy(Skill::LeadSubmit, src, file, None, common);
+                }
+                None
+            }
+        }
+    }
+
+    fn lead_policy(&mut self, src: &Source, file: Option<&FileLead>) -> Option<LeadPolicy> {
+        let default = FileLead {
+            follow_up_channels: Vec::new(),
+            timezone: "UTC".to_owned(),
+            check_vehicle: false,
+            test_drive_needs_vehicle: false,
+            dealer_phone: None,
+        };
+        let file = file.unwrap_or(&default);
+        let mut ok = true;
+        for (i, channel) in file.follow_up_channels.iter().enumerate() {
+            if !crate::consent::CHANNELS.contains(&channel.as_str()) {
+                self.problems.push(src.problem(
+                    &format!("/lead/follow_up_channels/{i}"),
+                    format!("`{channel}` is not a channel; expected email, phone or sms"),
+                ));
+                ok = false;
+            }
+        }
+        let timezone = match jiff::tz::TimeZone::get(&file.timezone) {
+            Ok(tz) => Some(tz),
+            Err(_) => {
+                self.problems.push(src.problem(
+                    "/lead/timezone",
+                    format!(
+                        "`{}` is not an IANA time zone like America/Los_Angeles",
+                        file.timezone
+                    ),
+                ));
+                None
+            }
+        };
+        if let Some(phone) = &file.dealer_phone
+            && !is_e164(phone)
+        {
+            self.problems.push(src.problem(
+                "/lead/dealer_phone",
+                format!("`{phone}` is not an E.164 number like +14155550100"),
+            ));
+            ok = false;
+        }
+        ok.then_some(())?;
+        Some(LeadPolicy {
+            follow_up: file.follow_up_channels.clone(),
+            timezone: timezone?,
+            check_vehicle: file.check_vehicle,
+            test_drive_needs_vehicle: file.test_drive_needs_vehicle,
+            dealer_phone: file.dealer_phone.clone(),
+            dealer_name: self.ctx.dealer_name.to_owned(),
+            dealer_id: self.ctx.dealer_id.to_owned(),
+        })
+    }
+
+    fn mail_delivery(
+        &mut self,
+        src: &Source,
+        file: &FileSkill,
+        mailer: Arc<Mailer>,
+        common: &FileCommon,
+    ) -> Option<Delivery> {
+        let mut ok = true;
+        for (key, present) in [
+            ("/request", file.request.is_some()),
+            ("/errors", !file.errors.is_empty()),
+        ] {
+            if present {
+                self.problems.push(src.problem(
+                    key,
+                    "an e-mail delivery has no HTTP call: leave it out (the mail carries the ADF \
+                     document)",
+                ));
+                ok = false;
+            }
+        }
+        let subject = match &file.mail {
+            Some(mail) => {
+                let mut templates = Templates::new();
+                match templates.add("subject", &mail.subject, Context::Header) {
+                    Ok(()) => Some(templates),
+                    Err(e) => {
+                        self.problems.push(src.inner(
+                            "/mail/subject",
+                            e.line.unwrap_or(1),
+                            1,
+                            format!("template: {}", e.message),
+                        ));
+                        None
+                    }
+                }
+            }
+            None => {
+                self.problems.push(src.problem(
+                    "",
+                    "a lead delivered by e-mail needs `mail: { subject: ... }`",
+                ));
+                None
+            }
+        };
+        let response = match file.response.as_ref().and_then(|r| r.jq.as_ref()) {
+            Some(jq) => self.jq(src, "/response/jq", jq, common),
+            None => {
+                self.problems.push(src.problem(
+                    "/response",
+                    "give `jq` building the reply data from the mail receipt \
+                     {message_id, server_reply}",
+                ));
+                None
+            }
+        };
+        let shared = self.shared(Self::merged_tables(common, &file.tables));
+        ok.then_some(())?;
+        Some(Delivery::Mail(Box::new(MailDelivery {
+            mailer,
+            subject: subject?,
+            response: response?,
+            shared,
+        })))
+    }
+}
+
+/// `+` and 2–15 digits, the first not 0 (E.164, as AAP's phone pattern).
+fn is_e164(phone: &str) -> bool {
+    phone.strip_prefix('+').is_some_and(|digits| {
+        (2..=15).contains(&digits.len())
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && !digits.starts_with('0')
+    })
+}

@@ -1,0 +1,209 @@
+//! The loader's state and the steps every part shares: reading a file with positions,
+//! deserializing it, compiling jq with the folder's definitions, tables, charsets.
+
+use std::path::PathBuf;
+
+use minijinja::value::Value as TplValue;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+use crate::mapping::decode::{self, Format};
+use crate::mapping::execute::Shared;
+use crate::mapping::extract::{Jq, JqValue};
+use crate::mapping::file::FileCommon;
+use crate::settings::yaml::{self, Origin, Problem, SourceMap};
+
+use super::context::{Carried, LoadContext};
+
+/// One parsed YAML file.
+pub(super) struct Source {
+    pub(super) path: PathBuf,
+    pub(super) text: String,
+    pub(super) value: Value,
+    pub(super) map: SourceMap,
+}
+
+impl Source {
+    pub(super) fn problem(&self, pointer: &str, message: impl Into<String>) -> Problem {
+        self.map.problem(pointer, message)
+    }
+
+    /// A position inside a string value (a template or jq program), `line`/`col` 1-based
+    /// within the string.
+    pub(super) fn inner(&self, pointer: &str, line: usize, col: usize, message: String) -> Problem {
+        let origin = match self.map.origin(pointer) {
+            Origin::File {
+                path,
+                line: key_line,
+                col: key_col,
+            } => {
+                let key_text = self
+                    .text
+                    .lines()
+                    .nth(key_line.saturating_sub(1))
+                    .unwrap_or("");
+                let after = key_text.split_once(':').map_or("", |(_, v)| v).trim();
+                if after.starts_with('|') || after.starts_with('>') {
+                    // Block scalar: the string starts on the next line, indented.
+                    let first = self.text.lines().nth(key_line).unwrap_or("");
+                    let indent = first.len() - first.trim_start().len();
+                    Origin::File {
+                        path,
+                        line: key_line + line,
+                        col: indent + col,
+                    }
+                } else {
+                    let value_col = key_text.find(after).map_or(key_col, |i| i + 1);
+                    Origin::File {
+                        path,
+                        line: key_line,
+                        col: value_col + col,
+                    }
+                }
+            }
+            other => other,
+        };
+        Problem { origin, message }
+    }
+}
+
+pub(super) struct Loader<'a> {
+    pub(super) ctx: &'a LoadContext<'a>,
+    pub(super) dir: PathBuf,
+    pub(super) problems: Vec<Problem>,
+    /// What a valid mapping costs or risks, for `check` (not problems).
+    pub(super) notes: Vec<Problem>,
+    pub(super) carried: Carried,
+}
+
+impl Loader<'_> {
+    pub(super) fn read(&mut self, name: &str) -> Option<Source> {
+        let path = self.dir.join(name);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) => {
+                self.problems.push(Problem {
+                    origin: Origin::WholeFile { path },
+                    message: format!("cannot read: {e}"),
+                });
+                return None;
+            }
+        };
+        match yaml::parse(&path, &text) {
+            Ok((value, map)) => Some(Source {
+                path,
+                text,
+                value,
+                map,
+            }),
+            Err(p) => {
+                self.problems.push(p);
+                None
+            }
+        }
+    }
+
+    pub(super) fn deserialize<T: DeserializeOwned>(
+        &mut self,
+        src: &Source,
+        pointer: &str,
+        value: Value,
+    ) -> Option<T> {
+        match serde_path_to_error::deserialize::<_, T>(value) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                let at = yaml::pointer_of(pointer, e.path());
+                let message = e
+                    .inner()
+                    .to_string()
+                    .replace("invalid type: ", "wrong type: ");
+                self.problems.push(src.problem(&at, message));
+                None
+            }
+        }
+    }
+
+    pub(super) fn shared(&self, tables: Map<String, Value>) -> Shared {
+        let dealer = json!({ "id": self.ctx.dealer_id, "name": self.ctx.dealer_name });
+        let tables = Value::Object(tables);
+        Shared {
+            tables_tpl: TplValue::from(minijinja::value::Serde(&tables)),
+            tables_jq: JqValue::from_json(&tables),
+            dealer_tpl: TplValue::from(minijinja::value::Serde(&dealer)),
+            dealer_jq: JqValue::from_json(&dealer),
+        }
+    }
+
+    pub(super) fn merged_tables(
+        common: &FileCommon,
+        own: &Map<String, Value>,
+    ) -> Map<String, Value> {
+        let mut tables = common.tables.clone();
+        for (k, v) in own {
+            tables.insert(k.clone(), v.clone());
+        }
+        tables
+    }
+
+    pub(super) fn jq(
+        &mut self,
+        src: &Source,
+        pointer: &str,
+        code: &str,
+        common: &FileCommon,
+    ) -> Option<Jq> {
+        let (program, offset) = match &common.jq_defs {
+            Some(defs) => (format!("{defs}\n{code}"), defs.lines().count()),
+            None => (code.to_owned(), 0),
+        };
+        match self.ctx.cache.jq(&program) {
+            Ok(jq) => Some(jq),
+            Err(e) if e.line > offset => {
+                self.problems.push(src.inner(
+                    pointer,
+                    e.line - offset,
+                    e.col,
+                    format!("jq: {}", e.message),
+                ));
+                None
+            }
+            // An error inside the shared definitions is reported once, at common.yaml.
+            Err(_) => None,
+        }
+    }
+
+    /// A `charset:` label (at `pointer`): `Some(None)` when unset, `None` after a problem.
+    /// Only XML and CSV bodies take one; JSON is always UTF-8.
+    pub(super) fn charset(
+        &mut self,
+        src: &Source,
+        pointer: &str,
+        label: Option<&str>,
+        format: Option<&Format>,
+    ) -> Option<Option<&'static encoding_rs::Encoding>> {
+        let Some(label) = label else {
+            return Some(None);
+        };
+        if matches!(format, Some(Format::Json)) {
+            self.problems.push(src.problem(
+                pointer,
+                "`charset` is for xml and csv bodies; JSON is always UTF-8",
+            ));
+            return None;
+        }
+        match decode::charset(label) {
+            Ok(encoding) => Some(Some(encoding)),
+            Err(e) => {
+                self.problems.push(src.problem(pointer, e));
+                None
+            }
+        }
+    }
+}
+
+/// `items` selects an array; the engine iterates it.
+pub(super) fn items_program(code: &str) -> String {
+    format!(
+        "({code}) | if type == \"array\" then .[] else error(\"`items` must give an array, got \\(type)\") end"
+    )
+}

@@ -1,0 +1,84 @@
+//! Loads a dealer's mapping folder: parses every file with positions, compiles every template
+//! and jq program, builds the upstream clients, and reports every problem located as
+//! `file:line:col: message`. Nothing is compiled after load.
+//!
+//! The jobs, one a file (each uses only those above it):
+//!
+//! - `context`: what a load takes (`LoadContext`, the shared `LoadCache`) and gives
+//!   (`DealerMappings`, what a reload carries over);
+//! - `loader`: the loader's state and shared steps (a file with positions, deserializing, jq,
+//!   tables, charsets);
+//! - `upstreams`: `upstreams.yaml` built into clients, `${NAME}` expansion, references to them;
+//! - `request`: an upstream call (method, templates, body, paging);
+//! - `feed`: `feed.yaml`;
+//! - `proxy`: a proxy-mode mapping (response programs, error rules, `supports`, `check` notes);
+//! - `lead`: `lead.submit.yaml` (policy, HTTP or mail delivery);
+//! - `folder`: the folder walk, each skill file to its handler.
+
+mod context;
+mod feed;
+mod folder;
+mod lead;
+mod loader;
+mod proxy;
+mod request;
+mod upstreams;
+
+pub use context::{Carried, DealerMappings, LoadCache, LoadContext};
+pub use folder::load_folder;
+pub use proxy::default_message;
+pub use upstreams::expand;
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::mapping::Handler;
+    use crate::protocol::Skill;
+    use crate::schema::Schemas;
+
+    #[test]
+    fn dealers_with_copies_of_one_mapping_compile_it_once() {
+        let schemas = Schemas::load().expect("schemas");
+        let metrics = crate::telemetry::metrics::Metrics::new();
+        let cache = LoadCache::default();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let copy = tempfile::tempdir().expect("temp dir");
+        for entry in std::fs::read_dir(root.join("mappings/demo-toyota")).expect("demo-toyota") {
+            let path = entry.expect("entry").path();
+            if path.is_file() {
+                let name = path.file_name().expect("file name");
+                std::fs::copy(&path, copy.path().join(name)).expect("copy");
+            }
+        }
+        let load = |dealer_id: &str, dir: &Path| {
+            let ctx = LoadContext {
+                schemas: &schemas,
+                vars: &|_| None,
+                dealer_id,
+                dealer_name: dealer_id,
+                metrics: &metrics,
+                previous: None,
+                cache: &cache,
+            };
+            load_folder(dir, &ctx).expect("loads")
+        };
+        let first = load("toyota_a", &root.join("mappings/demo-toyota"));
+        let (programs, clients) = (cache.programs(), cache.clients());
+        assert!(programs > 0 && clients > 0);
+        let second = load("toyota_b", copy.path());
+        assert_eq!(cache.programs(), programs, "no program compiled again");
+        assert_eq!(cache.clients(), clients, "no HTTP client built again");
+        // Each dealer still has its own `$dealer` and upstreams.
+        let mapped = |m: &DealerMappings| match m.handlers.get(&Skill::InventorySearch) {
+            Some(Handler::Proxy(mapped)) => Arc::clone(mapped),
+            _ => panic!("a proxied search"),
+        };
+        let (a, b) = (mapped(&first), mapped(&second));
+        assert!(Arc::ptr_eq(&a.request.templates, &b.request.templates));
+        assert_ne!(a.shared.dealer_jq, b.shared.dealer_jq);
+        assert!(!Arc::ptr_eq(&a.upstream, &b.upstream));
+    }
+}
