@@ -1,0 +1,322 @@
+//! One call of a mapping: render the request, send it, apply the error rules, decode the reply,
+//! extract AAP data with jq; single-object skills and `lead.submit`.
+
+use std::collections::HashSet;
+
+use http::StatusCode;
+use minijinja::value::Value as TplValue;
+use serde_json::{Value, json};
+
+use crate::error::{AapCode, AapError};
+use crate::mapping::decode::{Declared, Format};
+use crate::mapping::extract::{Jq, JqValue, JqVars};
+use crate::mapping::request::Rendered;
+use crate::protocol::Skill;
+use crate::upstream::UpstreamResponse;
+use crate::upstream::soap::{self, SoapFault};
+use tracing::debug_span;
+
+use super::page::check_listable;
+use super::spec::{Mapped, ResponseSpec, RuleOutcome};
+use super::transport::{Transport, send};
+
+/// What a call produced: the reply to map, or a rule's verdict on it.
+pub(super) enum Called<'a> {
+    Body(JqValue),
+    Rule(&'a RuleOutcome, JqValue),
+}
+
+impl Mapped {
+    /// Answers a validated call against the live upstream.
+    pub async fn execute(&self, request: &Value) -> Result<Value, AapError> {
+        self.execute_with(Transport::Live(&self.upstream), request)
+            .await
+    }
+
+    /// Answers a validated call through `transport`.
+    pub async fn execute_with(
+        &self,
+        transport: Transport<'_>,
+        request: &Value,
+    ) -> Result<Value, AapError> {
+        match (&self.response, self.skill) {
+            (ResponseSpec::List { .. }, _) => self.search(transport, request).await,
+            (ResponseSpec::Object { jq }, skill) => {
+                let data = self.object(transport, request, jq).await?;
+                if skill == Skill::InventoryVehicle {
+                    check_listable(&data)?;
+                }
+                Ok(data)
+            }
+        }
+    }
+
+    /// `lead.submit`: delivers the lead (`lead` = the gateway's facts, `mapping::lead`) and maps
+    /// the acknowledgement to reply data.
+    pub async fn execute_lead(
+        &self,
+        transport: Transport<'_>,
+        request: &Value,
+        lead: &Value,
+    ) -> Result<Value, AapError> {
+        let ResponseSpec::Object { jq } = &self.response else {
+            return Err(AapError::Internal(format!(
+                "{}: lead.submit takes one `jq` program",
+                self.file
+            )));
+        };
+        self.object_with(transport, request, jq, Some(lead)).await
+    }
+
+    pub(super) fn vars(&self, request: &Value, lead: Option<&Value>) -> JqVars {
+        JqVars {
+            request: JqValue::from_json(request),
+            tables: self.shared.tables_jq.clone(),
+            dealer: self.shared.dealer_jq.clone(),
+            lead: lead.map_or_else(JqValue::null, JqValue::from_json),
+        }
+    }
+
+    pub(super) fn template_values(&self, request: &Value, lead: Option<&Value>) -> TplValue {
+        minijinja::context! {
+            request => TplValue::from(minijinja::value::Serde(request)),
+            tables => self.shared.tables_tpl.clone(),
+            dealer => self.shared.dealer_tpl.clone(),
+            lead => lead.map_or(TplValue::UNDEFINED, |l| TplValue::from(minijinja::value::Serde(l))),
+        }
+    }
+
+    async fn object(
+        &self,
+        transport: Transport<'_>,
+        request: &Value,
+        jq: &Jq,
+    ) -> Result<Value, AapError> {
+        self.object_with(transport, request, jq, None).await
+    }
+
+    async fn object_with(
+        &self,
+        transport: Transport<'_>,
+        request: &Value,
+        jq: &Jq,
+        lead: Option<&Value>,
+    ) -> Result<Value, AapError> {
+        let rendered = debug_span!("render").in_scope(|| {
+            let values = self.template_values(request, lead);
+            self.request.render(&values, None)
+        });
+        let rendered = rendered.map_err(|e| self.render_error(e))?;
+        let vars = self.vars(request, lead);
+        let (program, doc) = match self.call(transport, rendered, &vars).await? {
+            Called::Body(doc) | Called::Rule(RuleOutcome::Response, doc) => (jq, doc),
+            Called::Rule(RuleOutcome::Jq(own), doc) => (own, doc),
+            Called::Rule(other, _) => {
+                return Err(AapError::Internal(format!(
+                    "{}: error rule outcome {other:?} on a single-object skill",
+                    self.file
+                )));
+            }
+        };
+        let out = debug_span!("extract").in_scope(|| program.run_one_json(&doc, &vars));
+        out.map_err(|e| self.extract_error(e.to_string()))
+    }
+
+    /// Counts `count` mapping events on the dealer's upstream metrics.
+    pub(super) fn event(&self, event: &'static str, count: usize) {
+        if let Some(meter) = self.upstream.meter() {
+            meter.mapping_event(event, count as u64);
+        }
+    }
+
+    /// Sends one call, applies the error rules, decodes the body. An answer an error rule
+    /// recognises (a domain error, or a reply) tells the breaker the upstream works.
+    pub(super) async fn call(
+        &self,
+        transport: Transport<'_>,
+        rendered: Rendered,
+        vars: &JqVars,
+    ) -> Result<Called<'_>, AapError> {
+        let soap = self.upstream.soap().is_some();
+        // Reads are safe to retry, SOAP reads included; a lead is never sent twice by the client.
+        let idempotent = matches!(rendered.method, http::Method::GET | http::Method::HEAD)
+            || (soap && self.skill != Skill::LeadSubmit);
+        let mut response = send(transport, &self.upstream, rendered, idempotent).await?;
+        let (doc, fault) = self.decode(&response);
+        for (index, rule) in self.errors.iter().enumerate() {
+            let status_ok = rule
+                .status
+                .as_ref()
+                .is_none_or(|s| s.matches(response.status));
+            let fault_ok = match (&rule.fault, &fault) {
+                (None, _) => true,
+                (Some(want), Some(f)) => {
+                    f.code == *want || f.subcode.as_deref() == Some(want.as_str())
+                }
+                (Some(_), None) => false,
+            };
+            if !(status_ok && fault_ok) {
+                continue;
+            }
+            let jq_ok = match (&rule.jq, &doc) {
+                (None, _) => true,
+                // A predicate that fails is a defect of the mapping, not "no match": silently
+                // skipping the rule would answer the buyer as if the rule did not exist.
+                (Some(jq), Ok(doc)) => jq.run_bool(doc, vars).map_err(|e| {
+                    if let Some(verdict) = response.verdict.take() {
+                        verdict.answered();
+                    }
+                    AapError::Internal(format!(
+                        "mapping error: `errors[{index}].when.jq` of {} failed: {e}",
+                        self.file
+                    ))
+                })?,
+                (Some(_), Err(_)) => false,
+            };
+            if !jq_ok {
+                continue;
+            }
+            if rule.outcome.is_answer()
+                && let Some(verdict) = response.verdict.take()
+            {
+                verdict.answered();
+            }
+            return match &rule.outcome {
+                RuleOutcome::Error { code, message } => Err(AapError::Domain {
+                    code: *code,
+                    message: message.clone(),
+                    details: None,
+                }),
+                RuleOutcome::Empty => Ok(Called::Rule(&rule.outcome, JqValue::null())),
+                outcome => match doc {
+                    Ok(doc) => Ok(Called::Rule(outcome, doc)),
+                    Err(e) => Err(AapError::InvalidUpstreamResponse {
+                        upstream: self.upstream.name().to_owned(),
+                        cause: format!("{e} ({})", self.file),
+                    }),
+                },
+            };
+        }
+        let upstream = self.upstream.name().to_owned();
+        if let Some(fault) = fault {
+            // Fault texts may quote what was sent, and a lead is personal data.
+            let reason = if self.skill == Skill::LeadSubmit {
+                String::new()
+            } else {
+                format!(": {}", fault.reason.chars().take(200).collect::<String>())
+            };
+            let cause = format!(
+                "SOAP fault {}{} not handled by an error rule ({}){reason}",
+                fault.code,
+                fault
+                    .subcode
+                    .as_deref()
+                    .map(|s| format!("/{s}"))
+                    .unwrap_or_default(),
+                self.file
+            );
+            // The caller's fault (`Client` in SOAP 1.1, `Sender` in 1.2) comes back for the
+            // same call: not worth a buyer's retry. The server's may pass.
+            return Err(match fault.code.as_str() {
+                "Server" | "Receiver" => AapError::UpstreamUnavailable { upstream, cause },
+                "Client" | "Sender" => AapError::UpstreamRefused { upstream, cause },
+                _ => AapError::InvalidUpstreamResponse { upstream, cause },
+            });
+        }
+        if !response.status.is_success() {
+            let cause = format!(
+                "HTTP {} not handled by an error rule ({})",
+                response.status, self.file
+            );
+            // A 4xx refuses the request itself (the same call meets it again), except a timeout
+            // (408) or a quota (429); 5xx and anything odd may pass.
+            let status = response.status;
+            return Err(
+                if status.is_client_error()
+                    && status != StatusCode::REQUEST_TIMEOUT
+                    && status != StatusCode::TOO_MANY_REQUESTS
+                {
+                    AapError::UpstreamRefused { upstream, cause }
+                } else if status.is_server_error() || status.is_client_error() {
+                    AapError::UpstreamUnavailable { upstream, cause }
+                } else {
+                    AapError::InvalidUpstreamResponse { upstream, cause }
+                },
+            );
+        }
+        doc.map(Called::Body)
+            .map_err(|e| AapError::InvalidUpstreamResponse {
+                upstream,
+                cause: format!("{e} ({})", self.file),
+            })
+    }
+
+    /// The reply body for jq, and the SOAP fault it carries. A SOAP fault is seen by jq
+    /// predicates as `{"Fault": {"code", "subcode", "reason", "detail"}}`.
+    fn decode(&self, response: &UpstreamResponse) -> (Result<JqValue, String>, Option<SoapFault>) {
+        let body = &response.body;
+        let declared = Declared::reply(self.charset, &response.headers);
+        if self.upstream.soap().is_none() {
+            return (self.format.decode_jq(body, declared), None);
+        }
+        let empty = HashSet::new();
+        let list_elements = match &self.format {
+            Format::Xml { list_elements } => list_elements,
+            Format::Json | Format::Csv => &empty,
+        };
+        match soap::decode_reply(body, declared, list_elements) {
+            Ok(reply) => match reply.fault {
+                Some(fault) => {
+                    let doc = json!({ "Fault": {
+                        "code": fault.code, "subcode": fault.subcode,
+                        "reason": fault.reason, "detail": fault.detail,
+                    }});
+                    (Ok(JqValue::from_json(&doc)), Some(fault))
+                }
+                None => (Ok(JqValue::from_json(&reply.body)), None),
+            },
+            Err(e) => (Err(e), None),
+        }
+    }
+
+    pub(super) fn render_error(&self, message: String) -> AapError {
+        if message.starts_with(crate::mapping::template::UNSENDABLE) {
+            // A buyer's value the dealer system cannot be asked about: no unit has such an
+            // identifier, and a search value like that is malformed for this dealer.
+            return match self.skill {
+                Skill::InventoryVehicle => AapError::domain(
+                    AapCode::VehicleNotFound,
+                    "No vehicle matches that identifier.",
+                ),
+                _ => AapError::Validation {
+                    code: AapCode::SchemaValidationFailed,
+                    violations: vec![crate::error::Violation {
+                        instance_location: String::new(),
+                        keyword: "format".to_owned(),
+                        error: "a value cannot be passed to the dealer's system".to_owned(),
+                    }],
+                },
+            };
+        }
+        AapError::Internal(format!(
+            "{}: cannot render the upstream request: {message}",
+            self.file
+        ))
+    }
+
+    pub(super) fn extract_error(&self, message: String) -> AapError {
+        // jq messages quote the values they failed on; a CRM's answer about a lead may hold
+        // the customer's data, which never goes to the logs.
+        let message = if self.skill == Skill::LeadSubmit {
+            "a jq program failed on the CRM's reply (details withheld: they may quote personal \
+             data; reproduce with test-mappings)"
+                .to_owned()
+        } else {
+            message
+        };
+        AapError::InvalidUpstreamResponse {
+            upstream: self.upstream.name().to_owned(),
+            cause: format!("{}: {message}", self.file),
+        }
+    }
+}

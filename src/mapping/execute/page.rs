@@ -1,0 +1,72 @@
+//! AAP's search window and page, and whether a buyer may see a vehicle.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use crate::error::{AapCode, AapError};
+use crate::mapping::search;
+
+/// `skip` and the effective `limit` of a search request: default 20, at most 100 (docs/protocol.md
+/// §Pagination and totals).
+pub fn window(request: &Value) -> (usize, usize) {
+    let number = |p: &str| {
+        request
+            .pointer(p)
+            .and_then(Value::as_u64)
+            .and_then(|n| usize::try_from(n).ok())
+    };
+    let skip = number("/pagination/skip").unwrap_or(0);
+    let limit = number("/pagination/limit")
+        .unwrap_or(search::DEFAULT_LIMIT)
+        .clamp(1, search::MAX_LIMIT);
+    (skip, limit)
+}
+
+/// Whether a buyer may see this vehicle: its `status` (docs/protocol.md §Listing status).
+pub fn is_listable(vehicle: &Value) -> bool {
+    vehicle
+        .get("status")
+        .and_then(Value::as_str)
+        .is_some_and(|s| search::SERVABLE_STATUSES.contains(&s))
+}
+
+/// `inventory.vehicle` must not answer a unit that left stock (docs/protocol.md §Listing status).
+pub fn check_listable(vehicle: &Value) -> Result<(), AapError> {
+    if is_listable(vehicle) {
+        Ok(())
+    } else {
+        Err(AapError::domain(
+            AapCode::VehicleUnavailable,
+            "This vehicle is no longer available.",
+        ))
+    }
+}
+
+/// The `data` of an `inventory.search.response`.
+pub fn page_json(total: usize, skip: usize, limit: usize, vehicles: Vec<Arc<Value>>) -> Value {
+    let mut data = Map::with_capacity(4);
+    data.insert("total".into(), json!(total));
+    data.insert("skip".into(), json!(skip));
+    data.insert("limit".into(), json!(limit));
+    data.insert(
+        "vehicles".into(),
+        Value::Array(vehicles.into_iter().map(Arc::unwrap_or_clone).collect()),
+    );
+    Value::Object(data)
+}
+
+pub(super) fn as_count(v: &Value) -> Option<usize> {
+    match v {
+        Value::Number(n) => n
+            .as_u64()
+            .or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                    .map(|f| f as u64)
+            })
+            .and_then(|n| usize::try_from(n).ok()),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
