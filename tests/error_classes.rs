@@ -250,6 +250,8 @@ async fn upstream_text_in_logs_has_its_control_characters_escaped() {
     // Single-threaded test runtime: the gateway's tasks log through this subscriber too.
     let _guard = tracing::subscriber::set_default(subscriber);
     let setup = start().await;
+    // Another test's thread may have cached the callsites' interest without this subscriber.
+    tracing::callsite::rebuild_interest_cache();
     let reply = lookup(&setup.gw, "soap", "FORGE").await;
     assert_eq!(outcome(&reply), ("INTERNAL_ERROR".to_owned(), true));
     let text = String::from_utf8_lossy(&logs.0.lock().expect("lock")).into_owned();

@@ -28,7 +28,7 @@ fn repo(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
 }
 
-/// How the loader wraps an `items` program (`mapping::load::items_program`).
+/// How the loader wraps an `items` program (`mapping::load::loader::items_program`).
 fn items_program(code: &str) -> String {
     format!(
         "({code}) | if type == \"array\" then .[] else error(\"`items` must give an array, got \\(type)\") end"

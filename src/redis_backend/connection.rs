@@ -409,6 +409,9 @@ mod tests {
             .build()
             .unwrap();
         tracing::subscriber::with_default(subscriber, || {
+            // Another test's thread may have cached these callsites' interest without this
+            // subscriber (tests run in parallel): ask every live subscriber again.
+            tracing::callsite::rebuild_interest_cache();
             runtime.block_on(async {
                 for _ in 0..3 {
                     backend.ping().await.unwrap_err();
@@ -426,6 +429,7 @@ mod tests {
             assert_eq!(logs.count("falling back"), 1);
             assert_eq!(logs.count("local limits"), 1);
             // Redis answers again (as a successful call notes it).
+            tracing::callsite::rebuild_interest_cache();
             backend.note(None);
             backend.note(None);
         });
