@@ -2013,14 +2013,8 @@ mod tests {
         assert_eq!(r.headers()["content-type"], CONTENT_TYPE);
         let answer = r.text().await.expect("body");
         assert_eq!(text(&result(&answer), "Outcome"), Some("Created"));
-        let fixtures: Value = client
-            .get(format!("{}/_sim/fixtures", sim.base_url()))
-            .send()
-            .await
-            .expect("send")
-            .json()
-            .await
-            .expect("json");
+        let fixtures: Value =
+            crate::sim::get_json(&format!("{}/_sim/fixtures", sim.base_url())).await;
         assert_eq!(fixtures["leads"][0]["external_ref"], "R-http");
         assert_eq!(sim.received()[0]["headers"]["soapaction"], SOAP_ACTION);
 

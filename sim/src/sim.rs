@@ -344,6 +344,17 @@ impl Drop for SimHandle {
     }
 }
 
+/// `GET url`, answered as JSON: the tests' way to read a simulator's controls over HTTP.
+#[cfg(test)]
+pub(crate) async fn get_json(url: &str) -> Value {
+    reqwest::get(url)
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json")
+}
+
 /// Binds `127.0.0.1:0`, the only kind of address simulators are meant to use.
 pub async fn bind_loopback() -> std::io::Result<TcpListener> {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await
@@ -687,14 +698,7 @@ mod tests {
         let v: Value = r.json().await.expect("json");
         assert_eq!(v["segments"], json!(["a b", "c"]));
 
-        let received: Value = client
-            .get(format!("{base}/_sim/received"))
-            .send()
-            .await
-            .expect("send")
-            .json()
-            .await
-            .expect("json");
+        let received: Value = get_json(&format!("{base}/_sim/received")).await;
         let entries = received.as_array().expect("array");
         assert_eq!(entries.len(), 1, "control calls are not recorded");
         let e = &entries[0];
@@ -714,14 +718,7 @@ mod tests {
         assert_eq!(r.status(), 204);
         assert!(sim.received().is_empty());
 
-        let fixtures: Value = client
-            .get(format!("{base}/_sim/fixtures"))
-            .send()
-            .await
-            .expect("send")
-            .json()
-            .await
-            .expect("json");
+        let fixtures: Value = get_json(&format!("{base}/_sim/fixtures")).await;
         assert_eq!(fixtures, json!({ "echo": true }));
 
         let r = client
@@ -803,14 +800,7 @@ mod tests {
             .await;
         assert!(r.expect_err("hangs").is_timeout());
 
-        let mode: Value = client
-            .get(format!("{base}/_sim/mode"))
-            .send()
-            .await
-            .expect("send")
-            .json()
-            .await
-            .expect("json");
+        let mode: Value = get_json(&format!("{base}/_sim/mode")).await;
         assert_eq!(mode, json!({"mode": "hang", "delay_ms": 0}));
 
         let r = client
@@ -881,14 +871,7 @@ mod tests {
         );
         sim.record(json!({"method": "OTHER"}));
         let client = reqwest::Client::new();
-        let received: Value = client
-            .get(format!("{}/_sim/received", sim.base_url()))
-            .send()
-            .await
-            .expect("send")
-            .json()
-            .await
-            .expect("json");
+        let received: Value = get_json(&format!("{}/_sim/received", sim.base_url())).await;
         assert_eq!(received[0]["method"], "SMTP");
         assert_eq!(received[0]["body"], "hi");
         assert_eq!(received[1]["method"], "OTHER");

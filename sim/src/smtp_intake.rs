@@ -898,14 +898,8 @@ mod tests {
 
         // The HTTP side: controls work, everything else is 404.
         let client = reqwest::Client::new();
-        let fixtures: Value = client
-            .get(format!("{}/_sim/fixtures", intake.control.base_url()))
-            .send()
-            .await
-            .expect("send")
-            .json()
-            .await
-            .expect("json");
+        let fixtures: Value =
+            crate::sim::get_json(&format!("{}/_sim/fixtures", intake.control.base_url())).await;
         assert_eq!(fixtures["username"], USERNAME);
         assert_eq!(fixtures["messages"], json!(messages));
         let r = client

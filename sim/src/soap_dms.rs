@@ -816,14 +816,8 @@ mod tests {
         let sim = start_soap_dms().await.expect("start");
         let client = reqwest::Client::new();
         let url = format!("{}{PATH}", sim.base_url());
-        let fixtures: Value = client
-            .get(format!("{}/_sim/fixtures", sim.base_url()))
-            .send()
-            .await
-            .expect("send")
-            .json()
-            .await
-            .expect("json");
+        let fixtures: Value =
+            crate::sim::get_json(&format!("{}/_sim/fixtures", sim.base_url())).await;
         let sample = fixtures["in_stock_sample"]["stock"]
             .as_str()
             .expect("stock")
