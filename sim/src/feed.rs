@@ -727,21 +727,25 @@ mod tests {
         Ok((header, rows))
     }
 
+    /// The CSV feed, fetched with the right credentials.
     async fn fetch(sim: &SimHandle) -> reqwest::Response {
+        fetch_at(sim, FEED_PATH).await
+    }
+
+    async fn fetch_at(sim: &SimHandle, path: &str) -> reqwest::Response {
         reqwest::Client::new()
-            .get(format!("{}{FEED_PATH}", sim.base_url()))
+            .get(format!("{}{path}", sim.base_url()))
             .basic_auth(USERNAME, Some(PASSWORD))
             .send()
             .await
             .expect("send")
     }
 
-    #[tokio::test]
-    async fn basic_auth_required() {
-        let sim = start_feed().await.expect("start");
-        let url = format!("{}{FEED_PATH}", sim.base_url());
+    /// Requests without credentials, or with wrong ones, get 401 and a challenge.
+    async fn assert_refused_without_credentials(sim: &SimHandle, path: &str, wrong: &[&str]) {
+        let url = format!("{}{path}", sim.base_url());
         let client = reqwest::Client::new();
-        for auth in [None, Some("wrong"), Some("")] {
+        for auth in std::iter::once(None).chain(wrong.iter().map(Some)) {
             let mut req = client.get(&url);
             if let Some(password) = auth {
                 req = req.basic_auth(USERNAME, Some(password));
@@ -750,6 +754,14 @@ mod tests {
             assert_eq!(r.status(), 401);
             assert!(r.headers().contains_key("www-authenticate"));
         }
+    }
+
+    #[tokio::test]
+    async fn basic_auth_required() {
+        let sim = start_feed().await.expect("start");
+        assert_refused_without_credentials(&sim, FEED_PATH, &["wrong", ""]).await;
+        let url = format!("{}{FEED_PATH}", sim.base_url());
+        let client = reqwest::Client::new();
         assert_eq!(
             fetch(&sim).await.status(),
             200,
@@ -970,28 +982,15 @@ mod tests {
     }
 
     async fn fetch_xml(sim: &SimHandle) -> reqwest::Response {
-        reqwest::Client::new()
-            .get(format!("{}{XML_FEED_PATH}", sim.base_url()))
-            .basic_auth(USERNAME, Some(PASSWORD))
-            .send()
-            .await
-            .expect("send")
+        fetch_at(sim, XML_FEED_PATH).await
     }
 
     #[tokio::test]
     async fn xml_route_needs_the_same_auth() {
         let sim = start_feed().await.expect("start");
+        assert_refused_without_credentials(&sim, XML_FEED_PATH, &["wrong"]).await;
         let url = format!("{}{XML_FEED_PATH}", sim.base_url());
         let client = reqwest::Client::new();
-        for auth in [None, Some("wrong")] {
-            let mut req = client.get(&url);
-            if let Some(password) = auth {
-                req = req.basic_auth(USERNAME, Some(password));
-            }
-            let r = req.send().await.expect("send");
-            assert_eq!(r.status(), 401);
-            assert!(r.headers().contains_key("www-authenticate"));
-        }
         let r = fetch_xml(&sim).await;
         assert_eq!(r.status(), 200);
         assert_eq!(
