@@ -1,0 +1,202 @@
+//! A snapshot being built from mapped records, and its lookups by VIN, stock number and id.
+
+use std::time::Instant;
+
+use super::parallel::threads;
+use super::{BuildStats, Snapshot};
+use crate::mapping::packed::Packed;
+use crate::mapping::search::{InventoryBuilder, Prepared, Stored};
+
+/// One record as the item mapping made it, ready to join the snapshot.
+pub(super) struct Mapped {
+    pub(super) prepared: Prepared,
+    pub(super) packed: Packed,
+    /// Upper-cased.
+    pub(super) vin: Option<String>,
+    pub(super) stock: Option<String>,
+    pub(super) id: Option<String>,
+}
+
+/// A snapshot being built, one mapped record at a time, in feed order.
+pub(super) struct Building<'a> {
+    previous: Option<&'a Snapshot>,
+    all: Vec<Packed>,
+    inventory: InventoryBuilder,
+    by_vin: Lookup,
+    by_stock: Lookup,
+    by_id: Lookup,
+    seen_vins: std::collections::HashSet<String, foldhash::fast::RandomState>,
+    pub(super) stats: BuildStats,
+}
+
+impl<'a> Building<'a> {
+    pub(super) fn new(previous: Option<&'a Snapshot>, bytes: usize) -> Building<'a> {
+        // A refresh reserves what the copy it replaces needed (see `sized_like`).
+        let room = |n: usize| n + n / 32;
+        Building {
+            previous,
+            all: Vec::with_capacity(previous.map_or(0, |p| room(p.all.len()))),
+            inventory: previous.map_or_else(InventoryBuilder::new, |p| {
+                InventoryBuilder::sized_like(&p.inventory)
+            }),
+            by_vin: Lookup::sized_like(previous.map(|p| &p.by_vin)),
+            by_stock: Lookup::sized_like(previous.map(|p| &p.by_stock)),
+            by_id: Lookup::sized_like(previous.map(|p| &p.by_id)),
+            seen_vins: std::collections::HashSet::with_capacity_and_hasher(
+                previous.map_or(0, Snapshot::len),
+                foldhash::fast::RandomState::default(),
+            ),
+            stats: BuildStats {
+                bytes,
+                ..BuildStats::default()
+            },
+        }
+    }
+
+    /// Adds what the item mapping made of one record. One broken record must not take the
+    /// whole inventory down: it is counted and skipped.
+    pub(super) fn add(&mut self, mapped: Option<Mapped>) {
+        let Some(Mapped {
+            prepared,
+            packed,
+            vin,
+            stock,
+            id,
+        }) = mapped
+        else {
+            self.stats.skipped += 1;
+            return;
+        };
+        // A feed that repeats a unit lists it once (the first row wins).
+        if vin.as_ref().is_some_and(|vin| self.seen_vins.contains(vin)) {
+            return;
+        }
+        let Ok(index) = u32::try_from(self.all.len()) else {
+            self.stats.skipped += 1;
+            return;
+        };
+        let unchanged = vin.as_deref().and_then(|vin| {
+            let previous = self.previous?;
+            let kept = previous.all.get(previous.by_vin.get(vin)? as usize)?;
+            (kept.as_bytes() == packed.as_bytes()).then(|| kept.clone())
+        });
+        if unchanged.is_some() {
+            self.stats.reused += 1;
+        }
+        let packed = unchanged.unwrap_or(packed);
+        if let Some(vin) = vin {
+            self.by_vin.insert(&vin, index);
+            self.seen_vins.insert(vin);
+        }
+        if let Some(stock) = &stock {
+            self.by_stock.insert(stock, index);
+        }
+        if let Some(id) = &id {
+            self.by_id.insert(id, index);
+        }
+        self.inventory
+            .push_prepared(prepared, Stored::Packed(packed.clone()));
+        self.all.push(packed);
+    }
+
+    pub(super) fn finish(self) -> Snapshot {
+        let Building {
+            previous,
+            all,
+            inventory,
+            by_vin,
+            by_stock,
+            by_id,
+            stats,
+            ..
+        } = self;
+        // As the mapping (`threads`): a first load sorts on every core, a refresh on one.
+        let threads = threads(previous);
+        let mut lookups = [by_vin, by_stock, by_id];
+        let mut sealed = false;
+        let inventory = if threads > 1 {
+            std::thread::scope(|scope| {
+                let target = &mut lookups;
+                let sealing = std::thread::Builder::new()
+                    .name("feed-sorting".to_owned())
+                    .spawn_scoped(scope, move || target.iter_mut().for_each(Lookup::seal));
+                let inventory = inventory.finish_on(threads);
+                if let Ok(sealing) = sealing {
+                    if let Err(panic) = sealing.join() {
+                        std::panic::resume_unwind(panic);
+                    }
+                    sealed = true;
+                }
+                inventory
+            })
+        } else {
+            inventory.finish()
+        };
+        if !sealed {
+            lookups.iter_mut().for_each(Lookup::seal);
+        }
+        let [by_vin, by_stock, by_id] = lookups;
+        Snapshot {
+            inventory,
+            all: all.into_boxed_slice(),
+            by_vin,
+            by_stock,
+            by_id,
+            fetched_at: Instant::now(),
+            stats,
+        }
+    }
+}
+
+/// Vehicles by one identifier, exact match; a repeated identifier finds the last vehicle that
+/// has it. The keys share one buffer (no allocation per vehicle).
+#[derive(Debug, Default)]
+pub(super) struct Lookup {
+    text: String,
+    /// `(start, end, vehicle)`: the key's bytes in `text`; sorted by key, then vehicle, once
+    /// sealed.
+    entries: Vec<(u32, u32, u32)>,
+}
+
+impl Lookup {
+    /// An empty lookup with room for about what `like` holds.
+    pub(super) fn sized_like(like: Option<&Lookup>) -> Lookup {
+        let room = |n: usize| n + n / 32;
+        like.map_or_else(Lookup::default, |like| Lookup {
+            text: String::with_capacity(room(like.text.len())),
+            entries: Vec::with_capacity(room(like.entries.len())),
+        })
+    }
+
+    /// Adds a key. (Past 4 GiB of keys one is left out: no feed gets there under
+    /// `max_response_bytes`.)
+    pub(super) fn insert(&mut self, key: &str, vehicle: u32) {
+        let (Ok(start), Ok(end)) = (
+            u32::try_from(self.text.len()),
+            u32::try_from(self.text.len() + key.len()),
+        ) else {
+            return;
+        };
+        self.text.push_str(key);
+        self.entries.push((start, end, vehicle));
+    }
+
+    pub(super) fn key(&self, &(start, end, _): &(u32, u32, u32)) -> &str {
+        self.text.get(start as usize..end as usize).unwrap_or("")
+    }
+
+    /// Sorts the keys for [`Lookup::get`].
+    pub(super) fn seal(&mut self) {
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.sort_unstable_by(|a, b| self.key(a).cmp(self.key(b)).then(a.2.cmp(&b.2)));
+        entries.shrink_to_fit();
+        self.entries = entries;
+        self.text.shrink_to_fit();
+    }
+
+    pub(super) fn get(&self, key: &str) -> Option<u32> {
+        let after = self.entries.partition_point(|e| self.key(e) <= key);
+        let last = self.entries.get(after.checked_sub(1)?)?;
+        (self.key(last) == key).then_some(last.2)
+    }
+}

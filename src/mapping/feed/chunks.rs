@@ -1,0 +1,39 @@
+//! A streamed feed document, read on the mapping thread as the connection delivers it.
+
+/// Pieces of a streamed feed document waiting for the mapping thread.
+pub(super) const CHUNKS_IN_FLIGHT: usize = 16;
+
+/// A streamed document as `std::io::Read`, for the mapping thread: pieces come from the task
+/// reading the connection; `Err` means the connection failed (the task reports why).
+pub(super) struct ChunkReader {
+    chunks: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, ()>>,
+    current: bytes::Bytes,
+}
+
+impl ChunkReader {
+    pub(super) fn new(
+        chunks: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, ()>>,
+    ) -> ChunkReader {
+        ChunkReader {
+            chunks,
+            current: bytes::Bytes::new(),
+        }
+    }
+}
+
+impl std::io::Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.chunks.blocking_recv() {
+                Some(Ok(chunk)) => self.current = chunk,
+                Some(Err(())) => {
+                    return Err(std::io::Error::other("the feed's connection failed"));
+                }
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
+    }
+}

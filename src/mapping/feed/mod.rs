@@ -1,0 +1,544 @@
+//! Feed mode: the dealer's whole inventory fetched as one document (JSON, XML or CSV), mapped to
+//! AAP vehicles, cached, and searched in the gateway.
+//!
+//! Freshness: a snapshot younger than `refresh` is served as is; an older one is still served
+//! while a background refresh runs; past `max_stale` a request waits for a refresh and fails
+//! (`INTERNAL_ERROR`, retryable) if the upstream cannot deliver. A background task also refreshes
+//! every `refresh` so buyers rarely wait. One refresh runs at a time.
+//!
+//! Scale: a dealer group's feed holds tens of thousands of vehicles. A snapshot is built on the
+//! feed's own thread ([`FeedThread`]), never on the async workers that serve buyers. A CSV document is read and
+//! mapped one row at a time (no document value); each vehicle is kept [packed](Packed) and the
+//! search index as columns ([`Inventory`]); a refresh shares every vehicle that did not change
+//! with the snapshot it replaces, and the replaced snapshot is freed on the feed's thread too.
+
+mod building;
+mod chunks;
+mod parallel;
+#[cfg(test)]
+mod tests;
+mod thread;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::decode::{self, Declared, Format};
+use super::execute::{Shared, Transport, check_listable, page_json, send};
+use super::extract::{Jq, JqValue, JqVars, TextObjects};
+use super::packed::Packed;
+use super::request::RequestSpec;
+use super::search::{Inventory, Prepared};
+use crate::error::{AapCode, AapError};
+use crate::protocol::Skill;
+use crate::telemetry::Escaped;
+use crate::upstream::Upstream;
+
+use self::building::{Building, Lookup, Mapped};
+use self::chunks::{CHUNKS_IN_FLIGHT, ChunkReader};
+use self::parallel::{BATCH, in_order, threads};
+use self::thread::{FeedThread, retire};
+
+/// A compiled `feed.yaml` and its cache.
+#[derive(Debug)]
+pub struct Feed {
+    pub file: String,
+    pub upstream: Arc<Upstream>,
+    pub request: RequestSpec,
+    pub format: Format,
+    /// The mapping's `charset:` for the document, if it names one.
+    pub charset: Option<&'static encoding_rs::Encoding>,
+    pub items: Option<Jq>,
+    /// The records are the CSV document's rows (a CSV feed without `items`): they are read and
+    /// mapped one at a time instead of through `items` over the whole document.
+    pub csv_rows: bool,
+    pub item: Jq,
+    pub refresh: Duration,
+    pub max_stale: Duration,
+    pub shared: Shared,
+    state: RwLock<Option<Arc<Snapshot>>>,
+    refreshing: tokio::sync::Mutex<()>,
+    background: AtomicBool,
+    /// The first load has ended, with a copy or without: readiness waits for it.
+    attempted: AtomicBool,
+    /// Where this feed's snapshots are built and freed.
+    thread: Arc<FeedThread>,
+}
+
+/// One fetched feed, ready to search.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Listable vehicles (available, intransit, pending).
+    pub inventory: Inventory,
+    /// Every mapped record, sold ones included, for detail lookups.
+    all: Box<[Packed]>,
+    by_vin: Lookup,
+    by_stock: Lookup,
+    by_id: Lookup,
+    pub fetched_at: Instant,
+    /// How this copy came about, for logs.
+    pub stats: BuildStats,
+}
+
+/// What building a snapshot took.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BuildStats {
+    /// Size of the fetched document.
+    pub bytes: usize,
+    /// Records the item mapping could not map (skipped).
+    pub skipped: usize,
+    /// Vehicles unchanged since the previous copy, shared with it.
+    pub reused: usize,
+    /// Fetching and building, together.
+    pub elapsed: Duration,
+}
+
+impl Feed {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        file: String,
+        upstream: Arc<Upstream>,
+        request: RequestSpec,
+        format: Format,
+        charset: Option<&'static encoding_rs::Encoding>,
+        items: Option<Jq>,
+        csv_rows: bool,
+        item: Jq,
+        refresh: Duration,
+        max_stale: Duration,
+        shared: Shared,
+    ) -> Feed {
+        Feed {
+            file,
+            upstream,
+            request,
+            format,
+            charset,
+            items,
+            csv_rows,
+            item,
+            refresh,
+            max_stale,
+            shared,
+            state: RwLock::new(None),
+            refreshing: tokio::sync::Mutex::new(()),
+            background: AtomicBool::new(false),
+            attempted: AtomicBool::new(false),
+            thread: Arc::new(FeedThread::default()),
+        }
+    }
+
+    fn current(&self) -> Option<Arc<Snapshot>> {
+        self.state.read().ok().and_then(|s| s.clone())
+    }
+
+    /// Serves `snapshot` from now on and logs it; the copy it replaces is freed off the async
+    /// workers.
+    fn install(&self, snapshot: Arc<Snapshot>) {
+        let stats = snapshot.stats;
+        let old = match self.state.write() {
+            Ok(mut state) => state.replace(Arc::clone(&snapshot)),
+            Err(_) => None,
+        };
+        let message = if old.is_some() {
+            "feed refreshed"
+        } else {
+            "feed loaded"
+        };
+        tracing::info!(
+            feed = %self.file,
+            vehicles = snapshot.all.len(),
+            listable = snapshot.inventory.len(),
+            excluded = snapshot.inventory.excluded(),
+            reused = stats.reused,
+            skipped = stats.skipped,
+            bytes = stats.bytes,
+            elapsed_ms = stats.elapsed.as_millis() as u64,
+            "{message}"
+        );
+        if let Some(old) = old {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn(retire(old, Arc::clone(&self.thread)))),
+                Err(_) => drop(old),
+            }
+        }
+    }
+
+    /// Whether the first load has ended (with or without a copy to serve).
+    pub fn attempted(&self) -> bool {
+        self.attempted.load(Ordering::Acquire)
+    }
+
+    /// Whether a copy is cached.
+    pub fn loaded(&self) -> bool {
+        self.current().is_some()
+    }
+
+    /// Age of the cached copy, if any (for metrics and logs).
+    pub fn age(&self) -> Option<Duration> {
+        self.current().map(|s| s.fetched_at.elapsed())
+    }
+
+    /// A snapshot fresh enough to answer from, refreshing as the freshness rules say.
+    pub async fn snapshot(self: &Arc<Self>) -> Result<Arc<Snapshot>, AapError> {
+        let current = self.current();
+        if let Some(s) = &current {
+            let age = s.fetched_at.elapsed();
+            if age < self.refresh {
+                return Ok(Arc::clone(s));
+            }
+            if age < self.max_stale {
+                self.refresh_in_background();
+                return Ok(Arc::clone(s));
+            }
+        }
+        let _one_at_a_time = self.refreshing.lock().await;
+        if let Some(s) = self
+            .current()
+            .filter(|s| s.fetched_at.elapsed() < self.refresh)
+        {
+            return Ok(s);
+        }
+        let fetched = self.fetch(Transport::Live(&self.upstream)).await;
+        self.attempted.store(true, Ordering::Release);
+        match fetched {
+            Ok(s) => {
+                let s = Arc::new(s);
+                self.install(Arc::clone(&s));
+                Ok(s)
+            }
+            Err(e) => match current.filter(|s| s.fetched_at.elapsed() < self.max_stale) {
+                Some(s) => Ok(s),
+                None => Err(e),
+            },
+        }
+    }
+
+    fn refresh_in_background(self: &Arc<Self>) {
+        if self.background.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let feed = Arc::clone(self);
+        tokio::spawn(async move {
+            feed.refresh_now().await;
+            feed.background.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// Fetches and swaps in a new snapshot; keeps the old one on failure.
+    pub async fn refresh_now(self: &Arc<Self>) {
+        let _one_at_a_time = self.refreshing.lock().await;
+        let fetched = self.fetch(Transport::Live(&self.upstream)).await;
+        self.attempted.store(true, Ordering::Release);
+        match fetched {
+            Ok(s) => self.install(Arc::new(s)),
+            Err(e) if self.current().is_some() => {
+                tracing::warn!(feed = %self.file, error = %Escaped(e), "feed refresh failed; serving the previous copy")
+            }
+            Err(e) => {
+                tracing::warn!(feed = %self.file, error = %Escaped(e), "feed load failed; no copy to serve yet")
+            }
+        }
+    }
+
+    /// Keeps the cache warm: refreshes every `refresh` until the task is dropped. A copy taken
+    /// over by a reload is refreshed when it is due, not at once.
+    pub async fn keep_fresh(self: Arc<Self>) {
+        if let Some(age) = self.age() {
+            tokio::time::sleep(self.refresh.saturating_sub(age)).await;
+        }
+        loop {
+            self.refresh_now().await;
+            tokio::time::sleep(self.refresh).await;
+        }
+    }
+
+    /// Fetches the document through `transport` and builds a snapshot. Decoding, mapping and
+    /// indexing a whole inventory is CPU work of up to seconds: it runs on the feed's thread,
+    /// never on the async workers that serve buyers.
+    pub async fn fetch(self: &Arc<Self>, transport: Transport<'_>) -> Result<Snapshot, AapError> {
+        let started = Instant::now();
+        let values = minijinja::context! {
+            tables => self.shared.tables_tpl.clone(),
+            dealer => self.shared.dealer_tpl.clone(),
+        };
+        let rendered = self
+            .request
+            .render(&values, None)
+            .map_err(|e| AapError::Internal(format!("{}: {e}", self.file)))?;
+        let previous = self.current();
+        let mut snapshot = match transport {
+            // A CSV feed is read as it arrives: the document is never held whole.
+            Transport::Live(upstream) if self.csv_rows && upstream.soap().is_none() => {
+                self.fetch_streaming(upstream, rendered, previous).await?
+            }
+            transport => {
+                let response = send(transport, &self.upstream, rendered, true).await?;
+                self.check_status(response.status)?;
+                let feed = Arc::clone(self);
+                self.thread
+                    .run(move || {
+                        let declared = Declared::reply(feed.charset, &response.headers);
+                        feed.build_after(&response.body, declared, previous.as_deref())
+                    })
+                    .await
+                    .map_err(|e| self.building_failed(e))??
+            }
+        };
+        snapshot.stats.elapsed = started.elapsed();
+        if let Transport::Canned(canned) = transport {
+            canned
+                .records
+                .fetch_add(snapshot.all.len(), std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(snapshot)
+    }
+
+    /// Fetches a CSV feed and builds the snapshot from its rows as they arrive: the body goes
+    /// from the connection to the mapping thread in pieces (at most [`CHUNKS_IN_FLIGHT`]
+    /// waiting), so a refresh never holds the whole document next to the copy it replaces.
+    async fn fetch_streaming(
+        self: &Arc<Self>,
+        upstream: &Upstream,
+        rendered: super::request::Rendered,
+        previous: Option<Arc<Snapshot>>,
+    ) -> Result<Snapshot, AapError> {
+        let request = crate::upstream::UpstreamRequest {
+            method: rendered.method,
+            path_and_query: rendered.path_and_query,
+            headers: rendered.headers,
+            body: rendered.body.map(bytes::Bytes::from),
+            idempotent: true,
+        };
+        let (response, stream) = upstream
+            .call_streaming(request)
+            .await
+            .map_err(|e| e.into_aap(upstream.name()))?;
+        self.check_status(response.status)?;
+        let (chunks, reader) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
+        let feed = Arc::clone(self);
+        let headers = response.headers;
+        let build = self.thread.run(move || {
+            let declared = Declared::reply(feed.charset, &headers);
+            let bad = |cause: String| feed.bad_document(cause);
+            let rows = decode::csv_stream(ChunkReader::new(reader), declared).map_err(bad)?;
+            feed.build_rows(rows, previous.as_deref())
+        });
+        let mut bytes = response.body.len();
+        let pumped = match stream {
+            // A 2xx reply always streams; should it not, its body is all there is.
+            None => {
+                let _ = chunks.send(Ok(response.body)).await;
+                Ok(())
+            }
+            Some(mut stream) => loop {
+                match stream.chunk().await {
+                    Ok(Some(chunk)) => {
+                        bytes += chunk.len();
+                        // Refused: the build stopped (its error is the one to report).
+                        if chunks.send(Ok(chunk)).await.is_err() {
+                            break Ok(());
+                        }
+                    }
+                    Ok(None) => break Ok(()),
+                    Err(e) => {
+                        let _ = chunks.send(Err(())).await;
+                        break Err(e);
+                    }
+                }
+            },
+        };
+        drop(chunks);
+        let built = build.await.map_err(|e| self.building_failed(e))?;
+        pumped.map_err(|e| e.into_aap(upstream.name()))?;
+        let mut snapshot = built?;
+        snapshot.stats.bytes = bytes;
+        Ok(snapshot)
+    }
+
+    fn check_status(&self, status: http::StatusCode) -> Result<(), AapError> {
+        if status.is_success() {
+            return Ok(());
+        }
+        Err(AapError::UpstreamUnavailable {
+            upstream: self.upstream.name().to_owned(),
+            cause: format!("feed answered HTTP {status} ({})", self.file),
+        })
+    }
+
+    fn building_failed(&self, e: String) -> AapError {
+        AapError::Internal(format!("{}: building the snapshot: {e}", self.file))
+    }
+
+    fn bad_document(&self, cause: String) -> AapError {
+        AapError::InvalidUpstreamResponse {
+            upstream: self.upstream.name().to_owned(),
+            cause: format!("{cause} ({})", self.file),
+        }
+    }
+
+    /// Maps a fetched document into a snapshot; `declared` names its charset (the mapping's,
+    /// the reply's `Content-Type`).
+    pub fn build(&self, body: &bytes::Bytes, declared: Declared<'_>) -> Result<Snapshot, AapError> {
+        self.build_after(body, declared, None)
+    }
+
+    /// [`Feed::build`], sharing with `previous` every vehicle that maps to exactly what it
+    /// holds under the same VIN. The first load (no `previous`) maps records on every core: no
+    /// buyer is served yet. A refresh maps on this one thread, leaving the other cores to the
+    /// buyers searching the previous copy meanwhile.
+    fn build_after(
+        &self,
+        body: &bytes::Bytes,
+        declared: Declared<'_>,
+        previous: Option<&Snapshot>,
+    ) -> Result<Snapshot, AapError> {
+        let bad = |cause: String| self.bad_document(cause);
+        if self.csv_rows {
+            let text = decode::CsvText::new(body, declared).map_err(bad)?;
+            let mut snapshot = self.build_rows(text.rows().map_err(bad)?, previous)?;
+            snapshot.stats.bytes = body.len();
+            return Ok(snapshot);
+        }
+        let vars = self.vars();
+        let mut building = Building::new(previous, body.len());
+        let doc = self.format.decode_jq(body, declared).map_err(bad)?;
+        let records = match &self.items {
+            Some(items) => items.run(&doc, &vars).map_err(|e| bad(e.to_string()))?,
+            None => vec![doc],
+        };
+        let mut records = records.into_iter();
+        let next = || {
+            let batch: Vec<JqValue> = records.by_ref().take(BATCH).collect();
+            Ok((!batch.is_empty()).then_some(batch))
+        };
+        let work =
+            |batch: Vec<JqValue>| batch.iter().map(|record| self.map(record, &vars)).collect();
+        in_order(threads(previous), next, work, |mapped| building.add(mapped)).map_err(bad)?;
+        Ok(self.finish(building))
+    }
+
+    /// A snapshot of a CSV document's rows, each a record.
+    fn build_rows<R: std::io::Read>(
+        &self,
+        mut rows: decode::CsvRows<R>,
+        previous: Option<&Snapshot>,
+    ) -> Result<Snapshot, AapError> {
+        let vars = self.vars();
+        let mut building = Building::new(previous, 0);
+        let columns = rows.columns().clone();
+        let next = || {
+            let mut batch = Vec::with_capacity(BATCH);
+            while batch.len() < BATCH {
+                let mut record = csv::StringRecord::new();
+                if !rows.next_into(&mut record)? {
+                    break;
+                }
+                batch.push(record);
+            }
+            Ok((!batch.is_empty()).then_some(batch))
+        };
+        let objects = TextObjects::new(columns.names());
+        let work = |batch: Vec<csv::StringRecord>| {
+            batch
+                .iter()
+                .map(|record| {
+                    let row = columns.row(record);
+                    let record = objects.build(row.text(), row.entries());
+                    self.map(&record, &vars)
+                })
+                .collect()
+        };
+        in_order(threads(previous), next, work, |mapped| building.add(mapped))
+            .map_err(|cause| self.bad_document(cause))?;
+        Ok(self.finish(building))
+    }
+
+    fn vars(&self) -> JqVars {
+        JqVars {
+            request: JqValue::from_json(&Value::Null),
+            tables: self.shared.tables_jq.clone(),
+            dealer: self.shared.dealer_jq.clone(),
+            lead: JqValue::null(),
+        }
+    }
+
+    /// The snapshot, once every record is in; skipped records are logged and counted.
+    fn finish(&self, building: Building<'_>) -> Snapshot {
+        if building.stats.skipped > 0 {
+            let skipped = building.stats.skipped;
+            tracing::warn!(feed = %self.file, skipped, "feed records the item mapping could not map");
+            if let Some(meter) = self.upstream.meter() {
+                meter.mapping_event("record_skipped", skipped as u64);
+            }
+        }
+        building.finish()
+    }
+
+    /// What the item mapping makes of one record, ready for the snapshot; `None`: the
+    /// mapping failed on it.
+    fn map(&self, record: &JqValue, vars: &JqVars) -> Option<Mapped> {
+        let vehicle = self.item.run_one_json(record, vars).ok()?;
+        let key = |name: &str| vehicle.get(name).and_then(Value::as_str);
+        Some(Mapped {
+            vin: key("vin").map(str::to_ascii_uppercase),
+            stock: key("stock").map(str::to_owned),
+            id: key("vehicle_id").map(str::to_owned),
+            prepared: Prepared::of(&vehicle),
+            packed: Packed::pack(&vehicle),
+        })
+    }
+}
+
+impl Snapshot {
+    /// Every mapped record, sold ones included.
+    pub fn len(&self) -> usize {
+        self.all.len()
+    }
+
+    /// True when the feed mapped no record.
+    pub fn is_empty(&self) -> bool {
+        self.all.is_empty()
+    }
+
+    /// Answers a validated call for `skill` from this snapshot.
+    pub fn answer(&self, skill: Skill, request: &Value) -> Result<Value, AapError> {
+        match skill {
+            Skill::InventorySearch => {
+                let page = self.inventory.search(request);
+                Ok(page_json(page.total, page.skip, page.limit, page.vehicles))
+            }
+            Skill::InventoryFacets => Ok(self.inventory.facets(request.get("filters"))),
+            Skill::InventoryVehicle => {
+                let vehicle = self.find(request).ok_or_else(|| {
+                    AapError::domain(
+                        AapCode::VehicleNotFound,
+                        "No vehicle matches that identifier.",
+                    )
+                })?;
+                let vehicle = vehicle.unpack();
+                check_listable(&vehicle)?;
+                Ok(vehicle)
+            }
+            Skill::DealerInformation | Skill::LeadSubmit => Err(AapError::Internal(format!(
+                "{skill} cannot be answered from an inventory feed"
+            ))),
+        }
+    }
+
+    /// The most specific identifier given decides: VIN, else stock number, else vehicle id. A
+    /// VIN that misses is not retried as a stock number: that would answer another unit.
+    fn find(&self, request: &Value) -> Option<&Packed> {
+        let field = |name: &str| request.get(name).and_then(Value::as_str);
+        let index = if let Some(vin) = field("vin") {
+            self.by_vin.get(&vin.to_ascii_uppercase())
+        } else if let Some(stock) = field("stock") {
+            self.by_stock.get(stock)
+        } else {
+            field("vehicle_id").and_then(|id| self.by_id.get(id))
+        }?;
+        self.all.get(index as usize)
+    }
+}

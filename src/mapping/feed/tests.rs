@@ -1,0 +1,187 @@
+//! The feed's threads, its ordered parallel mapping and its lookups.
+
+use super::*;
+
+/// The demo Honda feed mapping, loaded as the gateway loads it.
+fn demo_feed() -> Arc<Feed> {
+    let schemas = crate::schema::Schemas::load().expect("schemas");
+    let metrics = crate::telemetry::metrics::Metrics::new();
+    let ctx = super::super::load::LoadContext {
+        schemas: &schemas,
+        vars: &|_| None,
+        dealer_id: "demo_honda",
+        dealer_name: "Demo Honda",
+        metrics: &metrics,
+        previous: None,
+        cache: &super::super::load::LoadCache::default(),
+    };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("mappings/demo-honda");
+    let mut loaded = super::super::load::load_folder(&dir, &ctx).expect("demo-honda loads");
+    loaded.feeds.pop().expect("a feed")
+}
+
+fn example_csv() -> Vec<u8> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/mappings/demo-honda/examples/feed.csv"
+    );
+    std::fs::read(path).expect("the example feed")
+}
+
+fn answers(snapshot: &Snapshot) -> Vec<Result<Value, String>> {
+    let requests = [
+        (
+            Skill::InventorySearch,
+            serde_json::json!({ "sort": { "field": "price" } }),
+        ),
+        (Skill::InventoryFacets, serde_json::json!({})),
+        (
+            Skill::InventoryVehicle,
+            serde_json::json!({ "stock": "SJM10002" }),
+        ),
+        (
+            Skill::InventoryVehicle,
+            serde_json::json!({ "stock": "SJM10003" }),
+        ),
+    ];
+    requests
+        .iter()
+        .map(|(skill, request)| snapshot.answer(*skill, request).map_err(|e| e.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_refresh_shares_the_vehicles_that_did_not_change_and_answers_as_a_fresh_load() {
+    let feed = demo_feed();
+    let body = example_csv();
+    let first = feed
+        .build(&bytes::Bytes::from(body.clone()), Declared::default())
+        .expect("builds");
+    assert_eq!((first.len(), first.stats.reused), (3, 0));
+    let changed = String::from_utf8(body)
+        .expect("UTF-8")
+        .replacen("\"$24,990\"", "\"$23,990\"", 1);
+    let changed = bytes::Bytes::from(changed);
+    let refreshed = feed
+        .build_after(&changed, Declared::default(), Some(&first))
+        .expect("builds");
+    assert_eq!(refreshed.stats.reused, 2, "all but the repriced unit");
+    let fresh = feed.build(&changed, Declared::default()).expect("builds");
+    assert_eq!(answers(&refreshed), answers(&fresh));
+    assert_ne!(answers(&refreshed), answers(&first), "the new price shows");
+}
+
+#[test]
+fn a_document_whose_connection_breaks_off_is_refused_not_taken_for_a_shorter_one() {
+    let feed = demo_feed();
+    let body = example_csv();
+    // The header and the first row arrive, then the connection fails or ends.
+    let cut = body
+        .windows(2)
+        .enumerate()
+        .filter(|(_, w)| *w == b"\r\n")
+        .nth(1)
+        .map(|(i, _)| i + 2)
+        .expect("two lines");
+    let build = |then_fails: bool| {
+        let (chunks, reader) = tokio::sync::mpsc::channel(cut / 7 + 2);
+        for piece in body[..cut].chunks(7) {
+            chunks
+                .try_send(Ok(bytes::Bytes::copy_from_slice(piece)))
+                .expect("room");
+        }
+        if then_fails {
+            chunks.try_send(Err(())).expect("room");
+        }
+        drop(chunks);
+        let rows = decode::csv_stream(ChunkReader::new(reader), Declared::default())
+            .map_err(|e| feed.bad_document(e))?;
+        feed.build_rows(rows, None)
+    };
+    assert_eq!(build(false).expect("a one-row feed").len(), 1);
+    let error = build(true).expect_err("a broken document");
+    assert!(error.to_string().contains("connection failed"), "{error}");
+}
+
+#[test]
+fn records_mapped_on_several_threads_are_merged_in_feed_order() {
+    for threads in [1, 2, 3] {
+        let mut input = (0..1000u32).collect::<Vec<_>>().into_iter();
+        let next = || {
+            let batch: Vec<u32> = input.by_ref().take(7).collect();
+            Ok((!batch.is_empty()).then_some(batch))
+        };
+        // Uneven work, so that threads finish out of order.
+        let work = |batch: Vec<u32>| {
+            if batch[0].is_multiple_of(3) {
+                let spin = (0..200_000u64).fold(0u64, |a, x| a.wrapping_add(x * x));
+                std::hint::black_box(spin);
+            }
+            batch.into_iter().map(|x| x * 2).collect()
+        };
+        let mut merged = Vec::new();
+        in_order(threads, next, work, |x| merged.push(x)).expect("maps");
+        assert_eq!(
+            merged,
+            (0..1000).map(|x| x * 2).collect::<Vec<_>>(),
+            "{threads} threads"
+        );
+    }
+}
+
+#[test]
+fn an_unreadable_document_stops_the_mapping_threads_with_its_error() {
+    for threads in [1, 3] {
+        let mut batches = 0;
+        let next = || {
+            batches += 1;
+            if batches > 5 {
+                return Err("CSV row 40 unreadable".to_owned());
+            }
+            Ok(Some(vec![batches; 8]))
+        };
+        let mut merged = 0;
+        let error = in_order(threads, next, |b: Vec<i32>| b, |_| merged += 1).unwrap_err();
+        assert_eq!(error, "CSV row 40 unreadable");
+        assert!(merged <= 40);
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_build_is_an_error_and_the_feed_thread_goes_on() {
+    let thread = FeedThread::default();
+    let failed = thread
+        .run(|| -> u32 { panic!("a defect in a build") })
+        .await;
+    assert_eq!(failed, Err("the build panicked".to_owned()));
+    let on = thread.run(|| std::thread::current().name().map(str::to_owned));
+    assert_eq!(on.await, Ok(Some("feed-build".to_owned())));
+}
+
+#[tokio::test]
+async fn feed_thread_work_starts_before_its_result_is_awaited() {
+    // A streamed build must read while the caller pumps the connection into it.
+    let thread = FeedThread::default();
+    let (started, seen) = std::sync::mpsc::channel();
+    let pending = thread.run(move || started.send(()).is_ok());
+    seen.recv_timeout(Duration::from_secs(10))
+        .expect("the work ran before anyone awaited it");
+    assert_eq!(pending.await, Ok(true));
+}
+
+#[test]
+fn a_lookup_finds_exact_keys_and_the_last_vehicle_of_a_repeated_one() {
+    let mut lookup = Lookup::default();
+    for (key, vehicle) in [("B2", 0), ("A1", 1), ("B2", 2), ("", 3), ("A10", 4)] {
+        lookup.insert(key, vehicle);
+    }
+    lookup.seal();
+    assert_eq!(lookup.get("A1"), Some(1));
+    assert_eq!(lookup.get("B2"), Some(2));
+    assert_eq!(lookup.get("A10"), Some(4));
+    assert_eq!(lookup.get(""), Some(3));
+    assert_eq!(lookup.get("A"), None);
+    assert_eq!(lookup.get("b2"), None);
+    assert_eq!(lookup.get("C"), None);
+    assert_eq!(Lookup::default().get("A1"), None);
+}
