@@ -1,0 +1,379 @@
+//! Each native helper on the awkward values legacy systems send.
+
+use serde_json::json;
+
+use super::tests::{check, eval, eval_with, run_err};
+use super::*;
+
+#[test]
+fn dollars() {
+    check(
+        "dollars",
+        &[
+            (json!("$24,990"), json!(24990)),
+            (json!("24990.00"), json!(24990)),
+            (json!("$24,990.60"), json!(24991)),
+            (json!("$24,990.50"), json!(24991)),
+            (json!("$24,990.49"), json!(24990)),
+            (json!(" $ 1,200 "), json!(1200)),
+            (json!("USD 1,200"), json!(1200)),
+            (json!("1200 usd"), json!(1200)),
+            (json!("-$5.50"), json!(-6)),
+            (json!("$-5"), json!(-5)),
+            (json!(".99"), json!(1)),
+            (json!(24990), json!(24990)),
+            (json!(24990.5), json!(24991)),
+            (json!(24990.4), json!(24990)),
+            (json!(""), Value::Null),
+            (json!("Call for price"), Value::Null),
+            (json!("$"), Value::Null),
+            (json!("24,99"), Value::Null),
+            (json!("-$-5"), Value::Null),
+            (json!("1e5"), Value::Null),
+            (Value::Null, Value::Null),
+            (json!(true), Value::Null),
+            (json!([1]), Value::Null),
+            (json!({"a": 1}), Value::Null),
+        ],
+    );
+}
+
+#[test]
+fn miles() {
+    check(
+        "miles",
+        &[
+            (json!("12,345 mi"), json!(12345)),
+            (json!("12345"), json!(12345)),
+            (json!("12,345 miles"), json!(12345)),
+            (json!("12,345 Mi."), json!(12345)),
+            (json!("1 mile"), json!(1)),
+            (json!("12345mi"), json!(12345)),
+            (json!("12,345.6"), json!(12346)),
+            (json!(12345), json!(12345)),
+            (json!(12345.4), json!(12345)),
+            (json!("0"), json!(0)),
+            (json!(""), Value::Null),
+            (json!("   "), Value::Null),
+            (json!("unknown"), Value::Null),
+            (json!("-5 mi"), Value::Null),
+            (json!(-5), Value::Null),
+            (Value::Null, Value::Null),
+        ],
+    );
+}
+
+#[test]
+fn int() {
+    check(
+        "int",
+        &[
+            (json!("2022"), json!(2022)),
+            (json!(" 2022 "), json!(2022)),
+            (json!("28"), json!(28)),
+            (json!("-3"), json!(-3)),
+            (json!("1,234"), json!(1234)),
+            (json!("2.9"), json!(2)),
+            (json!(2022), json!(2022)),
+            (json!(2.5), json!(2)),
+            (json!(-2.5), json!(-2)),
+            (json!(""), Value::Null),
+            (json!("abc"), Value::Null),
+            (json!("20 22"), Value::Null),
+            (json!("99999999999999999999"), Value::Null),
+            (Value::Null, Value::Null),
+            (json!(false), Value::Null),
+        ],
+    );
+    // Results are real integers in jq too.
+    assert_eq!(eval(r#""2022" | int | . + 1"#, Value::Null), json!(2023));
+}
+
+#[test]
+fn num() {
+    check(
+        "num",
+        &[
+            (json!("239"), json!(239)),
+            (json!("61.5"), json!(61.5)),
+            (json!("239.00"), json!(239)),
+            (json!(" 1,234.5 "), json!(1234.5)),
+            (json!("-0.25"), json!(-0.25)),
+            (json!(".5"), json!(0.5)),
+            (json!(61.5), json!(61.5)),
+            (json!(7), json!(7)),
+            (json!(""), Value::Null),
+            (json!("  "), Value::Null),
+            (json!("n/a"), Value::Null),
+            (json!("."), Value::Null),
+            (json!("1.2.3"), Value::Null),
+            (Value::Null, Value::Null),
+        ],
+    );
+}
+
+#[test]
+fn nonempty() {
+    check(
+        "nonempty",
+        &[
+            (json!(" EX-L "), json!("EX-L")),
+            (json!("EX"), json!("EX")),
+            (json!(""), Value::Null),
+            (json!(" \t\n"), Value::Null),
+            (json!(0), json!(0)),
+            (json!(false), json!(false)),
+            (Value::Null, Value::Null),
+            (json!([]), json!([])),
+        ],
+    );
+}
+
+#[test]
+fn split_list() {
+    check(
+        r#"split_list("|")"#,
+        &[
+            (json!("A|B| C |"), json!(["A", "B", "C"])),
+            (json!("A"), json!(["A"])),
+            (json!("|"), json!([])),
+            (json!(""), json!([])),
+            (Value::Null, json!([])),
+            (json!([" A ", "", null, "B"]), json!(["A", "B"])),
+            (json!(5), json!([5])),
+        ],
+    );
+    check(
+        r#"split_list(", ")"#,
+        &[(
+            json!("Sunroof, Heated Seats"),
+            json!(["Sunroof", "Heated Seats"]),
+        )],
+    );
+    assert!(run_err(r#"split_list("")"#, json!("a,b")).contains("separator"));
+}
+
+#[test]
+fn legacy_date() {
+    check(
+        "legacy_date",
+        &[
+            (json!("03/15/2026"), json!("2026-03-15")),
+            (json!("3/5/2026"), json!("2026-03-05")),
+            (json!("2026-03-15"), json!("2026-03-15")),
+            (json!("2026-03-15 10:00:00"), json!("2026-03-15")),
+            (json!("2026-03-15T10:00:00Z"), json!("2026-03-15")),
+            (json!("3/15/2026 10:00 AM"), json!("2026-03-15")),
+            (json!(" 2026-03-15 "), json!("2026-03-15")),
+            (json!("02/30/2026"), Value::Null),
+            (json!("2026-13-01"), Value::Null),
+            (json!("3/15/26"), Value::Null),
+            (json!("15.03.2026"), Value::Null),
+            (json!("2026-03-15garbage"), Value::Null),
+            (json!("2026-3-15"), Value::Null),
+            (json!("March 15, 2026"), Value::Null),
+            (json!(""), Value::Null),
+            (json!(20260315), Value::Null),
+            (Value::Null, Value::Null),
+        ],
+    );
+}
+
+#[test]
+fn every_timestamp_jiff_reads_passes_the_offset_precheck() {
+    let stamps = [
+        "2026-11-30T14:05:00Z",
+        "2026-11-30t14:05:00z",
+        "2026-11-30T14:05:00-05:00",
+        "2026-11-30T14:05:00+0530",
+        "2026-11-30T14:05:00.123456789+05:30",
+        "2026-11-30 14:05Z",
+        "20261130T140500Z",
+        "20261130T1405-05",
+        "+002026-11-30T14:05:00Z",
+        "2026-11-30T14:05:00\u{2212}05:00",
+        "2026-11-30T14:05:00-05:00[America/New_York]",
+    ];
+    for s in stamps {
+        if s.parse::<jiff::Timestamp>().is_ok() {
+            assert!(may_have_offset(s), "{s}");
+        }
+    }
+    assert!("2026-11-30T14:05:00Z".parse::<jiff::Timestamp>().is_ok());
+    assert!(!may_have_offset("2026-11-30 14:05:00"));
+    assert!(!may_have_offset("11/30/2026 2:05 PM"));
+}
+
+#[test]
+fn legacy_datetime() {
+    check(
+        r#"legacy_datetime("America/Los_Angeles")"#,
+        &[
+            (
+                json!("2026-11-30 14:05:00"),
+                json!("2026-11-30T14:05:00-08:00"),
+            ),
+            (
+                json!("2026-11-30T14:05:00"),
+                json!("2026-11-30T14:05:00-08:00"),
+            ),
+            (
+                json!("2026-11-30T14:05"),
+                json!("2026-11-30T14:05:00-08:00"),
+            ),
+            (
+                json!("11/30/2026 2:05 PM"),
+                json!("2026-11-30T14:05:00-08:00"),
+            ),
+            (
+                json!("11/30/2026 2:05:00 pm"),
+                json!("2026-11-30T14:05:00-08:00"),
+            ),
+            (
+                json!("11/30/2026 12:30 AM"),
+                json!("2026-11-30T00:30:00-08:00"),
+            ),
+            (
+                json!("11/30/2026 12:30 PM"),
+                json!("2026-11-30T12:30:00-08:00"),
+            ),
+            // Summer time.
+            (
+                json!("2026-07-01 14:05:00"),
+                json!("2026-07-01T14:05:00-07:00"),
+            ),
+            (json!("7/1/2026 09:00"), json!("2026-07-01T09:00:00-07:00")),
+            (
+                json!("2026-07-01 14:05:00.250"),
+                json!("2026-07-01T14:05:00.25-07:00"),
+            ),
+            // 2026-03-08 02:30 does not exist in Los Angeles: moved forward.
+            (
+                json!("2026-03-08 02:30:00"),
+                json!("2026-03-08T03:30:00-07:00"),
+            ),
+            // 2026-11-01 01:30 happens twice: the earlier one.
+            (
+                json!("2026-11-01 01:30:00"),
+                json!("2026-11-01T01:30:00-07:00"),
+            ),
+            // Already with an offset: unchanged.
+            (
+                json!("2026-11-30T14:05:00-05:00"),
+                json!("2026-11-30T14:05:00-05:00"),
+            ),
+            (json!("2026-11-30T22:05:00Z"), json!("2026-11-30T22:05:00Z")),
+            (json!("2026-11-30"), Value::Null),
+            (json!("11/30/2026 13:05 PM"), Value::Null),
+            (json!("2026-11-30 25:00"), Value::Null),
+            (json!("tomorrow at noon"), Value::Null),
+            (json!(""), Value::Null),
+            (json!(1764540300), Value::Null),
+            (Value::Null, Value::Null),
+        ],
+    );
+    assert_eq!(
+        eval(
+            r#"legacy_datetime("Europe/Paris")"#,
+            json!("2026-07-01 14:05")
+        ),
+        json!("2026-07-01T14:05:00+02:00")
+    );
+    let dealer = JqVars {
+        dealer: JqValue::from_json(&json!({"timezone": "UTC"})),
+        ..JqVars::default()
+    };
+    assert_eq!(
+        eval_with(
+            "legacy_datetime($dealer.timezone)",
+            json!("2026-07-01 14:05"),
+            &dealer
+        ),
+        json!("2026-07-01T14:05:00+00:00")
+    );
+    assert!(
+        run_err(r#"legacy_datetime("America/Los_Angles")"#, json!("x"))
+            .contains("unknown time zone")
+    );
+    assert!(run_err("legacy_datetime(null)", json!("x")).contains("time zone must be"));
+    // The zone cache keys by name: a second zone on the same thread is its own.
+    assert_eq!(
+        eval(
+            r#"legacy_datetime("Asia/Tokyo")"#,
+            json!("2026-07-01 14:05")
+        ),
+        json!("2026-07-01T14:05:00+09:00")
+    );
+    // Minimal containers have no /usr/share/zoneinfo; the gateway carries its own.
+    assert!(
+        jiff::tz::TimeZoneDatabase::bundled()
+            .get("America/Los_Angeles")
+            .is_ok()
+    );
+}
+
+#[test]
+fn compact() {
+    check(
+        "compact",
+        &[
+            (
+                json!({"a": 1, "b": null, "c": "", "d": [], "e": {"f": null}, "g": [null, 1], "h": 0, "i": false}),
+                json!({"a": 1, "e": {}, "g": [null, 1], "h": 0, "i": false}),
+            ),
+            (
+                json!({"vehicles": [{"vin": "X", "trim": null}], "total": 1}),
+                json!({"vehicles": [{"vin": "X"}], "total": 1}),
+            ),
+            (json!([{"a": null}, "", null]), json!([{}, "", null])),
+            (json!("x"), json!("x")),
+            (Value::Null, Value::Null),
+        ],
+    );
+    // Values are immutable: compacting a shared object or array leaves the original alone.
+    assert_eq!(
+        eval(
+            "[compact, ., (.x | compact), .x]",
+            json!({"a": null, "x": [{"b": null, "c": 1}]})
+        ),
+        json!([
+            {"x": [{"c": 1}]},
+            {"a": null, "x": [{"b": null, "c": 1}]},
+            [{"c": 1}],
+            [{"b": null, "c": 1}]
+        ])
+    );
+    // Key order is kept.
+    let out = eval("compact", json!({"z": 1, "a": null, "m": 2}));
+    let keys: Vec<_> = out
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default();
+    assert_eq!(keys, ["z", "m"]);
+}
+
+#[test]
+fn lookup() {
+    let vars = JqVars {
+        tables: JqValue::from_json(&json!({
+            "condition_in": {"Certified Pre-Owned": "cpo", "New": "new", "1": "one"}
+        })),
+        ..JqVars::default()
+    };
+    let program = "lookup($tables.condition_in)";
+    assert_eq!(
+        eval_with(program, json!("Certified Pre-Owned"), &vars),
+        json!("cpo")
+    );
+    assert_eq!(eval_with(program, json!(" New "), &vars), json!("new"));
+    assert_eq!(eval_with(program, json!(1), &vars), json!("one"));
+    assert_eq!(eval_with(program, json!("Used"), &vars), Value::Null);
+    assert_eq!(eval_with(program, Value::Null, &vars), Value::Null);
+    let typo = Jq::compile("lookup($tables.conditon_in)").unwrap_or_else(|e| panic!("{e}"));
+    let err = typo
+        .run_one(&JqValue::from_json(&json!("New")), &vars)
+        .err()
+        .map(|e| e.0)
+        .unwrap_or_default();
+    assert!(err.contains("the table is null"), "{err}");
+}

@@ -1,0 +1,508 @@
+//! The native legacy-format helpers mappings call (`dollars`, `miles`, `int`, `nonempty`,
+//! `lookup`, `compact`, `split_list`, `legacy_date(time)`, …), the same functions for jaq and for
+//! native plans.
+
+use super::*;
+
+pub(super) fn as_str(v: &Val) -> Option<&str> {
+    match v {
+        Val::TStr(b) | Val::BStr(b) => std::str::from_utf8(b).ok(),
+        _ => None,
+    }
+}
+
+pub(super) fn int_val(i: i64) -> Val {
+    Val::Num(Num::from_integral(i))
+}
+
+/// A finite `f64` rounded by `round`, as an integer value (`null` when out of range).
+pub(super) fn float_to_int(f: f64, round: fn(f64) -> f64) -> Val {
+    let r = round(f);
+    if r.is_finite() && r.abs() <= EXACT_F64_INT {
+        int_val(r as i64)
+    } else {
+        Val::Null
+    }
+}
+
+/// A number written as text: sign, integer digits (separators removed) and fraction digits.
+pub(super) struct Decimal<'s> {
+    negative: bool,
+    int: String,
+    frac: &'s str,
+}
+
+impl Decimal<'_> {
+    /// `[+-]digits[.digits]`, with optional `,` separating groups of three integer digits.
+    fn parse(s: &str) -> Option<Decimal<'_>> {
+        let s = s.trim();
+        let (negative, s) = match s.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, s.strip_prefix('+').unwrap_or(s)),
+        };
+        let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+        let digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+        if !digits(frac) {
+            return None;
+        }
+        let mut groups = int.split(',');
+        let first = groups.next().unwrap_or("");
+        let mut clean = String::with_capacity(int.len());
+        clean.push_str(first);
+        let mut grouped = false;
+        for group in groups {
+            if group.len() != 3 || !digits(group) {
+                return None;
+            }
+            grouped = true;
+            clean.push_str(group);
+        }
+        let first_ok = digits(first) && !(grouped && (first.is_empty() || first.len() > 3));
+        if !first_ok || (clean.is_empty() && frac.is_empty()) {
+            return None;
+        }
+        Some(Decimal {
+            negative,
+            int: clean,
+            frac,
+        })
+    }
+
+    fn magnitude(&self) -> Option<i64> {
+        if self.int.is_empty() {
+            Some(0)
+        } else {
+            self.int.parse().ok()
+        }
+    }
+
+    fn signed(&self, magnitude: i64) -> Val {
+        int_val(if self.negative { -magnitude } else { magnitude })
+    }
+
+    /// Rounded half away from zero.
+    fn rounded(&self) -> Val {
+        let round_up = self.frac.as_bytes().first().is_some_and(|d| *d >= b'5');
+        match self.magnitude() {
+            Some(m) => m
+                .checked_add(i64::from(round_up))
+                .map_or(Val::Null, |m| self.signed(m)),
+            None => Val::Null,
+        }
+    }
+
+    fn truncated(&self) -> Val {
+        self.magnitude().map_or(Val::Null, |m| self.signed(m))
+    }
+
+    /// An integer when the fraction is zero, else a float.
+    fn number(&self) -> Val {
+        if self.frac.bytes().all(|b| b == b'0')
+            && let Some(m) = self.magnitude()
+        {
+            return self.signed(m);
+        }
+        let sign = if self.negative { "-" } else { "" };
+        let int = if self.int.is_empty() { "0" } else { &self.int };
+        let frac = if self.frac.is_empty() { "0" } else { self.frac };
+        format!("{sign}{int}.{frac}")
+            .parse::<f64>()
+            .map_or(Val::Null, Val::from)
+    }
+}
+
+pub(super) fn strip_prefix_ci<'s>(s: &'s str, prefix: &str) -> Option<&'s str> {
+    let head = s.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| s.get(prefix.len()..))
+        .flatten()
+}
+
+pub(super) fn strip_suffix_ci<'s>(s: &'s str, suffix: &str) -> Option<&'s str> {
+    let cut = s.len().checked_sub(suffix.len())?;
+    let tail = s.get(cut..)?;
+    tail.eq_ignore_ascii_case(suffix)
+        .then(|| s.get(..cut))
+        .flatten()
+}
+
+pub(super) fn dollars(v: &Val) -> Val {
+    match v {
+        Val::Num(_) if v.is_int() => v.clone(),
+        Val::Num(_) => v
+            .as_f64()
+            .map_or(Val::Null, |f| float_to_int(f, f64::round)),
+        _ => as_str(v).and_then(parse_dollars).unwrap_or(Val::Null),
+    }
+}
+
+pub(super) fn parse_dollars(s: &str) -> Option<Val> {
+    let mut s = s.trim();
+    s = strip_prefix_ci(s, "USD").unwrap_or(s).trim();
+    s = strip_suffix_ci(s, "USD").unwrap_or(s).trim();
+    let negative = match s.strip_prefix('-') {
+        Some(rest) => {
+            s = rest.trim_start();
+            true
+        }
+        None => false,
+    };
+    s = s.strip_prefix('$').unwrap_or(s);
+    let amount = Decimal::parse(s)?;
+    if negative && amount.negative {
+        return None;
+    }
+    let amount = Decimal {
+        negative: negative || amount.negative,
+        ..amount
+    };
+    Some(amount.rounded())
+}
+
+pub(super) fn miles(v: &Val) -> Val {
+    let value = match v {
+        Val::Num(_) if v.is_int() => v.clone(),
+        Val::Num(_) => v
+            .as_f64()
+            .map_or(Val::Null, |f| float_to_int(f, f64::round)),
+        _ => as_str(v)
+            .and_then(|s| {
+                let s = s.trim();
+                let s = ["miles", "mile", "mi.", "mi"]
+                    .iter()
+                    .find_map(|unit| strip_suffix_ci(s, unit))
+                    .unwrap_or(s);
+                Decimal::parse(s)
+            })
+            .map_or(Val::Null, |d| d.rounded()),
+    };
+    match value.as_f64() {
+        Some(m) if m >= 0.0 => value,
+        _ => Val::Null,
+    }
+}
+
+pub(super) fn int(v: &Val) -> Val {
+    match v {
+        Val::Num(_) if v.is_int() => v.clone(),
+        Val::Num(_) => v
+            .as_f64()
+            .map_or(Val::Null, |f| float_to_int(f, f64::trunc)),
+        _ => as_str(v)
+            .and_then(Decimal::parse)
+            .map_or(Val::Null, |d| d.truncated()),
+    }
+}
+
+pub(super) fn num(v: &Val) -> Val {
+    match v {
+        Val::Num(_) => v.clone(),
+        _ => as_str(v)
+            .and_then(Decimal::parse)
+            .map_or(Val::Null, |d| d.number()),
+    }
+}
+
+/// jq's `trim`: `White_Space` removed at both ends; bytes that are not UTF-8 stop it.
+pub(super) fn trim_white_space(bytes: &[u8]) -> &[u8] {
+    // Most values start and end with a printable ASCII character: nothing to trim. (The ASCII
+    // characters with `White_Space` are U+0009..=U+000D and the space.)
+    let printable = |b: &u8| b.is_ascii() && !matches!(b, b'\t'..=b'\r' | b' ');
+    if bytes.first().is_some_and(printable) && bytes.last().is_some_and(printable) {
+        return bytes;
+    }
+    let mut start = 0;
+    for chunk in bytes.utf8_chunks() {
+        let rest = chunk.valid().trim_start();
+        start += chunk.valid().len() - rest.len();
+        if !rest.is_empty() || !chunk.invalid().is_empty() {
+            break;
+        }
+    }
+    let bytes = bytes.get(start..).unwrap_or_default();
+    let end = match bytes.utf8_chunks().last() {
+        Some(last) if last.invalid().is_empty() => {
+            bytes.len() - (last.valid().len() - last.valid().trim_end().len())
+        }
+        _ => bytes.len(),
+    };
+    bytes.get(..end).unwrap_or_default()
+}
+
+/// jq's `trim` of a string, as `jaq_std` does it (a byte string is an error).
+pub(super) fn trim(v: &Val) -> jaq_core::ValR<Val> {
+    Ok(v.as_sub_str(trim_white_space(v.try_as_utf8_bytes()?)))
+}
+
+/// `if isstring then trim | if . == "" then null end else . end`.
+pub(super) fn nonempty(v: Val) -> jaq_core::ValR<Val> {
+    if !matches!(v, Val::TStr(_) | Val::BStr(_)) {
+        return Ok(v);
+    }
+    let trimmed = trim(&v)?;
+    Ok(if is_blank(&trimmed) {
+        Val::Null
+    } else {
+        trimmed
+    })
+}
+
+/// jq's `type`.
+pub(super) fn type_name(v: &Val) -> &'static str {
+    match v {
+        Val::Null => "null",
+        Val::Bool(_) => "boolean",
+        Val::Num(_) => "number",
+        Val::TStr(_) | Val::BStr(_) => "string",
+        Val::Arr(_) => "array",
+        Val::Obj(_) => "object",
+    }
+}
+
+/// `if $table | isobject | not then error(…) elif . == null then null
+/// else $table[if isstring then trim else tostring end] end`.
+pub(super) fn lookup(v: Val, table: Val) -> jaq_core::ValR<Val> {
+    if !matches!(table, Val::Obj(_)) {
+        return Err(jaq_core::Error::str(format_args!(
+            "lookup: the table is {}, not an object (is its name right?)",
+            type_name(&table)
+        )));
+    }
+    let key = match v {
+        Val::Null => return Ok(Val::Null),
+        Val::TStr(_) | Val::BStr(_) => trim(&v)?,
+        // `tostring`
+        other => other.into_string(),
+    };
+    jaq_core::ValT::index(table, &key)
+}
+
+/// `null`, `""` and `[]`: what `compact` drops.
+pub(super) fn is_blank(v: &Val) -> bool {
+    match v {
+        Val::Null => true,
+        Val::TStr(b) | Val::BStr(b) => b.is_empty(),
+        Val::Arr(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
+/// In place when nothing else holds the object or array (as for an object literal just built);
+/// otherwise on a copy, as jaq values are immutable.
+pub(super) fn compact(v: Val) -> Val {
+    match v {
+        Val::Obj(mut o) => {
+            Rc::make_mut(&mut o).retain(|_, v| {
+                *v = compact(std::mem::take(v));
+                !is_blank(v)
+            });
+            Val::Obj(o)
+        }
+        Val::Arr(mut a) => {
+            for v in Rc::make_mut(&mut a) {
+                *v = compact(std::mem::take(v));
+            }
+            Val::Arr(a)
+        }
+        other => other,
+    }
+}
+
+pub(super) fn split_list(v: Val, sep: Val) -> jaq_core::ValR<Val> {
+    let items: Vec<Val> = match &v {
+        Val::Null => Vec::new(),
+        Val::Arr(a) => a.iter().cloned().collect(),
+        Val::TStr(_) | Val::BStr(_) => {
+            let sep = as_str(&sep).filter(|s| !s.is_empty()).ok_or_else(|| {
+                jaq_core::Error::str(format_args!(
+                    "split_list: the separator must be a non-empty string, not {sep}"
+                ))
+            })?;
+            let (Val::TStr(text) | Val::BStr(text)) = &v else {
+                unreachable!("matched a string")
+            };
+            // The pieces are slices of the string (`clean` below keeps them, trimmed).
+            let piece = |p: &str| Val::utf8_str(text.slice_ref(p.as_bytes()));
+            let mut one = sep.chars();
+            match (std::str::from_utf8(text), one.next(), one.next()) {
+                // A one-character separator (nearly always) is searched for as a `char`.
+                (Ok(s), Some(c), None) => s.split(c).map(piece).collect(),
+                (Ok(s), _, _) => s.split(sep).map(piece).collect(),
+                (Err(_), _, _) => Vec::new(),
+            }
+        }
+        _ => vec![v.clone()],
+    };
+    let clean = |item: Val| match &item {
+        Val::TStr(b) | Val::BStr(b) => match std::str::from_utf8(b) {
+            Ok(s) if s.trim().is_empty() => None,
+            Ok(s) if s.trim().len() < s.len() => {
+                Some(Val::utf8_str(b.slice_ref(s.trim().as_bytes())))
+            }
+            _ => Some(item),
+        },
+        _ => (!matches!(item, Val::Null)).then_some(item),
+    };
+    Ok(items.into_iter().filter_map(clean).collect())
+}
+
+pub(super) fn map_str(v: Val, f: impl FnOnce(&str) -> String) -> Val {
+    match as_str(&v) {
+        Some(s) => Val::from(f(s)),
+        None => v,
+    }
+}
+
+pub(super) fn title(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        if word.chars().any(|c| c.is_ascii_digit()) {
+            out.push_str(word);
+        } else {
+            let mut start = true;
+            for c in word.chars() {
+                if start {
+                    out.extend(c.to_uppercase());
+                } else {
+                    out.extend(c.to_lowercase());
+                }
+                start = matches!(c, '-' | '/');
+            }
+        }
+        word.clear();
+    };
+    for c in s.chars() {
+        if c.is_whitespace() {
+            flush(&mut word, &mut out);
+            out.push(c);
+        } else {
+            word.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
+/// Leading ASCII digits (between `min` and `max` of them) as a number, and the rest.
+pub(super) fn take_digits(s: &str, min: usize, max: usize) -> Option<(i16, &str)> {
+    let n = s.bytes().take_while(u8::is_ascii_digit).count();
+    if n < min || n > max {
+        return None;
+    }
+    let (digits, rest) = s.split_at_checked(n)?;
+    Some((digits.parse().ok()?, rest))
+}
+
+/// `YYYY-MM-DD` or `M/D/YYYY` at the start of `s`, and the rest.
+pub(super) fn date_prefix(s: &str) -> Option<(Date, &str)> {
+    let iso = || {
+        let (year, rest) = take_digits(s, 4, 4)?;
+        let (month, rest) = take_digits(rest.strip_prefix('-')?, 2, 2)?;
+        let (day, rest) = take_digits(rest.strip_prefix('-')?, 2, 2)?;
+        Some((year, month, day, rest))
+    };
+    let us = || {
+        let (month, rest) = take_digits(s, 1, 2)?;
+        let (day, rest) = take_digits(rest.strip_prefix('/')?, 1, 2)?;
+        let (year, rest) = take_digits(rest.strip_prefix('/')?, 4, 4)?;
+        Some((year, month, day, rest))
+    };
+    let (year, month, day, rest) = iso().or_else(us)?;
+    let date = Date::new(year, i8::try_from(month).ok()?, i8::try_from(day).ok()?).ok()?;
+    Some((date, rest))
+}
+
+/// `H:MM[:SS[.fff]] [AM|PM]`, the whole of `s`.
+pub(super) fn time_of_day(s: &str) -> Option<Time> {
+    let (hour, rest) = take_digits(s, 1, 2)?;
+    let (minute, mut rest) = take_digits(rest.strip_prefix(':')?, 2, 2)?;
+    let (mut second, mut nanos) = (0, 0);
+    if let Some(after) = rest.strip_prefix(':') {
+        (second, rest) = take_digits(after, 2, 2)?;
+        if let Some(after) = rest.strip_prefix('.') {
+            let n = after.bytes().take_while(u8::is_ascii_digit).count();
+            let (frac, after) = after.split_at_checked(n)?;
+            if frac.is_empty() || frac.len() > 9 {
+                return None;
+            }
+            nanos = frac.parse::<i32>().ok()? * 10_i32.pow(9 - frac.len() as u32);
+            rest = after;
+        }
+    }
+    let rest = rest.trim();
+    let am_pm = ["am", "a.m.", "pm", "p.m."]
+        .iter()
+        .position(|m| rest.eq_ignore_ascii_case(m));
+    let hour = match am_pm {
+        None if rest.is_empty() => hour,
+        None => return None,
+        Some(_) if !(1..=12).contains(&hour) => return None,
+        Some(i) => hour % 12 + if i >= 2 { 12 } else { 0 },
+    };
+    let part = |n: i16| i8::try_from(n).ok();
+    Time::new(part(hour)?, part(minute)?, part(second)?, nanos).ok()
+}
+
+pub(super) fn legacy_date(v: &Val) -> Val {
+    let date = as_str(v).and_then(|s| {
+        let (date, rest) = date_prefix(s.trim())?;
+        let time_follows = rest
+            .strip_prefix(['T', 't', ' '])
+            .is_some_and(|t| t.trim_start().starts_with(|c: char| c.is_ascii_digit()));
+        (rest.is_empty() || time_follows).then(|| date.to_string())
+    });
+    date.map_or(Val::Null, Val::from)
+}
+
+/// The zone of that IANA name. A mapping names one zone for all its records: each thread keeps
+/// the last one it looked up rather than asking the database per record.
+pub(super) fn zone_named(name: &str) -> Option<jiff::tz::TimeZone> {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(Box<str>, jiff::tz::TimeZone)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| {
+        if let Some((n, zone)) = last.as_ref()
+            && **n == *name
+        {
+            return Some(zone.clone());
+        }
+        let zone = jiff::tz::db().get(name).ok()?;
+        *last = Some((name.into(), zone.clone()));
+        Some(zone)
+    })
+}
+
+/// Whether `s` could be a timestamp with an offset: one needs `Z` or a sign (`+`, `-`, or
+/// the non-ASCII `−`) after its date. Wall-clock times skip the (failing) timestamp parse.
+pub(super) fn may_have_offset(s: &str) -> bool {
+    s.bytes()
+        .skip(10)
+        .any(|b| matches!(b, b'Z' | b'z' | b'+' | b'-') || !b.is_ascii())
+}
+
+pub(super) fn legacy_datetime(v: Val, tz: Val) -> jaq_core::ValR<Val> {
+    let name = as_str(&tz).ok_or_else(|| {
+        jaq_core::Error::str(format_args!(
+            "legacy_datetime: the time zone must be a name such as \"America/Los_Angeles\", not {tz}"
+        ))
+    })?;
+    let zone = zone_named(name).ok_or_else(|| {
+        jaq_core::Error::str(format_args!("legacy_datetime: unknown time zone {tz}"))
+    })?;
+    let Some(s) = as_str(&v).map(str::trim) else {
+        return Ok(Val::Null);
+    };
+    if may_have_offset(s) && !s.contains('[') && s.parse::<jiff::Timestamp>().is_ok() {
+        return Ok(Val::from(s.to_string()));
+    }
+    let wall_clock = date_prefix(s).and_then(|(date, rest)| {
+        let rest = rest.strip_prefix(['T', 't', ' '])?.trim_start();
+        Some(DateTime::from_parts(date, time_of_day(rest)?))
+    });
+    let formatted = wall_clock
+        .and_then(|dt| dt.to_zoned(zone).ok())
+        .and_then(|zoned| jiff::fmt::strtime::format("%Y-%m-%dT%H:%M:%S%.f%:z", &zoned).ok());
+    Ok(formatted.map_or(Val::Null, Val::from))
+}
