@@ -1,0 +1,249 @@
+//! Native plans: the common subset of jq, compiled from jaq's syntax tree into a tree of
+//! [`Node`]s that runs straight on jaq's [`Val`], without jaq's interpreter.
+//!
+//! Why: a mapping's `item` program is a 30-entry object literal of small pipelines, run once per
+//! record. In jaq every step allocates boxed iterators and contexts; most of a search's CPU went
+//! there. A plan evaluates a term that always gives exactly one output (nearly all of a mapping)
+//! as a plain function call ([`Node::eval1`]), and anything else as a stream pushed into a sink
+//! ([`Node::run`]).
+//!
+//! Semantics are jaq's, step for step: the same value operations (`Val`'s `+`, comparisons,
+//! `index`, `values`), the same order of outputs, and the same error a term gives when several
+//! parts fail (mirroring how jaq runs `l + r`, paths, `//`, `try`, …; see the comments on each
+//! case). [`compile`] returns `None` for anything outside the subset and the program then runs
+//! in jaq (see `Jq::is_native`). The helpers are the same Rust functions jaq calls.
+//!
+//! Where jaq differs from jq, the plan follows jaq: `l // r` passes the errors of `l` on (only
+//! `null` and `false` are absent), and an object is indexed with any key (`{"a":1}[0]` is `null`).
+//!
+//! The subset: `.`, paths (`.a`, `.[e]`, `.[]`, each optionally `?`; no slices, no `..`), literals,
+//! `$request` `$tables` `$dealer` `$lead` and `as $x` bindings, `|`, `,`, `//`, `and`, `or`,
+//! arithmetic, comparisons, unary `-`, `if`, `try`/`?`, arrays, object literals and string
+//! interpolation whose parts give one value each, local `def`s without filter parameters, and
+//! calls of `empty`, `null`, `true`, `false`, `not`, `select`, `map`, `error`, `type`,
+//! `tostring`, `flatten` and the mapping helpers.
+
+use std::borrow::Cow;
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use jaq_core::load::{lex, parse};
+use jaq_core::ops::{Cmp, Math};
+use jaq_core::path::{Opt, Part};
+use jaq_core::{ValR, ValT as _};
+use jaq_json::{Map, Val};
+
+use super::GLOBAL_VARS;
+
+mod compile;
+mod eval;
+#[cfg(test)]
+mod tests;
+
+pub(super) use self::compile::compile;
+use self::compile::*;
+
+type Term<'s> = parse::Term<&'s str>;
+type Error = jaq_core::Error<Val>;
+type Flow = ControlFlow<()>;
+
+/// Receives the outputs of a streaming term; `Break` stops the producer.
+type Sink<'a> = dyn FnMut(&mut Env, ValR<Val>) -> Flow + 'a;
+
+/// A compiled native plan: the root term and how many variable slots it needs.
+pub(super) struct Plan {
+    root: Node,
+    slots: usize,
+    /// Set when the root builds one object from literal keys (a mapping's `item`).
+    record: Option<Record>,
+}
+
+/// A root `{k: v, …}` or `{k: v, …} | compact` whose keys are distinct literal strings: the
+/// object can be built as JSON straight away ([`Plan::eval_record_json`]), skipping jaq's
+/// hashed object, its compaction and its conversion.
+struct Record {
+    keys: Box<[Box<str>]>,
+    compact: bool,
+}
+
+/// Variable slots: the globals first (in [`GLOBAL_VARS`] order), then one slot per binding
+/// depth. A binding saves the slot's previous value and restores it when its scope ends, so a
+/// sink called from inside a binding can run terms that bind the same slot.
+pub(super) struct Env {
+    vars: Vec<Val>,
+}
+
+impl Plan {
+    /// A fresh environment with the global variables bound.
+    pub(super) fn env(&self, globals: [Val; 4]) -> Env {
+        let mut vars = Vec::with_capacity(self.slots);
+        vars.extend(globals);
+        vars.resize(self.slots.max(GLOBAL_VARS.len()), Val::Null);
+        Env { vars }
+    }
+
+    /// Whether the root is a [`Record`].
+    pub(super) fn is_record(&self) -> bool {
+        self.record.is_some()
+    }
+
+    /// The program's one output as a JSON object, for a [`Record`] root; `None` for any
+    /// other. The same object (keys in order, values converted as `JqValue::to_json` does) and
+    /// the same first error as running the plan and converting its output.
+    pub(super) fn eval_record_json(
+        &self,
+        input: &Val,
+        env: &mut Env,
+    ) -> Option<Result<serde_json::Map<String, serde_json::Value>, Error>> {
+        let record = self.record.as_ref()?;
+        let entries = record_entries(&self.root)?;
+        let mut map = serde_json::Map::with_capacity(entries.len());
+        for ((_, value), key) in entries.iter().zip(&record.keys) {
+            let v = match value.eval1(input, env) {
+                Ok(v) => v,
+                Err(e) => return Some(Err(e)),
+            };
+            // `compact` compacts a field's value and then drops it when blank; compacting
+            // never makes a value blank, so the check can come first.
+            let v = if record.compact {
+                if super::is_blank(&v) {
+                    continue;
+                }
+                super::compact(v)
+            } else {
+                v
+            };
+            map.insert(key.to_string(), super::val_to_json(&v));
+        }
+        Some(Ok(map))
+    }
+
+    /// Pushes the outputs of the program on `input` into `sink`, in jaq's order.
+    pub(super) fn run(&self, input: &Val, env: &mut Env, sink: &mut Sink<'_>) -> Flow {
+        self.root.run(input, env, sink)
+    }
+}
+
+/// A term of the plan. `one` says it always gives exactly one output (a value or an error).
+struct Node {
+    kind: Kind,
+    one: bool,
+}
+
+enum Kind {
+    Id,
+    Empty,
+    Lit(Val),
+    Var(usize),
+    /// `f` then its parts; one position hint per part (see [`index_hinted`]).
+    Path(Box<Node>, Box<[(PathPart, Opt)]>, Box<[AtomicUsize]>),
+    Pipe(Box<Node>, Box<Node>),
+    /// `l as $x | r`, with `$x` in the given slot.
+    Bind(Box<Node>, usize, Box<Node>),
+    Comma(Box<Node>, Box<Node>),
+    Alt(Box<Node>, Box<Node>),
+    /// `l or r` (`true`) and `l and r` (`false`): the value of `l` that decides alone.
+    Logic(Box<Node>, bool, Box<Node>),
+    Math(Box<Node>, Math, Box<Node>),
+    Cmp(Box<Node>, Cmp, Box<Node>),
+    Neg(Box<Node>),
+    Arr(Option<Box<Node>>),
+    /// Entries whose key and value give one output each.
+    Obj(Box<[(Node, Node)]>),
+    Ite(Box<Node>, Box<Node>, Box<Node>),
+    Try(Box<Node>, Option<Box<Node>>),
+    /// `error(f)`: each output of `f` becomes an error.
+    Error(Box<Node>),
+    /// A builtin or helper on `.`, with arguments that give one output each.
+    Call(Fun, Box<[Node]>),
+}
+
+enum PathPart {
+    Index(Node),
+    Iter,
+}
+
+#[derive(Clone, Copy)]
+enum Fun {
+    Type,
+    ToString,
+    Flatten,
+    Nonempty,
+    Lookup,
+    Dollars,
+    Miles,
+    Int,
+    Num,
+    LegacyDate,
+    LegacyDatetime,
+    Lower,
+    Upper,
+    Title,
+    Compact,
+    SplitList,
+}
+
+impl Fun {
+    fn by_name(name: &str, arity: usize) -> Option<Fun> {
+        Some(match (name, arity) {
+            ("type", 0) => Fun::Type,
+            ("tostring", 0) => Fun::ToString,
+            ("flatten", 0) => Fun::Flatten,
+            ("nonempty", 0) => Fun::Nonempty,
+            ("lookup", 1) => Fun::Lookup,
+            ("dollars", 0) => Fun::Dollars,
+            ("miles", 0) => Fun::Miles,
+            ("int", 0) => Fun::Int,
+            ("num", 0) => Fun::Num,
+            ("legacy_date", 0) => Fun::LegacyDate,
+            ("legacy_datetime", 1) => Fun::LegacyDatetime,
+            ("lower", 0) => Fun::Lower,
+            ("upper", 0) => Fun::Upper,
+            ("title", 0) => Fun::Title,
+            ("compact", 0) => Fun::Compact,
+            ("split_list", 1) => Fun::SplitList,
+            _ => return None,
+        })
+    }
+
+    /// The same Rust functions jaq's natives call (`helper_funs`, `jaq_std`); `arg` is the
+    /// value of the argument of those that take one.
+    fn call(self, v: Val, arg: Option<Val>) -> ValR<Val> {
+        use super::{
+            compact, dollars, int, legacy_date, legacy_datetime, lookup, map_str, miles, nonempty,
+            num, split_list, title, type_name,
+        };
+        let arg = || arg.unwrap_or(Val::Null);
+        Ok(match self {
+            Fun::Type => Val::from(type_name(&v).to_string()),
+            Fun::ToString => v.into_string(),
+            Fun::Flatten => flatten(v),
+            Fun::Nonempty => nonempty(v)?,
+            Fun::Lookup => lookup(v, arg())?,
+            Fun::Dollars => dollars(&v),
+            Fun::Miles => miles(&v),
+            Fun::Int => int(&v),
+            Fun::Num => num(&v),
+            Fun::LegacyDate => legacy_date(&v),
+            Fun::LegacyDatetime => legacy_datetime(v, arg())?,
+            Fun::Lower => map_str(v, str::to_lowercase),
+            Fun::Upper => map_str(v, str::to_uppercase),
+            Fun::Title => map_str(v, title),
+            Fun::Compact => compact(v),
+            Fun::SplitList => split_list(v, arg())?,
+        })
+    }
+}
+
+/// jaq's `flatten`, `[recurse(arrays[]) | select(isarray | not)]`: the non-array leaves, in order.
+fn flatten(v: Val) -> Val {
+    fn leaves(v: Val, out: &mut Vec<Val>) {
+        match v {
+            Val::Arr(a) => a.iter().for_each(|x| leaves(x.clone(), out)),
+            other => out.push(other),
+        }
+    }
+    let mut out = Vec::new();
+    leaves(v, &mut out);
+    out.into_iter().collect()
+}
