@@ -260,6 +260,41 @@ fn summarize(violations: &[Violation]) -> String {
 }
 
 impl AapError {
+    /// The AAP code this error answers with (`aap.error.code`), or `None` for an A2A protocol
+    /// or authentication error, which keeps A2A's own shape. `binding::wire_error::to_wire`
+    /// writes the same code (a test there holds the two together); `test-mappings` compares
+    /// an example's `expect_error` with it.
+    pub fn aap_code(&self) -> Option<AapCode> {
+        match self {
+            AapError::Domain { code, .. } | AapError::Validation { code, .. } => Some(*code),
+            AapError::UpstreamTimeout { .. }
+            | AapError::UpstreamUnavailable { .. }
+            | AapError::UpstreamResting { .. }
+            | AapError::UpstreamRefused { .. }
+            | AapError::InvalidUpstreamResponse { .. }
+            | AapError::InvalidReply { .. }
+            | AapError::Internal(_)
+            | AapError::LeadInProgress { .. }
+            | AapError::LeadHeld { .. } => Some(AapCode::InternalError),
+            AapError::RateLimited { .. }
+            | AapError::Overloaded { .. }
+            | AapError::UpstreamBusy { .. } => Some(AapCode::RateLimited),
+            AapError::Parse { .. }
+            | AapError::InvalidRequest { .. }
+            | AapError::MethodNotFound { .. }
+            | AapError::InvalidParams { .. }
+            | AapError::TaskNotFound
+            | AapError::PushNotificationNotSupported
+            | AapError::UnsupportedOperation { .. }
+            | AapError::ContentTypeNotSupported { .. }
+            | AapError::RequestMediaType { .. }
+            | AapError::ExtensionSupportRequired { .. }
+            | AapError::VersionNotSupported { .. }
+            | AapError::Unauthenticated { .. }
+            | AapError::PermissionDenied { .. } => None,
+        }
+    }
+
     /// An AAP domain error with the code's default message.
     pub fn domain(code: AapCode, message: impl Into<String>) -> AapError {
         AapError::Domain {

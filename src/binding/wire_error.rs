@@ -536,3 +536,100 @@ pub fn is_internal(error: &AapError) -> bool {
             | AapError::Internal(_)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::FieldViolation;
+
+    /// One error of every kind (a new variant must be added here: `aap_code` is exhaustive).
+    fn every_error() -> Vec<AapError> {
+        let s = || "x".to_owned();
+        let d = Duration::from_secs(1);
+        let violation = || Violation {
+            instance_location: "/a".to_owned(),
+            keyword: "type".to_owned(),
+            error: "must be string".to_owned(),
+        };
+        let mut all = vec![
+            AapError::Parse { detail: s() },
+            AapError::InvalidRequest { detail: s() },
+            AapError::MethodNotFound { method: s() },
+            AapError::InvalidParams {
+                violations: vec![FieldViolation {
+                    field: s(),
+                    description: s(),
+                }],
+            },
+            AapError::TaskNotFound,
+            AapError::PushNotificationNotSupported,
+            AapError::UnsupportedOperation { operation: s() },
+            AapError::ContentTypeNotSupported { detail: s() },
+            AapError::RequestMediaType { detail: s() },
+            AapError::ExtensionSupportRequired { uri: s() },
+            AapError::VersionNotSupported { requested: None },
+            AapError::RateLimited { retry_after: d },
+            AapError::Overloaded { retry_after: d },
+            AapError::Unauthenticated { invalid: true },
+            AapError::PermissionDenied { key: s() },
+            AapError::UpstreamTimeout {
+                upstream: s(),
+                after: d,
+            },
+            AapError::UpstreamUnavailable {
+                upstream: s(),
+                cause: s(),
+            },
+            AapError::UpstreamResting {
+                upstream: s(),
+                retry_after: d,
+            },
+            AapError::UpstreamBusy {
+                upstream: s(),
+                waited: d,
+            },
+            AapError::UpstreamRefused {
+                upstream: s(),
+                cause: s(),
+            },
+            AapError::InvalidUpstreamResponse {
+                upstream: s(),
+                cause: s(),
+            },
+            AapError::InvalidReply {
+                skill: s(),
+                mapping: s(),
+                violations: vec![violation()],
+            },
+            AapError::Internal(s()),
+            AapError::LeadInProgress { retry_after: d },
+            AapError::LeadHeld {
+                reference: s(),
+                retry_after: d,
+            },
+        ];
+        for code in AapCode::ALL {
+            all.push(AapError::domain(code, "m"));
+            all.push(AapError::Validation {
+                code,
+                violations: vec![violation()],
+            });
+        }
+        all
+    }
+
+    #[test]
+    fn the_code_on_the_wire_is_the_errors_aap_code() {
+        let stamp = ErrorStamp::now();
+        for error in every_error() {
+            let wire = to_wire(&error, &stamp);
+            match error.aap_code() {
+                Some(code) => {
+                    assert_eq!(wire.reason, code.as_str(), "{error:?}");
+                    assert!(wire.error_id.is_some(), "an AAP error has an id: {error:?}");
+                }
+                None => assert!(wire.error_id.is_none(), "{error:?} keeps A2A's shape"),
+            }
+        }
+    }
+}

@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 use super::execute::{Canned, Transport};
 use super::lead::LeadMapping;
 use super::{Example, Handler};
-use crate::error::AapError;
+use crate::error::{AapCode, AapError};
 use crate::protocol::Reply;
 use crate::schema::Schemas;
 
@@ -131,7 +131,7 @@ pub async fn run(example: &Example, handler: &Handler, schemas: &Schemas) -> Res
             }
         }
         Err(error) => {
-            let code = error_code(&error);
+            let code = error.aap_code().map(AapCode::as_str);
             match (&case.expect_error, code) {
                 (Some(expected), Some(code)) if expected == code => {}
                 (Some(expected), _) => {
@@ -288,37 +288,6 @@ pub fn canned(example: &Example) -> Result<Canned, Failure> {
         content_type,
         body,
     ))
-}
-
-fn error_code(error: &AapError) -> Option<&'static str> {
-    match error {
-        AapError::Domain { code, .. } | AapError::Validation { code, .. } => Some(code.as_str()),
-        AapError::UpstreamTimeout { .. }
-        | AapError::UpstreamUnavailable { .. }
-        | AapError::UpstreamResting { .. }
-        | AapError::UpstreamRefused { .. }
-        | AapError::InvalidUpstreamResponse { .. }
-        | AapError::InvalidReply { .. }
-        | AapError::Internal(_)
-        | AapError::LeadInProgress { .. }
-        | AapError::LeadHeld { .. } => Some("INTERNAL_ERROR"),
-        AapError::RateLimited { .. }
-        | AapError::Overloaded { .. }
-        | AapError::UpstreamBusy { .. } => Some("RATE_LIMITED"),
-        AapError::Parse { .. }
-        | AapError::InvalidRequest { .. }
-        | AapError::MethodNotFound { .. }
-        | AapError::InvalidParams { .. }
-        | AapError::TaskNotFound
-        | AapError::PushNotificationNotSupported
-        | AapError::UnsupportedOperation { .. }
-        | AapError::ContentTypeNotSupported { .. }
-        | AapError::RequestMediaType { .. }
-        | AapError::ExtensionSupportRequired { .. }
-        | AapError::VersionNotSupported { .. }
-        | AapError::Unauthenticated { .. }
-        | AapError::PermissionDenied { .. } => None,
-    }
 }
 
 /// `/a/b?x=1&y=%20` → (`/a/b`, `{"x": "1", "y": " "}`).
