@@ -134,13 +134,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let versions = if args.changed_every > 0 { 2 } else { 1 };
     let versions: Vec<Bytes> = (0..versions).map(|v| Bytes::from(document(v))).collect();
     let bytes = versions[0].len();
-    let feed = sim::serve(
-        sim::bind_loopback().await?,
-        Arc::new(FeedFile {
-            versions,
-            served: AtomicUsize::new(0),
-        }),
-    )?;
+    let feed = sim::start(Arc::new(FeedFile {
+        versions,
+        served: AtomicUsize::new(0),
+    }))
+    .await?;
     let dms = dms::start_dms().await?;
     let endpoints = json!({
         "feed": feed.base_url(),

@@ -86,23 +86,23 @@ async fn read_all(stream: &mut TcpStream, within: Duration) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn client_from(from: Ipv4Addr) -> reqwest::Client {
+/// A client whose connections come from `from`.
+fn builder_from(from: Ipv4Addr) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .no_proxy()
         .local_address(IpAddr::V4(from))
         .timeout(Duration::from_secs(10))
-        .build()
-        .expect("client")
+}
+
+fn client_from(from: Ipv4Addr) -> reqwest::Client {
+    builder_from(from).build().expect("client")
 }
 
 /// A client from `from` that keeps exactly one connection (HTTP/2 without TLS). An HTTP/1 pool
 /// races a new connection against the return of its idle one on every call; at the connection
 /// cap that new connection is closed on accept, and on a busy machine it can win the race.
 fn one_connection_client_from(from: Ipv4Addr) -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .local_address(IpAddr::V4(from))
-        .timeout(Duration::from_secs(10))
+    builder_from(from)
         .http2_prior_knowledge()
         .build()
         .expect("client")
