@@ -3,8 +3,11 @@
 //!
 //! - `mapping/render_search_request`: a typical filtered AAP search → the DMS call (template
 //!   context + path, query, header templates + paging parameters).
-//! - `mapping/extract_20_vehicle_page`: a 20-record DMS page → AAP page data (JSON decode,
-//!   conversion for jq, `items`, `item` per record, listable filter, `total`, page assembly).
+//! - `mapping/extract_20_vehicle_page`: a 20-record DMS page → AAP page data (JSON read into a
+//!   tape, the records at `items` read off it, `item` per record, listable filter, `total`,
+//!   page assembly), as the engine does it.
+//! - `mapping/extract_20_vehicle_page_eager`: the same with the reply decoded into jq values
+//!   first and `items` run on them (before the tape; the path of replies that are not JSON).
 //! - `mapping/extract_20_vehicle_page_jaq`: the same with every program run by jaq
 //!   (`Jq::compile_interpreted`), i.e. without native plans: the baseline they are measured
 //!   against.
@@ -111,10 +114,55 @@ fn render(mapped: &Mapped, request: &Value) -> aap_gateway::mapping::request::Re
         .expect("render")
 }
 
-/// The reply side of one page, as `Mapped::fetch_page` + `Mapped::search` do it (private): decode,
-/// `items`, `item` per record, listable filter, `total`, page assembly.
+/// The reply side of one page, as `Mapped::fetch_page` + `Mapped::search` do it (private): the
+/// reply read into a tape, the records at `items` read off it, `item` per record, listable
+/// filter, `total`, page assembly.
 fn extract_page(mapped: &Mapped, request: &Value, body: &Bytes) -> Value {
-    let ResponseSpec::List { items, total, item } = &mapped.response else {
+    let ResponseSpec::List {
+        total,
+        item,
+        records: Some(path),
+        ..
+    } = &mapped.response
+    else {
+        panic!("not a list mapping whose items are a path");
+    };
+    let vars = jq_vars(mapped, request);
+    let doc = mapped
+        .format
+        .decode_doc(body, Declared::default(), true)
+        .expect("decode");
+    let records = doc.records(path).expect("records on the tape");
+    let mut vehicles = Vec::with_capacity(records.len());
+    for record in &records {
+        let vehicle = item.run_one_json_record(record, &vars).expect("item");
+        if is_listable(&vehicle) {
+            vehicles.push(Arc::new(vehicle));
+        }
+    }
+    let total = total.as_ref().map(|jq| {
+        let path = jq.key_path().expect("total is a path");
+        doc.at(path).expect("total on the tape").to_json()
+    });
+    page(total, vehicles)
+}
+
+/// The page data of the vehicles found, as `Mapped::search` assembles it.
+fn page(total: Option<Value>, vehicles: Vec<Arc<Value>>) -> Value {
+    let total = total
+        .as_ref()
+        .and_then(Value::as_u64)
+        .map_or(vehicles.len(), |t| t as usize);
+    let vehicles: Vec<Arc<Value>> = vehicles.into_iter().take(PAGE).collect();
+    page_json(total, 0, PAGE, vehicles)
+}
+
+/// [`extract_page_with`] the mapping's own programs.
+fn extract_page_eager(mapped: &Mapped, request: &Value, body: &Bytes) -> Value {
+    let ResponseSpec::List {
+        items, total, item, ..
+    } = &mapped.response
+    else {
         panic!("not a list mapping");
     };
     extract_page_with(mapped, (items, total.as_ref(), item), request, body)
@@ -123,7 +171,8 @@ fn extract_page(mapped: &Mapped, request: &Value, body: &Bytes) -> Value {
 /// The mapping's `items`, `total` and `item` programs.
 type Programs<'a> = (&'a Jq, Option<&'a Jq>, &'a Jq);
 
-/// [`extract_page`] with the given programs (the mapping's, or the same in jaq only).
+/// [`extract_page`] with the reply decoded into jq values first and the given programs (the
+/// mapping's, or the same in jaq only) run on them.
 fn extract_page_with(
     mapped: &Mapped,
     (items, total, item): Programs<'_>,
@@ -144,12 +193,7 @@ fn extract_page_with(
         }
     }
     let total = total.map(|jq| jq.run_one(&doc, &vars).expect("total").to_json());
-    let total = total
-        .as_ref()
-        .and_then(Value::as_u64)
-        .map_or(vehicles.len(), |t| t as usize);
-    let vehicles: Vec<Arc<Value>> = vehicles.into_iter().take(PAGE).collect();
-    page_json(total, 0, PAGE, vehicles)
+    page(total, vehicles)
 }
 
 /// The DMS simulator's reply to `path_and_query` (with the demo API key).
@@ -208,6 +252,11 @@ fn bench(c: &mut Criterion) {
         "bench extraction differs from the engine"
     );
     assert_eq!(
+        extract_page_eager(&mapped, &request, &body),
+        by_hand,
+        "the tape and the eager decoding disagree"
+    );
+    assert_eq!(
         by_engine["vehicles"].as_array().map_or(0, Vec::len),
         PAGE,
         "the AAP page should hold {PAGE} vehicles"
@@ -220,8 +269,14 @@ fn bench(c: &mut Criterion) {
     group.bench_function("extract_20_vehicle_page", |b| {
         b.iter(|| extract_page(&mapped, black_box(&request), black_box(&body)))
     });
+    group.bench_function("extract_20_vehicle_page_eager", |b| {
+        b.iter(|| extract_page_eager(&mapped, black_box(&request), black_box(&body)))
+    });
     // The same extraction with every program run by jaq, as before native plans.
-    let ResponseSpec::List { items, total, item } = &mapped.response else {
+    let ResponseSpec::List {
+        items, total, item, ..
+    } = &mapped.response
+    else {
         panic!("not a list mapping");
     };
     let interpreted = |jq: &Jq| Jq::compile_interpreted(jq.code()).expect("compiles");

@@ -7,16 +7,21 @@
 //! them, and awkward variants of those records. Both must give the same outputs, exactly (integer
 //! and float kept apart), or the same error.
 //!
+//! Each program also runs on the input as a record read off a JSON reply's tape (what the engine
+//! does with the records of a list, `Doc::records`), which must give what it gives on the same
+//! text decoded into values.
+//!
 //! Property tests do the same over random JSON for a set of programs, and one test pins which
 //! programs of the demo's searches must stay native.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 use aap_gateway::mapping::Handler;
 use aap_gateway::mapping::decode::{self, Declared, Format};
 use aap_gateway::mapping::execute::ResponseSpec;
-use aap_gateway::mapping::extract::{Jq, JqValue, JqVars};
+use aap_gateway::mapping::extract::{Doc, Jq, JqValue, JqVars};
 use aap_gateway::mapping::load::{LoadContext, load_folder};
 use aap_gateway::protocol::Skill;
 use aap_gateway::schema::Schemas;
@@ -270,17 +275,55 @@ fn jaq_outcome(jq: &Jq, input: &JqValue, vars: &JqVars) -> Outcome {
     (all, first, json)
 }
 
-/// Runs `code` both ways on `input`; `Err` describes a difference.
+/// Runs `code` both ways on `input`, and natively on `input` as a record on a tape; `Err`
+/// describes a difference.
 fn compare(native: &Jq, jaq: &Jq, input: &JqValue, vars: &JqVars) -> Result<(), String> {
     let (got, want) = (outcome(native, input, vars), jaq_outcome(jaq, input, vars));
-    if got == want {
-        Ok(())
-    } else {
-        Err(format!(
+    if got != want {
+        return Err(format!(
             "input {}\n  native: {got:?}\n  jaq:    {want:?}",
             input.to_json()
-        ))
+        ));
     }
+    let (on_tape, decoded) = on_tape(native, input, vars);
+    if on_tape != decoded {
+        return Err(format!(
+            "input {}\n  on a tape: {on_tape:?}\n  decoded:   {decoded:?}",
+            input.to_json()
+        ));
+    }
+    Ok(())
+}
+
+/// `jq`'s one output as JSON text on `input` written out in a reply `{"Items": [input]}`: read
+/// off the reply's tape as a record, and decoded into values.
+fn on_tape(
+    jq: &Jq,
+    input: &JqValue,
+    vars: &JqVars,
+) -> (Result<String, String>, Result<String, String>) {
+    let text = serde_json::to_vec(&json!({ "Items": [input.to_json()] })).expect("JSON");
+    let body = bytes::Bytes::from(text);
+    let doc = Doc::from_json_bytes(&body).expect("parses");
+    static PROGRAMS: LazyLock<(Jq, Jq)> = LazyLock::new(|| {
+        let compile = |code| Jq::compile(code).expect("compiles");
+        (compile(".Items"), compile(".Items[0]"))
+    });
+    let (items, first) = &*PROGRAMS;
+    let records = doc
+        .records(items.key_path().expect("a path"))
+        .expect("records");
+    let on_tape = jq
+        .run_one_json_record(&records[0], vars)
+        .map(|v| v.to_string())
+        .map_err(|e| e.0);
+    let decoded = JqValue::from_json_bytes(&body).expect("parses");
+    let record = first.run_one(&decoded, vars).expect("the record");
+    let decoded = jq
+        .run_one_json(&record, vars)
+        .map(|v| v.to_string())
+        .map_err(|e| e.0);
+    (on_tape, decoded)
 }
 
 /// Odd values a legacy system sends where a field should be.
@@ -484,7 +527,13 @@ fn demo_search_programs_are_native() {
     let Some(Handler::Proxy(mapped)) = loaded.handlers.remove(&Skill::InventorySearch) else {
         panic!("Demo Toyota's inventory.search is not a proxy mapping");
     };
-    let ResponseSpec::List { items, total, item } = &mapped.response else {
+    let ResponseSpec::List {
+        items,
+        total,
+        item,
+        records,
+    } = &mapped.response
+    else {
         panic!("not a list mapping");
     };
     for (name, jq) in [("items", items), ("item", item)] {
@@ -501,6 +550,11 @@ fn demo_search_programs_are_native() {
     );
     let total = total.as_ref().expect("total");
     assert!(total.is_native(), "demo-toyota total fell back to jaq");
+    // `.Items` and `.TotalCount` (after the common `def`s) are read off the reply's tape.
+    assert!(
+        records.is_some() && total.key_path().is_some(),
+        "demo-toyota's items and total are paths of keys"
+    );
 
     // Demo Honda's feed: the loader's programs, from the same text.
     let feed = load_yaml(&read("mappings/demo-honda/feed.yaml")).expect("feed.yaml");

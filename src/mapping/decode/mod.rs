@@ -28,7 +28,7 @@ use self::csv_rows::decode_csv;
 pub use self::csv_rows::{CsvColumns, CsvRow, CsvRows, CsvText, csv_stream};
 use self::xml_tree::decode_xml;
 pub use self::xml_tree::{MAX_XML_DEPTH, MAX_XML_NODES};
-use super::extract::JqValue;
+use super::extract::{Doc, JqValue};
 
 /// The formats an upstream body can come in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +97,21 @@ impl Format {
             Format::Csv | Format::Xml { .. } => self
                 .decode_with(body, declared)
                 .map(|v| JqValue::from_json(&v)),
+        }
+    }
+
+    /// [`Format::decode_jq`] as a [`Doc`]: JSON read lazily when `lazy` (a list whose records
+    /// are read off the reply, `Doc::records`), everything else decoded at once. The same
+    /// errors.
+    pub fn decode_doc(
+        &self,
+        body: &bytes::Bytes,
+        declared: Declared<'_>,
+        lazy: bool,
+    ) -> Result<Doc, String> {
+        match self {
+            Format::Json if lazy => Doc::from_json_bytes(body).map_err(not_json),
+            _ => self.decode_jq(body, declared).map(Doc::from_value),
         }
     }
 

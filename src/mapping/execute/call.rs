@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::error::{AapCode, AapError};
 use crate::mapping::decode::{Declared, Format};
-use crate::mapping::extract::{Jq, JqValue, JqVars};
+use crate::mapping::extract::{Doc, Jq, JqValue, JqVars};
 use crate::mapping::request::Rendered;
 use crate::protocol::Skill;
 use crate::upstream::UpstreamResponse;
@@ -22,8 +22,8 @@ use super::transport::{Transport, send};
 
 /// What a call produced: the reply to map, or a rule's verdict on it.
 pub(super) enum Called<'a> {
-    Body(JqValue),
-    Rule(&'a RuleOutcome, JqValue),
+    Body(Doc),
+    Rule(&'a RuleOutcome, Doc),
 }
 
 impl Mapped {
@@ -118,7 +118,7 @@ impl Mapped {
                 )));
             }
         };
-        let out = debug_span!("extract").in_scope(|| program.run_one_json(&doc, &vars));
+        let out = debug_span!("extract").in_scope(|| program.run_one_json(doc.value(), &vars));
         out.map_err(|e| self.extract_error(e.to_string()))
     }
 
@@ -162,7 +162,7 @@ impl Mapped {
                 (None, _) => true,
                 // A predicate that fails is a defect of the mapping, not "no match": silently
                 // skipping the rule would answer the buyer as if the rule did not exist.
-                (Some(jq), Ok(doc)) => jq.run_bool(doc, vars).map_err(|e| {
+                (Some(jq), Ok(doc)) => jq.run_bool(doc.value(), vars).map_err(|e| {
                     if let Some(verdict) = response.verdict.take() {
                         verdict.answered();
                     }
@@ -187,7 +187,10 @@ impl Mapped {
                     message: message.clone(),
                     details: None,
                 }),
-                RuleOutcome::Empty => Ok(Called::Rule(&rule.outcome, JqValue::null())),
+                RuleOutcome::Empty => Ok(Called::Rule(
+                    &rule.outcome,
+                    Doc::from_value(JqValue::null()),
+                )),
                 outcome => match doc {
                     Ok(doc) => Ok(Called::Rule(outcome, doc)),
                     Err(e) => Err(AapError::InvalidUpstreamResponse {
@@ -253,11 +256,19 @@ impl Mapped {
 
     /// The reply body for jq, and the SOAP fault it carries. A SOAP fault is seen by jq
     /// predicates as `{"Fault": {"code", "subcode", "reason", "detail"}}`.
-    fn decode(&self, response: &UpstreamResponse) -> (Result<JqValue, String>, Option<SoapFault>) {
+    fn decode(&self, response: &UpstreamResponse) -> (Result<Doc, String>, Option<SoapFault>) {
         let body = &response.body;
         let declared = Declared::reply(self.charset, &response.headers);
         if self.upstream.soap().is_none() {
-            return (self.format.decode_jq(body, declared), None);
+            // A list whose records are a path of keys reads them off the reply's tape.
+            let lazy = matches!(
+                self.response,
+                ResponseSpec::List {
+                    records: Some(_),
+                    ..
+                }
+            );
+            return (self.format.decode_doc(body, declared, lazy), None);
         }
         let empty = HashSet::new();
         let list_elements = match &self.format {
@@ -271,9 +282,9 @@ impl Mapped {
                         "code": fault.code, "subcode": fault.subcode,
                         "reason": fault.reason, "detail": fault.detail,
                     }});
-                    (Ok(JqValue::from_json(&doc)), Some(fault))
+                    (Ok(Doc::from_value(JqValue::from_json(&doc))), Some(fault))
                 }
-                None => (Ok(JqValue::from_json(&reply.body)), None),
+                None => (Ok(Doc::from_value(JqValue::from_json(&reply.body))), None),
             },
             Err(e) => (Err(e), None),
         }

@@ -232,7 +232,13 @@ impl Mapped {
         vars: &JqVars,
         page: PageRef,
     ) -> Result<Fetched, AapError> {
-        let ResponseSpec::List { items, total, item } = &self.response else {
+        let ResponseSpec::List {
+            items,
+            total,
+            item,
+            records: path,
+        } = &self.response
+        else {
             return Err(AapError::Internal(format!(
                 "{}: not a list mapping",
                 self.file
@@ -260,19 +266,34 @@ impl Mapped {
         };
         let extracting = debug_span!("extract");
         let _extracting = extracting.enter(); // no await below
-        let records = items
-            .run(&doc, vars)
-            .map_err(|e| self.extract_error(e.to_string()))?;
+        // Records read off the reply's tape when `items` is a path of keys to an array;
+        // otherwise (or to report what else it found) `items` runs on the whole reply.
+        let lazy = path.as_ref().and_then(|path| doc.records(path));
+        let eager = match lazy {
+            Some(_) => Vec::new(),
+            None => items
+                .run(doc.value(), vars)
+                .map_err(|e| self.extract_error(e.to_string()))?,
+        };
+        let count = lazy.as_ref().map_or(eager.len(), Vec::len);
         if let Transport::Canned(canned) = transport {
             canned
                 .records
-                .fetch_add(records.len(), std::sync::atomic::Ordering::Relaxed);
+                .fetch_add(count, std::sync::atomic::Ordering::Relaxed);
         }
-        let mut vehicles = Vec::with_capacity(records.len());
+        let mapped: Box<dyn Iterator<Item = _>> = match &lazy {
+            Some(records) => Box::new(
+                records
+                    .iter()
+                    .map(|record| item.run_one_json_record(record, vars)),
+            ),
+            None => Box::new(eager.iter().map(|record| item.run_one_json(record, vars))),
+        };
+        let mut vehicles = Vec::with_capacity(count);
         let mut failed = None;
         let mut skipped = 0usize;
-        for record in &records {
-            match item.run_one_json(record, vars) {
+        for vehicle in mapped {
+            match vehicle {
                 Ok(vehicle) => vehicles.push(Arc::new(vehicle)),
                 Err(e) => {
                     skipped += 1;
@@ -295,9 +316,12 @@ impl Mapped {
         }
         let total = match total {
             Some(jq) => {
-                let t = jq
-                    .run_one(&doc, vars)
-                    .map_err(|e| self.extract_error(e.to_string()))?;
+                let t = match jq.key_path().and_then(|path| doc.at(path)) {
+                    Some(t) => t,
+                    None => jq
+                        .run_one(doc.value(), vars)
+                        .map_err(|e| self.extract_error(e.to_string()))?,
+                };
                 let t = t.to_json();
                 Some(as_count(&t).ok_or_else(|| {
                     self.extract_error(format!("`total` gave {t}, not a whole number"))
@@ -307,7 +331,7 @@ impl Mapped {
         };
         Ok(Fetched {
             vehicles,
-            records: records.len(),
+            records: count,
             total,
         })
     }

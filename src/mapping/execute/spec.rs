@@ -9,7 +9,7 @@ use minijinja::value::Value as TplValue;
 
 use crate::error::AapCode;
 use crate::mapping::decode::Format;
-use crate::mapping::extract::{Jq, JqValue};
+use crate::mapping::extract::{Jq, JqValue, KeyPath};
 use crate::mapping::request::RequestSpec;
 use crate::protocol::Skill;
 use crate::upstream::Upstream;
@@ -32,6 +32,9 @@ pub enum ResponseSpec {
         items: Jq,
         total: Option<Jq>,
         item: Jq,
+        /// `items` as keys, when it is a path of literal keys (`.Items`): the records are
+        /// then read straight off a JSON reply's tape (`extract::Doc::records`).
+        records: Option<KeyPath>,
     },
     Object {
         jq: Jq,

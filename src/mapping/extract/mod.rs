@@ -60,6 +60,7 @@ mod helper_tests;
 mod helpers;
 mod json;
 mod plan;
+mod tape;
 #[cfg(test)]
 mod tests;
 
@@ -86,6 +87,8 @@ struct Compiled {
     filter: jaq_core::Filter<Data>,
     /// The same program as a native plan, when it is within the plan's subset (`plan`).
     plan: Option<plan::Plan>,
+    /// The program's keys, when it is only a path of literal keys ([`Jq::key_path`]).
+    key_path: Option<KeyPath>,
 }
 
 /// A value in jaq's representation, converted once and then shared (cloning is cheap).
@@ -152,6 +155,10 @@ impl Jq {
         let mut jq = Jq::compile_interpreted(code)?;
         let plan = load::parse(code, |p| p.term()).and_then(|term| plan::compile(&term));
         if let Some(compiled) = Arc::get_mut(&mut jq.inner) {
+            compiled.key_path = plan
+                .as_ref()
+                .and_then(plan::Plan::literal_path)
+                .map(KeyPath);
             compiled.plan = plan;
         }
         Ok(jq)
@@ -169,6 +176,7 @@ impl Jq {
                 code: code.into(),
                 filter,
                 plan: None,
+                key_path: None,
             }),
         })
     }
@@ -229,6 +237,30 @@ impl Jq {
             }
         }
         self.run_one(input, vars).map(|v| v.to_json())
+    }
+
+    /// [`Jq::run_one_json`] on a record of a reply read lazily ([`Doc::records`]): a program
+    /// that builds one object reads only the fields it uses off the reply's tape.
+    pub fn run_one_json_record(
+        &self,
+        record: &Record<'_>,
+        vars: &JqVars,
+    ) -> Result<Value, JqRunError> {
+        if let Some(plan) = &self.inner.plan {
+            let mut env = plan.env(globals(vars));
+            if let Some(object) = plan.eval_record_json(record, &mut env) {
+                return object.map(Value::Object).map_err(error_message);
+            }
+        }
+        let whole = JqValue(record.value().clone());
+        self.run_one_json(&whole, vars)
+    }
+
+    /// The keys of a program that is only a path of literal keys from `.` (`.Items`,
+    /// `.data.vehicles`), which a reply read lazily answers without becoming a value
+    /// ([`Doc::records`], [`Doc::at`]).
+    pub fn key_path(&self) -> Option<&KeyPath> {
+        self.inner.key_path.as_ref()
     }
 
     /// jq truthiness (neither `null` nor `false`) of the first output; no output is `false`.
@@ -303,6 +335,95 @@ fn run_plan(plan: &plan::Plan, input: &JqValue, vars: &JqVars) -> Result<Vec<JqV
     match failed {
         Some(e) => Err(e),
         None => Ok(out),
+    }
+}
+
+/// The keys of a path like `.data.vehicles` ([`Jq::key_path`]).
+#[derive(Clone, Debug)]
+pub struct KeyPath(Box<[bytes::Bytes]>);
+
+/// A decoded upstream reply. JSON is read into a tape ([`tape`]) and becomes a jq value only
+/// when a program needs all of it ([`Doc::value`]); the records of a list are read off the tape
+/// ([`Doc::records`]). Other formats are decoded to a value at once.
+pub struct Doc {
+    tape: Option<tape::Tape>,
+    value: std::sync::OnceLock<JqValue>,
+}
+
+impl Doc {
+    /// A reply already decoded.
+    pub fn from_value(value: JqValue) -> Doc {
+        Doc {
+            tape: None,
+            value: value.into(),
+        }
+    }
+
+    /// A JSON reply, read lazily; the same errors as [`JqValue::from_json_bytes`].
+    pub fn from_json_bytes(body: &bytes::Bytes) -> Result<Doc, serde_json::Error> {
+        Ok(Doc {
+            tape: Some(tape::Tape::parse(body)?),
+            value: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The whole reply as a jq value (built on first use).
+    pub fn value(&self) -> &JqValue {
+        self.value.get_or_init(|| match &self.tape {
+            Some(tape) => JqValue(tape.root().to_val()),
+            None => JqValue::null(), // unreachable: `from_value` sets it
+        })
+    }
+
+    /// The items of the array at `path`, as records for [`Jq::run_one_json_record`]; `None`
+    /// when the reply was not read lazily or `path` does not lead through objects to an
+    /// array (the caller then runs its program on [`Doc::value`], for the same outcome).
+    pub fn records(&self, path: &KeyPath) -> Option<Vec<Record<'_>>> {
+        let at = self.walk(path)??;
+        let records = at.items()?.map(|at| Record {
+            at,
+            value: std::cell::OnceCell::new(),
+        });
+        Some(records.collect())
+    }
+
+    /// The value at `path` (`null` when a key is missing); `None` when the reply was not read
+    /// lazily or a step is not an object.
+    pub fn at(&self, path: &KeyPath) -> Option<JqValue> {
+        Some(JqValue(
+            self.walk(path)?.map_or(Val::Null, tape::At::to_val),
+        ))
+    }
+
+    /// `Some(None)` when a key is missing on the way.
+    fn walk(&self, path: &KeyPath) -> Option<Option<tape::At<'_>>> {
+        let mut at = self.tape.as_ref()?.root();
+        let hint = std::sync::atomic::AtomicUsize::new(0);
+        for key in &path.0 {
+            match at.get(key, &hint)? {
+                Some(value) => at = value,
+                None => return Some(None),
+            }
+        }
+        Some(Some(at))
+    }
+}
+
+/// One record of a list in a reply read lazily ([`Doc::records`]).
+pub struct Record<'d> {
+    at: tape::At<'d>,
+    value: std::cell::OnceCell<Val>,
+}
+
+impl Record<'_> {
+    /// The whole record as a value (built on first use).
+    fn value(&self) -> &Val {
+        self.value.get_or_init(|| self.at.to_val())
+    }
+
+    /// The whole record as a jq value.
+    pub fn to_value(&self) -> JqValue {
+        JqValue(self.value().clone())
     }
 }
 

@@ -162,6 +162,7 @@ fn as_written(code: &str) -> Jq {
             code: code.into(),
             filter,
             plan: None,
+            key_path: None,
         }),
     }
 }
@@ -529,5 +530,72 @@ fn timing() {
         "jq timing: compile {compile:?} per program; 20-item page to JqValue + items \
          split: {convert:?}; 1,000 item mappings incl. to_json: {runs:?} ({:?} each)",
         runs / 1_000
+    );
+}
+
+/// A reply `{"Items": [records…], "Total": …}` read lazily: every record, through every
+/// program, gives on the tape what it gives decoded into values (value or error), and `items`
+/// and `total` give what running them on the whole reply gives.
+#[test]
+fn records_read_off_a_tape_map_as_the_decoded_reply_does() {
+    let reply = r#"{"Items": [
+        {"VIN": " 1HG ", "Price": "$24,990", "Opt": {"Color": "Red", "Color": "Blue"}, "N": 7},
+        {"N": 1.0, "VIN": null, "Opt": "not an object", "Photos": ["a", "b"]},
+        {"VIN": "x\ty", "Opt": {"Color": null}, "Photos": [], "k\u0065y": 1},
+        {"Opt": [1, 2], "VIN": 5, "VIN": "last wins"},
+        "a string record",
+        17
+    ], "Total": 6, "Meta": {"Count": "6"}}"#;
+    let body = bytes::Bytes::from_static(reply.as_bytes());
+    let doc = Doc::from_json_bytes(&body).expect("parses");
+    let decoded = JqValue::from_json_bytes(&body).expect("parses");
+    let vars = JqVars::default();
+    let jq = |code: &str| Jq::compile(code).unwrap_or_else(|e| panic!("{code}: {e}"));
+    let records = doc
+        .records(jq(".Items").key_path().expect("a path"))
+        .expect("an array of records");
+    let eager = jq(".Items[]").run(&decoded, &vars).expect("records");
+    assert_eq!(records.len(), eager.len());
+    for program in [
+        "{vin: (.VIN | nonempty), price: (.Price | dollars), color: .Opt.Color} | compact",
+        "{vin: .VIN, first: .Opt[0], n: .N, photos: [.Photos[]?], key: .key, two: [.N]}",
+        "{a: .Opt.Color.Deeper, b: (.VIN // \"none\"), c: (.Photos | length)}",
+        ".VIN",
+        ".",
+        "{whole: ., n: (.N + 1)}",
+    ] {
+        let program = jq(program);
+        for (record, value) in records.iter().zip(&eager) {
+            let on_tape = program.run_one_json_record(record, &vars).map_err(|e| e.0);
+            let want = program.run_one_json(value, &vars).map_err(|e| e.0);
+            assert_eq!(on_tape, want, "{} on {}", program.code(), value.to_json());
+        }
+    }
+    for (path, want) in [
+        (".Total", json!(6)),
+        (".Meta.Count", json!("6")),
+        (".None.Deeper", json!(null)),
+    ] {
+        let got = doc
+            .at(jq(path).key_path().expect("a path"))
+            .expect("on the tape");
+        assert_eq!(got.to_json(), want, "{path}");
+    }
+    // Paths through something else than objects are left to the program (and its error).
+    assert!(
+        doc.records(jq(".Total").key_path().expect("path"))
+            .is_none()
+    );
+    assert!(
+        doc.at(jq(".Items.Deeper").key_path().expect("path"))
+            .is_none()
+    );
+    assert!(jq(".Items[]").key_path().is_none() && jq(".[\"a\"] | .b").key_path().is_none());
+    assert_eq!(doc.value(), &decoded, "the whole reply, made a value");
+    let eager_doc = Doc::from_value(decoded.clone());
+    assert!(
+        eager_doc
+            .records(jq(".Items").key_path().expect("path"))
+            .is_none()
     );
 }

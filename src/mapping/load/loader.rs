@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::mapping::decode::{self, Format};
 use crate::mapping::execute::Shared;
-use crate::mapping::extract::{Jq, JqValue};
+use crate::mapping::extract::{Jq, JqValue, KeyPath};
 use crate::mapping::file::FileCommon;
 use crate::settings::yaml::{self, Origin, Problem, SourceMap};
 
@@ -170,6 +170,16 @@ impl Loader<'_> {
             // An error inside the shared definitions is reported once, at common.yaml.
             Err(_) => None,
         }
+    }
+
+    /// The keys of `code` when it is a path of literal keys (`Jq::key_path`); problems in it
+    /// are reported where it is compiled for use.
+    pub(super) fn key_path(&self, code: &str, common: &FileCommon) -> Option<KeyPath> {
+        let program = match &common.jq_defs {
+            Some(defs) => format!("{defs}\n{code}"),
+            None => code.to_owned(),
+        };
+        self.ctx.cache.jq(&program).ok()?.key_path().cloned()
     }
 
     /// A `charset:` label (at `pointer`): `Some(None)` when unset, `None` after a problem.

@@ -72,6 +72,7 @@ impl Loader<'_> {
         let response = if list {
             match (&response_file.items, &response_file.item, &response_file.jq) {
                 (Some(items), Some(item), None) => {
+                    let records = self.key_path(items, common);
                     let items = self.jq(src, "/response/items", &items_program(items), common);
                     let total = match &response_file.total {
                         Some(t) => self.jq(src, "/response/total", t, common).map(Some),
@@ -79,9 +80,12 @@ impl Loader<'_> {
                     };
                     let item = self.jq(src, "/response/item", item, common);
                     match (items, total, item) {
-                        (Some(items), Some(total), Some(item)) => {
-                            Some(ResponseSpec::List { items, total, item })
-                        }
+                        (Some(items), Some(total), Some(item)) => Some(ResponseSpec::List {
+                            items,
+                            total,
+                            item,
+                            records,
+                        }),
                         _ => None,
                     }
                 }

@@ -33,6 +33,48 @@ pub(super) fn index_hinted(v: &Val, key: &Val, hint: &AtomicUsize) -> ValR<Val> 
     })
 }
 
+/// [`index_literals`] on a value on a tape: string keys walk the tape, and only the value
+/// found (or the first that is not an object) becomes a value. The same value or error.
+fn keys_on_tape(mut at: At<'_>, parts: &[(PathPart, Opt)], hints: &[AtomicUsize]) -> ValR<Val> {
+    for (n, ((part, _), hint)) in parts.iter().zip(hints).enumerate() {
+        let PathPart::Index(Node {
+            kind: Kind::Lit(Val::TStr(key)),
+            ..
+        }) = part
+        else {
+            // Another literal (a number): index the value reached.
+            return index_literals(Cow::Owned(at.to_val()), &parts[n..], &hints[n..]);
+        };
+        match at.get(key, hint) {
+            Some(Some(value)) => at = value,
+            Some(None) => {
+                let rest = n + 1;
+                return index_literals(Cow::Owned(Val::Null), &parts[rest..], &hints[rest..]);
+            }
+            // Not an object: indexing the value gives the answer (or the error).
+            None => return index_literals(Cow::Owned(at.to_val()), &parts[n..], &hints[n..]),
+        }
+    }
+    Ok(at.to_val())
+}
+
+/// `v` indexed by the literal keys of `parts` in turn (each hinted).
+pub(super) fn index_literals(
+    mut v: Cow<'_, Val>,
+    parts: &[(PathPart, Opt)],
+    hints: &[AtomicUsize],
+) -> ValR<Val> {
+    for ((part, _), hint) in parts.iter().zip(hints) {
+        if let PathPart::Index(Node {
+            kind: Kind::Lit(k), ..
+        }) = part
+        {
+            v = Cow::Owned(index_hinted(&v, k, hint)?);
+        }
+    }
+    Ok(v.into_owned())
+}
+
 pub(super) fn index(v: &Val, idx: &Val) -> ValR<Val> {
     match v {
         Val::Obj(o) => Ok(o.get(idx).cloned().unwrap_or(Val::Null)),
@@ -43,10 +85,10 @@ pub(super) fn index(v: &Val, idx: &Val) -> ValR<Val> {
 
 impl Node {
     /// The output of a term that always gives exactly one (`self.one`).
-    pub(super) fn eval1(&self, input: &Val, env: &mut Env) -> ValR<Val> {
+    pub(super) fn eval1<I: Input + ?Sized>(&self, input: &I, env: &mut Env) -> ValR<Val> {
         debug_assert!(self.one);
         match &self.kind {
-            Kind::Id => Ok(input.clone()),
+            Kind::Id => Ok(input.whole().clone()),
             Kind::Lit(v) => Ok(v.clone()),
             Kind::Var(slot) => Ok(env.vars[*slot].clone()),
             Kind::Path(f, parts, hints) => {
@@ -63,23 +105,18 @@ impl Node {
                     )
                 };
                 if parts.iter().all(literal) {
-                    let mut v = match &f.kind {
-                        Kind::Id => Cow::Borrowed(input),
+                    let v = match &f.kind {
+                        Kind::Id => match input.tape() {
+                            Some(at) => return keys_on_tape(at, parts, hints),
+                            None => Cow::Borrowed(input.whole()),
+                        },
                         Kind::Var(slot) => Cow::Borrowed(&env.vars[*slot]),
                         _ => Cow::Owned(f.eval1(input, env)?),
                     };
-                    for ((part, _), hint) in parts.iter().zip(hints) {
-                        if let PathPart::Index(Node {
-                            kind: Kind::Lit(k), ..
-                        }) = part
-                        {
-                            v = Cow::Owned(index_hinted(&v, k, hint)?);
-                        }
-                    }
-                    return Ok(v.into_owned());
+                    return index_literals(v, parts, hints);
                 }
                 let mut v = match &f.kind {
-                    Kind::Id => Cow::Borrowed(input),
+                    Kind::Id => Cow::Borrowed(input.whole()),
                     _ => Cow::Owned(f.eval1(input, env)?),
                 };
                 let mut idx = Vec::with_capacity(parts.len());
@@ -127,10 +164,11 @@ impl Node {
             }
             Kind::Neg(f) => Ok((-f.eval1(input, env)?)?),
             Kind::Arr(None) => Ok(Val::Arr(Default::default())),
+            Kind::Arr(Some(f)) if f.one => Ok(Val::Arr(Rc::new(vec![f.eval1(input, env)?]))),
             Kind::Arr(Some(f)) => {
                 let mut items = Vec::new();
                 let mut error = None;
-                let _ = f.run(input, env, &mut |_, y| match y {
+                let _ = f.run(input.whole(), env, &mut |_, y| match y {
                     Ok(y) => {
                         items.push(y);
                         Flow::Continue(())
@@ -174,7 +212,7 @@ impl Node {
                     Some(a) => Some(a.eval1(input, env)?),
                     None => None,
                 };
-                fun.call(input.clone(), arg)
+                fun.call(input.whole().clone(), arg)
             }
             Kind::Empty | Kind::Comma(..) | Kind::Try(..) => {
                 unreachable!("terms with other than one output are streamed")

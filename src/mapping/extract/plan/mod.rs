@@ -31,9 +31,10 @@ use jaq_core::load::{lex, parse};
 use jaq_core::ops::{Cmp, Math};
 use jaq_core::path::{Opt, Part};
 use jaq_core::{ValR, ValT as _};
-use jaq_json::{Map, Val};
+use jaq_json::{Map, Rc, Val};
 
 use super::GLOBAL_VARS;
+use super::tape::At;
 
 mod compile;
 mod eval;
@@ -90,9 +91,9 @@ impl Plan {
     /// The program's one output as a JSON object, for a [`Record`] root; `None` for any
     /// other. The same object (keys in order, values converted as `JqValue::to_json` does) and
     /// the same first error as running the plan and converting its output.
-    pub(super) fn eval_record_json(
+    pub(super) fn eval_record_json<I: Input + ?Sized>(
         &self,
-        input: &Val,
+        input: &I,
         env: &mut Env,
     ) -> Option<Result<serde_json::Map<String, serde_json::Value>, Error>> {
         let record = self.record.as_ref()?;
@@ -118,9 +119,61 @@ impl Plan {
         Some(Ok(map))
     }
 
+    /// The keys of a program that is only a path of literal string keys from `.` (`.Items`,
+    /// `.data.vehicles`): what a reply read lazily can answer by walking its tape.
+    pub(super) fn literal_path(&self) -> Option<Box<[bytes::Bytes]>> {
+        let Kind::Path(f, parts, _) = &self.root.kind else {
+            return None;
+        };
+        if !matches!(f.kind, Kind::Id) {
+            return None;
+        }
+        parts
+            .iter()
+            .map(|(part, _)| match part {
+                PathPart::Index(Node {
+                    kind: Kind::Lit(Val::TStr(key)),
+                    ..
+                }) => Some(bytes::Bytes::clone(key)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Pushes the outputs of the program on `input` into `sink`, in jaq's order.
     pub(super) fn run(&self, input: &Val, env: &mut Env, sink: &mut Sink<'_>) -> Flow {
         self.root.run(input, env, sink)
+    }
+}
+
+/// What a term that gives one output runs on ([`Node::eval1`]): a value, or a record of a reply
+/// read lazily (`extract::Record`), which is made a value only when a term needs all of it.
+pub(super) trait Input {
+    /// The whole input as a value.
+    fn whole(&self) -> &Val;
+
+    /// The input on a reply's tape, where paths of literal keys are read without making the
+    /// whole input a value.
+    fn tape(&self) -> Option<At<'_>>;
+}
+
+impl Input for Val {
+    fn whole(&self) -> &Val {
+        self
+    }
+
+    fn tape(&self) -> Option<At<'_>> {
+        None
+    }
+}
+
+impl Input for super::Record<'_> {
+    fn whole(&self) -> &Val {
+        self.value()
+    }
+
+    fn tape(&self) -> Option<At<'_>> {
+        Some(self.at)
     }
 }
 
