@@ -494,3 +494,57 @@ fn credentials_in_clear_outside_loopback_are_refused_unless_allowed() {
         assert!(!stderr.contains("allow_plaintext"), "{fine}\n{stderr}");
     }
 }
+
+/// `check` on one dealer whose `inventory.search.yaml` has `response` as given; its stderr.
+fn check_search_response(response: &str) -> String {
+    let dir = tempfile::tempdir().expect("temp");
+    let mappings = dir.path().join("mappings");
+    std::fs::create_dir_all(&mappings).expect("write");
+    std::fs::write(
+        mappings.join("upstreams.yaml"),
+        "dms: { kind: rest, base_url: \"http://127.0.0.1:9\" }\n",
+    )
+    .expect("write");
+    let search = format!(
+        "skill: inventory.search\nupstream: dms\nrequest: {{ path: /stock }}\n\
+         tables: {{ status_in: {{ In Stock: available }} }}\nresponse:\n{response}"
+    );
+    std::fs::write(mappings.join("inventory.search.yaml"), search).expect("write");
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &config,
+        "dealers:\n  - id: d\n    card: { name: D, description: D, url: https://d.example.com/a2a }\n    mappings: mappings\n",
+    )
+    .expect("write");
+    let (ok, _, stderr) = check(config.to_str().expect("UTF-8 path"));
+    assert!(ok, "{stderr}");
+    stderr
+}
+
+#[test]
+fn check_notes_what_a_search_mapping_costs_off_the_fast_paths() {
+    let item = "status: (.status | lookup($tables.status_in))";
+    // A path of keys and a native item: nothing to say about extraction.
+    let fast = check_search_response(&format!(
+        "  items: .data.units\n  item: '{{ vin: .vin, {item} }}'\n"
+    ));
+    assert!(
+        !fast.contains("interpreter") && !fast.contains("not a path of keys"),
+        "no extraction note expected:\n{fast}"
+    );
+    // `floor` is outside the native subset; `items` that filters is not a path.
+    let slow = check_search_response(&format!(
+        "  items: '[.units[] | select(.vin != null)]'\n  item: '{{ vin: .vin, year: (.year | floor), {item} }}'\n"
+    ));
+    let notes: Vec<&str> = slow.lines().filter(|l| l.ends_with("(note)")).collect();
+    assert!(
+        notes.iter().any(|l| l.contains("inventory.search.yaml:7:")
+            && l.contains("`item` runs in jaq's interpreter")),
+        "{slow}"
+    );
+    assert!(
+        notes.iter().any(|l| l.contains("inventory.search.yaml:6:")
+            && l.contains("`items` is not a path of keys")),
+        "{slow}"
+    );
+}

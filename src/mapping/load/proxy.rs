@@ -10,6 +10,7 @@ use crate::mapping::decode::Format;
 use crate::mapping::execute::{
     ErrorRule, Mapped, Missing, ResponseSpec, RuleOutcome, ScanCache, StatusMatch, Supports, Values,
 };
+use crate::mapping::extract::Jq;
 use crate::mapping::file::{
     FileCommon, FileFilterSupport, FileListing, FileMissing, FileRuleReply, FileSkill,
     FileSortSupport, FileValues,
@@ -79,6 +80,10 @@ impl Loader<'_> {
                         None => Some(None),
                     };
                     let item = self.jq(src, "/response/item", item, common);
+                    let json = !soap && matches!(format, Some(Format::Json));
+                    if let (Some(items), Some(item)) = (&items, &item) {
+                        self.note_extraction_costs(src, items, item, records.is_some(), json);
+                    }
                     match (items, total, item) {
                         (Some(items), Some(total), Some(item)) => Some(ResponseSpec::List {
                             items,
@@ -327,6 +332,35 @@ impl Loader<'_> {
     }
 
     /// What a search mapping's `supports` costs, said by `check` as notes.
+    /// Notes what a list mapping's programs cost per record when they miss the fast paths
+    /// (docs/mappings.md, "Cost"): an `item` outside the native subset runs in jaq's
+    /// interpreter, and JSON `items` other than a path of keys decodes each reply whole.
+    fn note_extraction_costs(
+        &mut self,
+        src: &Source,
+        items: &Jq,
+        item: &Jq,
+        records_on_tape: bool,
+        json: bool,
+    ) {
+        if !item.is_native() {
+            self.notes.push(src.problem(
+                "/response/item",
+                "`item` runs in jaq's interpreter (it uses jq outside the gateway's native \
+                 subset, see docs/mappings.md \"Cost\"): about 4x the CPU per record of a \
+                 native program",
+            ));
+        }
+        if json && !records_on_tape && items.is_native() {
+            self.notes.push(src.problem(
+                "/response/items",
+                "`items` is not a path of keys (like `.Items` or `.data.vehicles`): each reply is decoded \
+                 whole into jq values before `item` runs, about 1.3x the CPU of reading the \
+                 records where they are",
+            ));
+        }
+    }
+
     fn check_supports(&mut self, src: &Source, file: &FileSkill, listable_only: bool) {
         let supports = file.request.as_ref().and_then(|r| r.supports.as_ref());
         let paged = file
