@@ -353,16 +353,22 @@ fn awkward_values() -> Vec<Value> {
     ]
 }
 
-/// `record` itself, then each key dropped, then each key set to each awkward value.
+/// `record` itself, then each key dropped, each text padded with white space, and each key set
+/// to each awkward value.
 fn variants(record: &Value, out: &mut Vec<Value>) {
     out.push(record.clone());
     let Some(fields) = record.as_object() else {
         return;
     };
-    for key in fields.keys() {
+    for (key, value) in fields {
         let mut dropped = fields.clone();
         dropped.remove(key);
         out.push(Value::Object(dropped));
+        if let Some(text) = value.as_str() {
+            let mut padded = fields.clone();
+            padded.insert(key.clone(), json!(format!(" \u{a0}{text}\t ")));
+            out.push(Value::Object(padded));
+        }
         for odd in awkward_values() {
             let mut changed = fields.clone();
             changed.insert(key.clone(), odd);

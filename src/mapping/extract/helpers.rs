@@ -165,17 +165,22 @@ pub(super) fn miles(v: &Val) -> Val {
         Val::Num(_) => v
             .as_f64()
             .map_or(Val::Null, |f| float_to_int(f, f64::round)),
-        _ => as_str(v)
-            .and_then(|s| {
-                let s = s.trim();
-                let s = ["miles", "mile", "mi.", "mi"]
-                    .iter()
-                    .find_map(|unit| strip_suffix_ci(s, unit))
-                    .unwrap_or(s);
-                Decimal::parse(s)
-            })
-            .map_or(Val::Null, |d| d.rounded()),
+        _ => return as_str(v).map_or(Val::Null, miles_str),
     };
+    not_negative(value)
+}
+
+/// `miles` of a string.
+pub(super) fn miles_str(s: &str) -> Val {
+    let s = s.trim();
+    let s = ["miles", "mile", "mi.", "mi"]
+        .iter()
+        .find_map(|unit| strip_suffix_ci(s, unit))
+        .unwrap_or(s);
+    not_negative(Decimal::parse(s).map_or(Val::Null, |d| d.rounded()))
+}
+
+fn not_negative(value: Val) -> Val {
     match value.as_f64() {
         Some(m) if m >= 0.0 => value,
         _ => Val::Null,
@@ -188,19 +193,25 @@ pub(super) fn int(v: &Val) -> Val {
         Val::Num(_) => v
             .as_f64()
             .map_or(Val::Null, |f| float_to_int(f, f64::trunc)),
-        _ => as_str(v)
-            .and_then(Decimal::parse)
-            .map_or(Val::Null, |d| d.truncated()),
+        _ => as_str(v).map_or(Val::Null, int_str),
     }
+}
+
+/// `int` of a string.
+pub(super) fn int_str(s: &str) -> Val {
+    Decimal::parse(s).map_or(Val::Null, |d| d.truncated())
 }
 
 pub(super) fn num(v: &Val) -> Val {
     match v {
         Val::Num(_) => v.clone(),
-        _ => as_str(v)
-            .and_then(Decimal::parse)
-            .map_or(Val::Null, |d| d.number()),
+        _ => as_str(v).map_or(Val::Null, num_str),
     }
+}
+
+/// `num` of a string.
+pub(super) fn num_str(s: &str) -> Val {
+    Decimal::parse(s).map_or(Val::Null, |d| d.number())
 }
 
 /// jq's `trim`: `White_Space` removed at both ends; bytes that are not UTF-8 stop it.
@@ -275,6 +286,26 @@ pub(super) fn lookup(v: Val, table: Val) -> jaq_core::ValR<Val> {
         other => other.into_string(),
     };
     jaq_core::ValT::index(table, &key)
+}
+
+/// `lookup` of a string (`table` checked as `lookup` does): the trimmed text looked up; a
+/// small table is searched in place, without making the text a key value.
+pub(super) fn lookup_str(s: &str, table: &Val) -> jaq_core::ValR<Val> {
+    let Val::Obj(entries) = table else {
+        return lookup(Val::Null, table.clone()); // its error
+    };
+    let key = s.trim();
+    if entries.len() > 16 {
+        return Ok(entries
+            .get(&Val::from(key.to_owned()))
+            .cloned()
+            .unwrap_or(Val::Null));
+    }
+    let found = entries.iter().find(|&(k, _)| match k {
+        Val::TStr(text) => **text == key.as_bytes(),
+        other => *other == Val::from(key.to_owned()),
+    });
+    Ok(found.map_or(Val::Null, |(_, v)| v.clone()))
 }
 
 /// `null`, `""` and `[]`: what `compact` drops.
@@ -445,14 +476,18 @@ pub(super) fn time_of_day(s: &str) -> Option<Time> {
 }
 
 pub(super) fn legacy_date(v: &Val) -> Val {
-    let date = as_str(v).and_then(|s| {
-        let (date, rest) = date_prefix(s.trim())?;
-        let time_follows = rest
-            .strip_prefix(['T', 't', ' '])
-            .is_some_and(|t| t.trim_start().starts_with(|c: char| c.is_ascii_digit()));
-        (rest.is_empty() || time_follows).then(|| date.to_string())
-    });
-    date.map_or(Val::Null, Val::from)
+    as_str(v)
+        .and_then(legacy_date_str)
+        .map_or(Val::Null, Val::from)
+}
+
+/// `legacy_date` of a string; `None` is `null`.
+pub(super) fn legacy_date_str(s: &str) -> Option<String> {
+    let (date, rest) = date_prefix(s.trim())?;
+    let time_follows = rest
+        .strip_prefix(['T', 't', ' '])
+        .is_some_and(|t| t.trim_start().starts_with(|c: char| c.is_ascii_digit()));
+    (rest.is_empty() || time_follows).then(|| date.to_string())
 }
 
 /// The zone of that IANA name. A mapping names one zone for all its records: each thread keeps
@@ -483,7 +518,16 @@ pub(super) fn may_have_offset(s: &str) -> bool {
 }
 
 pub(super) fn legacy_datetime(v: Val, tz: Val) -> jaq_core::ValR<Val> {
-    let name = as_str(&tz).ok_or_else(|| {
+    Ok(legacy_datetime_str(as_str(&v), &tz)?.map_or(Val::Null, Val::from))
+}
+
+/// `legacy_datetime` of `s` (`None`: not a string); `Ok(None)` is `null`. The zone is checked
+/// first, whatever `s` is.
+pub(super) fn legacy_datetime_str(
+    s: Option<&str>,
+    tz: &Val,
+) -> Result<Option<String>, jaq_core::Error<Val>> {
+    let name = as_str(tz).ok_or_else(|| {
         jaq_core::Error::str(format_args!(
             "legacy_datetime: the time zone must be a name such as \"America/Los_Angeles\", not {tz}"
         ))
@@ -491,11 +535,11 @@ pub(super) fn legacy_datetime(v: Val, tz: Val) -> jaq_core::ValR<Val> {
     let zone = zone_named(name).ok_or_else(|| {
         jaq_core::Error::str(format_args!("legacy_datetime: unknown time zone {tz}"))
     })?;
-    let Some(s) = as_str(&v).map(str::trim) else {
-        return Ok(Val::Null);
+    let Some(s) = s.map(str::trim) else {
+        return Ok(None);
     };
     if may_have_offset(s) && !s.contains('[') && s.parse::<jiff::Timestamp>().is_ok() {
-        return Ok(Val::from(s.to_string()));
+        return Ok(Some(s.to_string()));
     }
     let wall_clock = date_prefix(s).and_then(|(date, rest)| {
         let rest = rest.strip_prefix(['T', 't', ' '])?.trim_start();
@@ -504,5 +548,5 @@ pub(super) fn legacy_datetime(v: Val, tz: Val) -> jaq_core::ValR<Val> {
     let formatted = wall_clock
         .and_then(|dt| dt.to_zoned(zone).ok())
         .and_then(|zoned| jiff::fmt::strtime::format("%Y-%m-%dT%H:%M:%S%.f%:z", &zoned).ok());
-    Ok(formatted.map_or(Val::Null, Val::from))
+    Ok(formatted)
 }

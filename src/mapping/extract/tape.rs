@@ -145,6 +145,17 @@ impl<'t> At<'t> {
         matches!(self.node(), Node::Obj { .. })
     }
 
+    /// The text of a string; `None` for anything else.
+    pub(crate) fn as_str(self) -> Option<&'t str> {
+        let text = match self.node() {
+            Node::Str { at, len } => Text::Span { at, len },
+            Node::Owned(k) => Text::Owned(k),
+            _ => return None,
+        };
+        // Always UTF-8: the reader checked it (once for the body, or per string).
+        std::str::from_utf8(self.tape.text(text)).ok()
+    }
+
     /// The items of an array; `None` for anything else.
     pub(crate) fn items(self) -> Option<impl Iterator<Item = At<'t>>> {
         let Node::Arr { len, .. } = self.node() else {

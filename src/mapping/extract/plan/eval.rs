@@ -35,7 +35,20 @@ pub(super) fn index_hinted(v: &Val, key: &Val, hint: &AtomicUsize) -> ValR<Val> 
 
 /// [`index_literals`] on a value on a tape: string keys walk the tape, and only the value
 /// found (or the first that is not an object) becomes a value. The same value or error.
-fn keys_on_tape(mut at: At<'_>, parts: &[(PathPart, Opt)], hints: &[AtomicUsize]) -> ValR<Val> {
+fn keys_on_tape(at: At<'_>, parts: &[(PathPart, Opt)], hints: &[AtomicUsize]) -> ValR<Val> {
+    match walk_tape(at, parts, hints) {
+        Ok(at) => Ok(at.to_val()),
+        Err(found) => found,
+    }
+}
+
+/// [`keys_on_tape`]: `Ok` at the value reached on the tape, or `Err` with the outcome when a
+/// step left the tape (a missing key, a value that is not an object, a key that is not text).
+pub(super) fn walk_tape<'t>(
+    mut at: At<'t>,
+    parts: &[(PathPart, Opt)],
+    hints: &[AtomicUsize],
+) -> Result<At<'t>, ValR<Val>> {
     for (n, ((part, _), hint)) in parts.iter().zip(hints).enumerate() {
         let PathPart::Index(Node {
             kind: Kind::Lit(Val::TStr(key)),
@@ -43,19 +56,33 @@ fn keys_on_tape(mut at: At<'_>, parts: &[(PathPart, Opt)], hints: &[AtomicUsize]
         }) = part
         else {
             // Another literal (a number): index the value reached.
-            return index_literals(Cow::Owned(at.to_val()), &parts[n..], &hints[n..]);
+            return Err(index_literals(
+                Cow::Owned(at.to_val()),
+                &parts[n..],
+                &hints[n..],
+            ));
         };
         match at.get(key, hint) {
             Some(Some(value)) => at = value,
             Some(None) => {
                 let rest = n + 1;
-                return index_literals(Cow::Owned(Val::Null), &parts[rest..], &hints[rest..]);
+                return Err(index_literals(
+                    Cow::Owned(Val::Null),
+                    &parts[rest..],
+                    &hints[rest..],
+                ));
             }
             // Not an object: indexing the value gives the answer (or the error).
-            None => return index_literals(Cow::Owned(at.to_val()), &parts[n..], &hints[n..]),
+            None => {
+                return Err(index_literals(
+                    Cow::Owned(at.to_val()),
+                    &parts[n..],
+                    &hints[n..],
+                ));
+            }
         }
     }
-    Ok(at.to_val())
+    Ok(at)
 }
 
 /// `v` indexed by the literal keys of `parts` in turn (each hinted).

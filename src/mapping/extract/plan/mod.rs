@@ -40,6 +40,7 @@ mod compile;
 mod eval;
 #[cfg(test)]
 mod tests;
+mod text;
 
 pub(super) use self::compile::compile;
 use self::compile::*;
@@ -100,8 +101,15 @@ impl Plan {
         let entries = record_entries(&self.root)?;
         let mut map = serde_json::Map::with_capacity(entries.len());
         for ((_, value), key) in entries.iter().zip(&record.keys) {
-            let v = match value.eval1(input, env) {
-                Ok(v) => v,
+            let v = match value.eval_text(input, env) {
+                // Text is what `is_blank`, `compact` and `val_to_json` make of a string.
+                Ok(text::Out::Str(s)) => {
+                    if !(record.compact && s.is_empty()) {
+                        map.insert(key.to_string(), serde_json::Value::String(s.into_owned()));
+                    }
+                    continue;
+                }
+                Ok(text::Out::Val(v)) => v,
                 Err(e) => return Some(Err(e)),
             };
             // `compact` compacts a field's value and then drops it when blank; compacting

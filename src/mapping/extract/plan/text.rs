@@ -1,0 +1,144 @@
+//! A record's fields as text where they are text: `.Make | nonempty | lower` on a record read
+//! off a tape runs on the string in the reply's body and gives the `String` of the JSON output,
+//! without a jaq string value in between (a boxed, reference-counted buffer per step).
+//!
+//! Only pipelines of a literal path into helpers whose arguments do not read `.` take this way,
+//! and only while the value is a string; a helper without a text version, a value that is not
+//! a string, or any other term, runs as [`Node::eval1`] does. The helpers' text versions are the
+//! functions their value versions call on a string, so the outputs and errors are the same.
+
+use super::*;
+use crate::mapping::extract::helpers::{
+    int_str, legacy_date_str, legacy_datetime_str, lookup_str, miles_str, num_str, parse_dollars,
+    title,
+};
+
+/// A value on its way through a pipeline: text (borrowed from the input while unchanged), or
+/// any value.
+pub(super) enum Out<'i> {
+    Str(Cow<'i, str>),
+    Val(Val),
+}
+
+impl Out<'_> {
+    fn into_val(self) -> Val {
+        match self {
+            Out::Str(s) => Val::from(s.into_owned()),
+            Out::Val(v) => v,
+        }
+    }
+}
+
+impl Node {
+    /// [`Node::eval1`], as text when the term is a pipeline of a path into helpers and its
+    /// value is a string.
+    pub(super) fn eval_text<'i, I: Input + ?Sized>(
+        &self,
+        input: &'i I,
+        env: &mut Env,
+    ) -> Result<Out<'i>, Error> {
+        match &self.kind {
+            Kind::Path(f, parts, hints)
+                if matches!(f.kind, Kind::Id) && parts.iter().all(is_literal) =>
+            {
+                let Some(at) = input.tape() else {
+                    return self.eval1(input, env).map(Out::Val);
+                };
+                match eval::walk_tape(at, parts, hints) {
+                    Ok(at) => Ok(match at.as_str() {
+                        Some(s) => Out::Str(Cow::Borrowed(s)),
+                        None => Out::Val(at.to_val()),
+                    }),
+                    Err(found) => found.map(Out::Val),
+                }
+            }
+            Kind::Pipe(l, r) => {
+                let x = l.eval_text(input, env)?;
+                r.apply_text(x, env)
+            }
+            _ => self.eval1(input, env).map(Out::Val),
+        }
+    }
+
+    /// `x | self`, as [`Node::eval1_owned`] on `x`'s value.
+    fn apply_text<'i>(&self, x: Out<'i>, env: &mut Env) -> Result<Out<'i>, Error> {
+        let s = match x {
+            Out::Str(s) => s,
+            Out::Val(v) => return self.eval1_owned(v, env).map(Out::Val),
+        };
+        match &self.kind {
+            Kind::Call(fun, args) if args.iter().all(reads_no_input) => {
+                // The argument would run on `x`; it does not read it.
+                let arg = match args.first() {
+                    Some(a) => Some(a.eval1(&Val::Null, env)?),
+                    None => None,
+                };
+                fun.call_text(s, arg)
+            }
+            Kind::Pipe(a, b) => {
+                let y = a.apply_text(Out::Str(s), env)?;
+                b.apply_text(y, env)
+            }
+            _ => self.eval1_owned(Out::Str(s).into_val(), env).map(Out::Val),
+        }
+    }
+}
+
+impl Fun {
+    /// [`Fun::call`] on a string.
+    fn call_text(self, s: Cow<'_, str>, arg: Option<Val>) -> Result<Out<'_>, Error> {
+        let null = Val::Null;
+        let given = arg.as_ref().unwrap_or(&null);
+        Ok(match self {
+            Fun::Nonempty => match trim(s) {
+                t if t.is_empty() => Out::Val(Val::Null),
+                t => Out::Str(t),
+            },
+            Fun::Lower => Out::Str(Cow::Owned(s.to_lowercase())),
+            Fun::Upper => Out::Str(Cow::Owned(s.to_uppercase())),
+            Fun::Title => Out::Str(Cow::Owned(title(&s))),
+            Fun::Dollars => Out::Val(parse_dollars(&s).unwrap_or(Val::Null)),
+            Fun::Miles => Out::Val(miles_str(&s)),
+            Fun::Int => Out::Val(int_str(&s)),
+            Fun::Num => Out::Val(num_str(&s)),
+            Fun::LegacyDate => text_or_null(legacy_date_str(&s)),
+            Fun::LegacyDatetime => text_or_null(legacy_datetime_str(Some(&s), given)?),
+            Fun::Lookup => Out::Val(lookup_str(&s, given)?),
+            other => Out::Val(other.call(Val::from(s.into_owned()), arg)?),
+        })
+    }
+}
+
+fn text_or_null<'i>(s: Option<String>) -> Out<'i> {
+    s.map_or(Out::Val(Val::Null), |s| Out::Str(Cow::Owned(s)))
+}
+
+/// jq's `trim` of a string: `White_Space` at both ends (what `helpers::trim_white_space` removes
+/// from valid UTF-8).
+fn trim(s: Cow<'_, str>) -> Cow<'_, str> {
+    match s {
+        Cow::Borrowed(b) => Cow::Borrowed(b.trim()),
+        Cow::Owned(o) if o.trim().len() == o.len() => Cow::Owned(o),
+        Cow::Owned(o) => Cow::Owned(o.trim().to_owned()),
+    }
+}
+
+fn is_literal((part, _): &(PathPart, Opt)) -> bool {
+    matches!(
+        part,
+        PathPart::Index(Node {
+            kind: Kind::Lit(_),
+            ..
+        })
+    )
+}
+
+/// Whether a term's value does not depend on its input: a literal, a variable, or a path of
+/// literal keys from one (`$tables.condition_in`).
+fn reads_no_input(node: &Node) -> bool {
+    match &node.kind {
+        Kind::Lit(_) | Kind::Var(_) => true,
+        Kind::Path(f, parts, _) => reads_no_input(f) && parts.iter().all(is_literal),
+        _ => false,
+    }
+}
