@@ -54,8 +54,15 @@ pub(super) fn record_shape(root: &Node) -> Option<Record> {
         }
         keys.push(key.into());
     }
+    if keys.len() > 64 {
+        return None; // one bit per field in `Plan::eval_record_json`
+    }
+    let template = keys
+        .into_iter()
+        .map(|k| (String::from(k), serde_json::Value::Null))
+        .collect();
     Some(Record {
-        keys: keys.into(),
+        template,
         compact: !matches!(root.kind, Kind::Obj(_)),
     })
 }

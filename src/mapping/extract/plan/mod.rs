@@ -64,7 +64,9 @@ pub(super) struct Plan {
 /// object can be built as JSON straight away ([`Plan::eval_record_json`]), skipping jaq's
 /// hashed object, its compaction and its conversion.
 struct Record {
-    keys: Box<[Box<str>]>,
+    /// The object with every key and `null` values: a copy per record keeps the keys' order
+    /// and hashes (no hashing of each key for each record).
+    template: serde_json::Map<String, serde_json::Value>,
     compact: bool,
 }
 
@@ -99,30 +101,38 @@ impl Plan {
     ) -> Option<Result<serde_json::Map<String, serde_json::Value>, Error>> {
         let record = self.record.as_ref()?;
         let entries = record_entries(&self.root)?;
-        let mut map = serde_json::Map::with_capacity(entries.len());
-        for ((_, value), key) in entries.iter().zip(&record.keys) {
-            let v = match value.eval_text(input, env) {
+        let mut map = record.template.clone();
+        // Which fields `compact` drops (blank ones), one bit each (`record_shape` keeps
+        // records to 64 fields).
+        let mut blank = 0u64;
+        for (i, ((_, value), slot)) in entries.iter().zip(map.values_mut()).enumerate() {
+            *slot = match value.eval_text(input, env) {
                 // Text is what `is_blank`, `compact` and `val_to_json` make of a string.
-                Ok(text::Out::Str(s)) => {
-                    if !(record.compact && s.is_empty()) {
-                        map.insert(key.to_string(), serde_json::Value::String(s.into_owned()));
-                    }
+                Ok(text::Out::Str(s)) if record.compact && s.is_empty() => {
+                    blank |= 1 << i;
                     continue;
                 }
-                Ok(text::Out::Val(v)) => v,
+                Ok(text::Out::Str(s)) => serde_json::Value::String(s.into_owned()),
+                // `compact` compacts a field's value and then drops it when blank; compacting
+                // never makes a value blank, so the check can come first.
+                Ok(text::Out::Val(v)) if record.compact => {
+                    if super::is_blank(&v) {
+                        blank |= 1 << i;
+                        continue;
+                    }
+                    super::val_to_json(&super::compact(v))
+                }
+                Ok(text::Out::Val(v)) => super::val_to_json(&v),
                 Err(e) => return Some(Err(e)),
             };
-            // `compact` compacts a field's value and then drops it when blank; compacting
-            // never makes a value blank, so the check can come first.
-            let v = if record.compact {
-                if super::is_blank(&v) {
-                    continue;
-                }
-                super::compact(v)
-            } else {
-                v
-            };
-            map.insert(key.to_string(), super::val_to_json(&v));
+        }
+        if blank != 0 {
+            let mut i = 0;
+            map.retain(|_, _| {
+                let keep = blank & (1 << i) == 0;
+                i += 1;
+                keep
+            });
         }
         Some(Ok(map))
     }
