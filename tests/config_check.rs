@@ -333,9 +333,9 @@ fn a_failing_example_shows_its_diff() {
     );
 }
 
-/// Runs `test-mappings` on one dealer whose `inventory.search.yaml` is `search` (a REST
-/// upstream beside it); returns (success, stdout).
-fn test_search_mapping(search: &str) -> (bool, String) {
+/// A configuration of one dealer whose `inventory.search.yaml` is `search` (a REST upstream
+/// beside it), in a temporary folder; the folder (removed on drop) and the config file.
+fn one_search_dealer(search: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().expect("temp");
     let mappings = dir.path().join("mappings");
     std::fs::create_dir_all(&mappings).expect("write");
@@ -351,6 +351,13 @@ fn test_search_mapping(search: &str) -> (bool, String) {
         "dealers:\n  - id: d\n    card: { name: D, description: D, url: https://d.example.com/a2a }\n    mappings: mappings\n",
     )
     .expect("write");
+    (dir, config)
+}
+
+/// Runs `test-mappings` on one dealer whose `inventory.search.yaml` is `search` (a REST
+/// upstream beside it); returns (success, stdout).
+fn test_search_mapping(search: &str) -> (bool, String) {
+    let (_dir, config) = one_search_dealer(search);
     let out = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
         .args(["test-mappings", "--config"])
         .arg(&config)
@@ -497,25 +504,11 @@ fn credentials_in_clear_outside_loopback_are_refused_unless_allowed() {
 
 /// `check` on one dealer whose `inventory.search.yaml` has `response` as given; its stderr.
 fn check_search_response(response: &str) -> String {
-    let dir = tempfile::tempdir().expect("temp");
-    let mappings = dir.path().join("mappings");
-    std::fs::create_dir_all(&mappings).expect("write");
-    std::fs::write(
-        mappings.join("upstreams.yaml"),
-        "dms: { kind: rest, base_url: \"http://127.0.0.1:9\" }\n",
-    )
-    .expect("write");
     let search = format!(
         "skill: inventory.search\nupstream: dms\nrequest: {{ path: /stock }}\n\
          tables: {{ status_in: {{ In Stock: available }} }}\nresponse:\n{response}"
     );
-    std::fs::write(mappings.join("inventory.search.yaml"), search).expect("write");
-    let config = dir.path().join("gateway.yaml");
-    std::fs::write(
-        &config,
-        "dealers:\n  - id: d\n    card: { name: D, description: D, url: https://d.example.com/a2a }\n    mappings: mappings\n",
-    )
-    .expect("write");
+    let (_dir, config) = one_search_dealer(&search);
     let (ok, _, stderr) = check(config.to_str().expect("UTF-8 path"));
     assert!(ok, "{stderr}");
     stderr
