@@ -377,3 +377,53 @@ fn lookup() {
         .unwrap_or_default();
     assert!(err.contains("the table is null"), "{err}");
 }
+
+/// The hand-written RFC 3339 of `legacy_datetime` against jiff's `strtime`, the format it
+/// replaces: every zone of the system's database (or the built-in one), across four centuries,
+/// DST changes, odd historical offsets (with seconds), and fractions of a second.
+#[test]
+fn rfc3339_is_what_strtime_writes() {
+    let mut zones: Vec<String> = jiff::tz::db().available().map(|n| n.to_string()).collect();
+    zones.sort();
+    assert!(zones.len() > 50, "a time zone database: {}", zones.len());
+    let times = [
+        (1, 1, 1, 0, 0, 0, 0),
+        (999, 12, 31, 23, 59, 59, 999_999_999),
+        (1800, 6, 15, 12, 0, 0, 0),
+        (1883, 11, 18, 12, 3, 58, 0),
+        (1918, 3, 31, 2, 30, 0, 0),
+        (1970, 1, 1, 0, 0, 0, 1),
+        (2024, 3, 10, 2, 30, 0, 0),
+        (2026, 11, 1, 1, 30, 0, 500_000_000),
+        (2026, 11, 30, 14, 5, 0, 120_000_000),
+        (2038, 1, 19, 3, 14, 7, 123_456_789),
+        (9999, 12, 30, 23, 59, 59, 100),
+    ];
+    let (mut checked, mut seconds_offsets) = (0, 0);
+    for name in &zones {
+        let Ok(zone) = jiff::tz::db().get(name) else {
+            continue;
+        };
+        for &(y, mo, d, h, mi, s, ns) in &times {
+            let Ok(date) = Date::new(y, mo, d) else {
+                continue;
+            };
+            let Ok(time) = Time::new(h, mi, s, ns) else {
+                continue;
+            };
+            let Ok(zoned) = DateTime::from_parts(date, time).to_zoned(zone.clone()) else {
+                continue;
+            };
+            let want = jiff::fmt::strtime::format("%Y-%m-%dT%H:%M:%S%.f%:z", &zoned)
+                .expect("strtime formats it");
+            assert_eq!(rfc3339(&zoned), want, "{name} {zoned}");
+            checked += 1;
+            seconds_offsets += usize::from(zoned.offset().seconds() % 60 != 0);
+        }
+    }
+    assert!(checked > 1000, "only {checked} times compared");
+    assert!(
+        seconds_offsets > 10,
+        "offsets with seconds: {seconds_offsets}"
+    );
+}
