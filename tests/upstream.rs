@@ -1020,9 +1020,11 @@ impl Write for LogBuffer {
 /// servers' tasks log through it too).
 ///
 /// Tests in this file run in parallel, and tracing caches each callsite's interest for all
-/// threads: a callsite another thread registers while this subscriber is being installed can
-/// keep "never" (seen once in CI: the `upstream attempt` line missing). The tests therefore
-/// call `tracing::callsite::rebuild_interest_cache()` right before the calls they watch.
+/// threads: a callsite another thread registers for the first time while this subscriber is
+/// being installed can keep "never" (seen twice in CI: the `upstream attempt` line missing,
+/// once after a rebuild of the interest cache). The tests therefore make the calls they watch
+/// once before capturing (so that every callsite on that path is registered already and no
+/// other thread registers it later), then rebuild the interest cache and make them again.
 fn capture_logs() -> (LogBuffer, tracing::subscriber::DefaultGuard) {
     let logs = LogBuffer::default();
     let subscriber = tracing_subscriber::fmt()
@@ -1039,23 +1041,29 @@ fn capture_logs() -> (LogBuffer, tracing::subscriber::DefaultGuard) {
 
 #[tokio::test]
 async fn logs_carry_neither_queries_nor_secrets() {
-    let (logs, _guard) = capture_logs();
-
     let server = TestServer::start(|_| async { reply(500, "ORA-00060 secret-body") }).await;
-    let up = upstream(
-        &server.url(),
-        json!({
-            "auth": { "kind": "api_key", "header": "X-Api-Key", "value": "key-s3cr3t" },
-            "circuit_breaker": { "failures": 1 }
-        }),
-    );
-    let mut req = UpstreamRequest::get("/customers/lookup?email=jane%40example.com");
-    req.headers.push((
-        HeaderName::from_static("x-customer"),
-        HeaderValue::from_static("jane-doe"),
-    ));
+    let up = || {
+        upstream(
+            &server.url(),
+            json!({
+                "auth": { "kind": "api_key", "header": "X-Api-Key", "value": "key-s3cr3t" },
+                "circuit_breaker": { "failures": 1 }
+            }),
+        )
+    };
+    let req = || {
+        let mut req = UpstreamRequest::get("/customers/lookup?email=jane%40example.com");
+        req.headers.push((
+            HeaderName::from_static("x-customer"),
+            HeaderValue::from_static("jane-doe"),
+        ));
+        req
+    };
+    up().call(req()).await.expect("reply"); // registers the callsites (see `capture_logs`)
+
+    let (logs, _guard) = capture_logs();
     tracing::callsite::rebuild_interest_cache();
-    up.call(req).await.expect("reply");
+    up().call(req()).await.expect("reply");
 
     let text = String::from_utf8_lossy(&logs.0.lock().expect("lock")).into_owned();
     assert!(text.contains("upstream attempt"), "{text}");
@@ -1587,21 +1595,28 @@ async fn smtp_invalid_mail_is_refused_before_connecting() {
 
 #[tokio::test]
 async fn smtp_logs_carry_no_mail_content() {
-    let (logs, _guard) = capture_logs();
-
     let server = SmtpServer::start(|i| {
-        if i == 0 {
+        if i % 2 == 0 {
             AfterData::Accept
         } else {
             AfterData::Permanent550
         }
     })
     .await;
-    let mail = mailer(
-        &server.url(),
-        json!({ "auth": { "kind": "basic", "username": "demo-smtp", "password": "smtp-s3cret" } }),
-    );
+    let mail = || {
+        mailer(
+            &server.url(),
+            json!({ "auth": { "kind": "basic", "username": "demo-smtp", "password": "smtp-s3cret" } }),
+        )
+    };
+    // Once to register the callsites (see `capture_logs`), then watched.
+    let warm = mail();
+    warm.send(lead_mail("lead-1")).await.expect("accepted");
+    warm.send(lead_mail("lead-2")).await.expect_err("refused");
+
+    let (logs, _guard) = capture_logs();
     tracing::callsite::rebuild_interest_cache();
+    let mail = mail();
     mail.send(lead_mail("lead-1")).await.expect("accepted");
     mail.send(lead_mail("lead-2")).await.expect_err("refused");
 
