@@ -547,59 +547,6 @@ pub(super) fn legacy_datetime_str(
     });
     let formatted = wall_clock
         .and_then(|dt| dt.to_zoned(zone).ok())
-        .map(|zoned| rfc3339(&zoned));
+        .and_then(|zoned| jiff::fmt::strtime::format("%Y-%m-%dT%H:%M:%S%.f%:z", &zoned).ok());
     Ok(formatted)
-}
-
-/// `%Y-%m-%dT%H:%M:%S%.f%:z` of a zoned time, written digit by digit: jiff's `strtime` reads
-/// the format for every record. A test holds the two equal.
-pub(super) fn rfc3339(zoned: &jiff::Zoned) -> String {
-    fn digits(out: &mut String, n: i64, width: usize) {
-        if n < 0 {
-            out.push('-');
-        }
-        let (mut buf, mut at, mut rest) = ([b'0'; 20], 20, n.unsigned_abs());
-        loop {
-            at -= 1;
-            buf[at] = b'0' + (rest % 10) as u8;
-            rest /= 10;
-            if rest == 0 {
-                break;
-            }
-        }
-        for _ in 20 - at..width {
-            out.push('0');
-        }
-        out.push_str(std::str::from_utf8(&buf[at..]).unwrap_or_default()); // ASCII digits
-    }
-    let dt = zoned.datetime();
-    let mut out = String::with_capacity(32);
-    digits(&mut out, dt.year().into(), 4);
-    out.push('-');
-    digits(&mut out, dt.month().into(), 2);
-    out.push('-');
-    digits(&mut out, dt.day().into(), 2);
-    out.push('T');
-    digits(&mut out, dt.hour().into(), 2);
-    out.push(':');
-    digits(&mut out, dt.minute().into(), 2);
-    out.push(':');
-    digits(&mut out, dt.second().into(), 2);
-    let nanos = dt.subsec_nanosecond();
-    if nanos != 0 {
-        let fraction = format!("{nanos:09}");
-        out.push('.');
-        out.push_str(fraction.trim_end_matches('0'));
-    }
-    let offset = zoned.offset().seconds();
-    out.push(if offset < 0 { '-' } else { '+' });
-    let offset = i64::from(offset.unsigned_abs());
-    digits(&mut out, offset / 3600, 2);
-    out.push(':');
-    digits(&mut out, offset / 60 % 60, 2);
-    if offset % 60 != 0 {
-        out.push(':');
-        digits(&mut out, offset % 60, 2);
-    }
-    out
 }
