@@ -345,34 +345,34 @@ pub struct KeyPath(Box<[bytes::Bytes]>);
 /// A decoded upstream reply. JSON is read into a tape ([`tape`]) and becomes a jq value only
 /// when a program needs all of it ([`Doc::value`]); the records of a list are read off the tape
 /// ([`Doc::records`]). Other formats are decoded to a value at once.
-pub struct Doc {
-    tape: Option<tape::Tape>,
-    value: std::sync::OnceLock<JqValue>,
+pub struct Doc(Reply);
+
+enum Reply {
+    /// Read into a tape; the whole value is built on first use.
+    Lazy(tape::Tape, std::sync::OnceLock<JqValue>),
+    Decoded(JqValue),
 }
 
 impl Doc {
     /// A reply already decoded.
     pub fn from_value(value: JqValue) -> Doc {
-        Doc {
-            tape: None,
-            value: value.into(),
-        }
+        Doc(Reply::Decoded(value))
     }
 
     /// A JSON reply, read lazily; the same errors as [`JqValue::from_json_bytes`].
     pub fn from_json_bytes(body: &bytes::Bytes) -> Result<Doc, serde_json::Error> {
-        Ok(Doc {
-            tape: Some(tape::Tape::parse(body)?),
-            value: std::sync::OnceLock::new(),
-        })
+        Ok(Doc(Reply::Lazy(
+            tape::Tape::parse(body)?,
+            std::sync::OnceLock::new(),
+        )))
     }
 
     /// The whole reply as a jq value (built on first use).
     pub fn value(&self) -> &JqValue {
-        self.value.get_or_init(|| match &self.tape {
-            Some(tape) => JqValue(tape.root().to_val()),
-            None => JqValue::null(), // unreachable: `from_value` sets it
-        })
+        match &self.0 {
+            Reply::Lazy(tape, value) => value.get_or_init(|| JqValue(tape.root().to_val())),
+            Reply::Decoded(value) => value,
+        }
     }
 
     /// The items of the array at `path`, as records for [`Jq::run_one_json_record`]; `None`
@@ -397,7 +397,10 @@ impl Doc {
 
     /// `Some(None)` when a key is missing on the way.
     fn walk(&self, path: &KeyPath) -> Option<Option<tape::At<'_>>> {
-        let mut at = self.tape.as_ref()?.root();
+        let Reply::Lazy(tape, _) = &self.0 else {
+            return None;
+        };
+        let mut at = tape.root();
         let hint = std::sync::atomic::AtomicUsize::new(0);
         for key in &path.0 {
             match at.get(key, &hint)? {
@@ -419,11 +422,6 @@ impl Record<'_> {
     /// The whole record as a value (built on first use).
     fn value(&self) -> &Val {
         self.value.get_or_init(|| self.at.to_val())
-    }
-
-    /// The whole record as a jq value.
-    pub fn to_value(&self) -> JqValue {
-        JqValue(self.value().clone())
     }
 }
 

@@ -64,6 +64,16 @@ enum Text {
     Owned(u32),
 }
 
+impl Text {
+    /// The bytes, in a body and its decoded strings (of a tape, or of one being built).
+    fn in_<'a>(self, body: &'a [u8], owned: &'a [Bytes]) -> &'a [u8] {
+        match self {
+            Text::Span { at, len } => &body[at as usize..(at + len) as usize],
+            Text::Owned(k) => &owned[k as usize],
+        }
+    }
+}
+
 impl Tape {
     /// Reads `body` (a whole JSON text), or gives `serde_json`'s error for it.
     pub(crate) fn parse(body: &Bytes) -> Result<Tape, serde_json::Error> {
@@ -105,10 +115,7 @@ impl Tape {
     }
 
     fn text(&self, t: Text) -> &[u8] {
-        match t {
-            Text::Span { at, len } => &self.body[at as usize..(at + len) as usize],
-            Text::Owned(k) => &self.owned[k as usize],
-        }
+        t.in_(&self.body, &self.owned)
     }
 
     fn text_val(&self, t: Text) -> Val {
@@ -402,10 +409,7 @@ impl<'de> Visitor<'de> for Seed<'_, '_> {
 
 impl Build<'_> {
     fn text_of(&self, t: Text) -> &[u8] {
-        match t {
-            Text::Span { at, len } => &self.body[at as usize..(at + len) as usize],
-            Text::Owned(k) => &self.owned[k as usize],
-        }
+        t.in_(self.body, &self.owned)
     }
 
     /// Whether the key at `key` (of the object at `object`, still being read) is one of the

@@ -152,10 +152,7 @@ impl Loader<'_> {
         code: &str,
         common: &FileCommon,
     ) -> Option<Jq> {
-        let (program, offset) = match &common.jq_defs {
-            Some(defs) => (format!("{defs}\n{code}"), defs.lines().count()),
-            None => (code.to_owned(), 0),
-        };
+        let (program, offset) = with_defs(code, common);
         match self.ctx.cache.jq(&program) {
             Ok(jq) => Some(jq),
             Err(e) if e.line > offset => {
@@ -175,10 +172,7 @@ impl Loader<'_> {
     /// The keys of `code` when it is a path of literal keys (`Jq::key_path`); problems in it
     /// are reported where it is compiled for use.
     pub(super) fn key_path(&self, code: &str, common: &FileCommon) -> Option<KeyPath> {
-        let program = match &common.jq_defs {
-            Some(defs) => format!("{defs}\n{code}"),
-            None => code.to_owned(),
-        };
+        let (program, _) = with_defs(code, common);
         self.ctx.cache.jq(&program).ok()?.key_path().cloned()
     }
 
@@ -208,6 +202,14 @@ impl Loader<'_> {
                 None
             }
         }
+    }
+}
+
+/// `code` after the file's shared `jq_defs`, and how many lines those take.
+fn with_defs(code: &str, common: &FileCommon) -> (String, usize) {
+    match &common.jq_defs {
+        Some(defs) => (format!("{defs}\n{code}"), defs.lines().count()),
+        None => (code.to_owned(), 0),
     }
 }
 

@@ -331,7 +331,6 @@ impl Loader<'_> {
         }
     }
 
-    /// What a search mapping's `supports` costs, said by `check` as notes.
     /// Notes what a list mapping's programs cost per record when they miss the fast paths
     /// (docs/mappings.md, "Cost"): an `item` outside the native subset runs in jaq's
     /// interpreter, and JSON `items` other than a path of keys decodes each reply whole.
@@ -361,6 +360,7 @@ impl Loader<'_> {
         }
     }
 
+    /// What a search mapping's `supports` costs, said by `check` as notes.
     fn check_supports(&mut self, src: &Source, file: &FileSkill, listable_only: bool) {
         let supports = file.request.as_ref().and_then(|r| r.supports.as_ref());
         let paged = file

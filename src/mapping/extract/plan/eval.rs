@@ -85,6 +85,17 @@ pub(super) fn walk_tape<'t>(
     Ok(at)
 }
 
+/// Whether a path part is an index by a literal (`.a`, `.["a"]`, `.[0]`).
+pub(super) fn is_literal((part, _): &(PathPart, Opt)) -> bool {
+    matches!(
+        part,
+        PathPart::Index(Node {
+            kind: Kind::Lit(_),
+            ..
+        })
+    )
+}
+
 /// `v` indexed by the literal keys of `parts` in turn (each hinted).
 pub(super) fn index_literals(
     mut v: Cow<'_, Val>,
@@ -122,16 +133,7 @@ impl Node {
                 // jaq runs `f` first (its error wins), then all index terms (the first error
                 // among them wins), then applies the parts in turn.
                 // Literal keys (`.a.b`, `$tables.t`) cannot fail: no need to compute them first.
-                let literal = |(part, _): &(PathPart, Opt)| {
-                    matches!(
-                        part,
-                        PathPart::Index(Node {
-                            kind: Kind::Lit(_),
-                            ..
-                        })
-                    )
-                };
-                if parts.iter().all(literal) {
+                if parts.iter().all(is_literal) {
                     let v = match &f.kind {
                         Kind::Id => match input.tape() {
                             Some(at) => return keys_on_tape(at, parts, hints),

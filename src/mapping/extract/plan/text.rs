@@ -7,6 +7,7 @@
 //! a string, or any other term, runs as [`Node::eval1`] does. The helpers' text versions are the
 //! functions their value versions call on a string, so the outputs and errors are the same.
 
+use super::eval::is_literal;
 use super::*;
 use crate::mapping::extract::helpers::{
     int_str, legacy_date_str, legacy_datetime_str, lookup_str, miles_str, num_str, parse_dollars,
@@ -121,16 +122,6 @@ fn trim(s: Cow<'_, str>) -> Cow<'_, str> {
         Cow::Owned(o) if o.trim().len() == o.len() => Cow::Owned(o),
         Cow::Owned(o) => Cow::Owned(o.trim().to_owned()),
     }
-}
-
-fn is_literal((part, _): &(PathPart, Opt)) -> bool {
-    matches!(
-        part,
-        PathPart::Index(Node {
-            kind: Kind::Lit(_),
-            ..
-        })
-    )
 }
 
 /// Whether a term's value does not depend on its input: a literal, a variable, or a path of
