@@ -219,42 +219,17 @@ async fn an_error_rule_whose_jq_fails_is_a_mapping_error_not_a_silent_miss() {
     );
 }
 
-#[derive(Clone, Default)]
-struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("lock").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Upstream text in a logged cause (here a SOAP fault reason) is written with its control
 /// characters escaped: in the human log format one event stays one line, and a dealer system
 /// cannot forge log lines or terminal escapes.
 #[tokio::test]
 async fn upstream_text_in_logs_has_its_control_characters_escaped() {
     let _serial = SERIAL.lock().await;
-    let logs = Logs::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer({
-            let logs = logs.clone();
-            move || logs.clone()
-        })
-        .finish();
-    // Single-threaded test runtime: the gateway's tasks log through this subscriber too.
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _capture) = common::logs::capture();
     let setup = start().await;
-    // Another test's thread may have cached the callsites' interest without this subscriber.
-    tracing::callsite::rebuild_interest_cache();
     let reply = lookup(&setup.gw, "soap", "FORGE").await;
     assert_eq!(outcome(&reply), ("INTERNAL_ERROR".to_owned(), true));
-    let text = String::from_utf8_lossy(&logs.0.lock().expect("lock")).into_owned();
+    let text = logs.text();
     let line = text
         .lines()
         .find(|l| l.contains("request failed inside the gateway"))

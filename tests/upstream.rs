@@ -31,6 +31,10 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
+#[allow(unreachable_pub)]
+#[path = "common/logs.rs"]
+mod logs;
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
@@ -1002,82 +1006,24 @@ async fn build_reports_problems_with_pointers() {
 // ---------------------------------------------------------------------------------------------
 // Logging
 
-#[derive(Clone, Default)]
-struct LogBuffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for LogBuffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("lock").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Captures this thread's events at debug level (the test runtime is single-threaded, so the
-/// servers' tasks log through it too).
-///
-/// Tests in this file run in parallel, and tracing caches each callsite's interest for all
-/// threads: a callsite another thread registers for the first time while this subscriber is
-/// being installed can keep "never" (seen in CI: the `upstream attempt` line missing). The
-/// tests therefore make the calls they watch once before capturing (so that every callsite on
-/// that path is registered already), then rebuild the interest cache and make them again. That
-/// still lost the DEBUG line once while WARN lines came through: the global level hint another
-/// thread's rebuild sets can be below DEBUG for a moment, so the test that needs a DEBUG line
-/// looks for it in a few attempts (checking every attempt for leaks).
-fn capture_logs() -> (LogBuffer, tracing::subscriber::DefaultGuard) {
-    let logs = LogBuffer::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer({
-            let logs = logs.clone();
-            move || logs.clone()
-        })
-        .finish();
-    let guard = tracing::subscriber::set_default(subscriber);
-    (logs, guard)
-}
-
 #[tokio::test]
 async fn logs_carry_neither_queries_nor_secrets() {
     let server = TestServer::start(|_| async { reply(500, "ORA-00060 secret-body") }).await;
-    let up = || {
-        upstream(
-            &server.url(),
-            json!({
-                "auth": { "kind": "api_key", "header": "X-Api-Key", "value": "key-s3cr3t" },
-                "circuit_breaker": { "failures": 1 }
-            }),
-        )
-    };
-    let req = || {
-        let mut req = UpstreamRequest::get("/customers/lookup?email=jane%40example.com");
-        req.headers.push((
-            HeaderName::from_static("x-customer"),
-            HeaderValue::from_static("jane-doe"),
-        ));
-        req
-    };
-    up().call(req()).await.expect("reply"); // registers the callsites (see `capture_logs`)
-
-    // Every attempt's log is checked for secrets; a DEBUG line lost to another test's thread
-    // resetting tracing's global level (see `capture_logs`) is looked for again, a few times.
-    let mut text = String::new();
-    for _ in 0..5 {
-        let (logs, _guard) = capture_logs();
-        tracing::callsite::rebuild_interest_cache();
-        up().call(req()).await.expect("reply");
-        text = String::from_utf8_lossy(&logs.0.lock().expect("lock")).into_owned();
-        for secret in ["jane", "example.com", "key-s3cr3t", "secret-body"] {
-            assert!(!text.contains(secret), "{secret} leaked: {text}");
-        }
-        if text.contains("upstream attempt") {
-            break;
-        }
-    }
+    let up = upstream(
+        &server.url(),
+        json!({
+            "auth": { "kind": "api_key", "header": "X-Api-Key", "value": "key-s3cr3t" },
+            "circuit_breaker": { "failures": 1 }
+        }),
+    );
+    let mut req = UpstreamRequest::get("/customers/lookup?email=jane%40example.com");
+    req.headers.push((
+        HeaderName::from_static("x-customer"),
+        HeaderValue::from_static("jane-doe"),
+    ));
+    let (logs, _capture) = logs::capture();
+    up.call(req).await.expect("reply");
+    let text = logs.text();
     assert!(text.contains("upstream attempt"), "{text}");
     assert!(text.contains("/customers/lookup"), "{text}");
     assert!(text.contains("status=500"), "{text}");
@@ -1615,24 +1561,15 @@ async fn smtp_logs_carry_no_mail_content() {
         }
     })
     .await;
-    let mail = || {
-        mailer(
-            &server.url(),
-            json!({ "auth": { "kind": "basic", "username": "demo-smtp", "password": "smtp-s3cret" } }),
-        )
-    };
-    // Once to register the callsites (see `capture_logs`), then watched.
-    let warm = mail();
-    warm.send(lead_mail("lead-1")).await.expect("accepted");
-    warm.send(lead_mail("lead-2")).await.expect_err("refused");
-
-    let (logs, _guard) = capture_logs();
-    tracing::callsite::rebuild_interest_cache();
-    let mail = mail();
+    let mail = mailer(
+        &server.url(),
+        json!({ "auth": { "kind": "basic", "username": "demo-smtp", "password": "smtp-s3cret" } }),
+    );
+    let (logs, _capture) = logs::capture();
     mail.send(lead_mail("lead-1")).await.expect("accepted");
     mail.send(lead_mail("lead-2")).await.expect_err("refused");
 
-    let text = String::from_utf8_lossy(&logs.0.lock().expect("lock")).into_owned();
+    let text = logs.text();
     assert!(text.contains("mail sent"), "{text}");
     assert!(text.contains("crm_mail"), "{text}");
     assert!(text.contains("550 5.7.1"), "{text}");

@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod http_server;
+pub mod logs;
 pub mod parity;
 pub mod process;
 pub mod redis;
