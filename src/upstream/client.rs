@@ -78,8 +78,8 @@ pub struct Upstream {
 #[derive(Debug)]
 struct Inner {
     name: String,
-    /// The base URL without a trailing `/`; a call's path is appended.
-    prefix: String,
+    /// The base URL's path without a trailing `/`; a call's path is appended.
+    path_prefix: String,
     base_url: Url,
     settings: UpstreamSettings,
     client: reqwest::Client,
@@ -133,7 +133,7 @@ impl Upstream {
         Ok(Upstream {
             inner: Arc::new(Inner {
                 name: name.to_owned(),
-                prefix: base_url.as_str().trim_end_matches('/').to_owned(),
+                path_prefix: base_url.path().trim_end_matches('/').to_owned(),
                 base_url,
                 slots: Semaphore::new(settings.max_concurrency),
                 breaker: Breaker::new(name, settings.breaker_failures, settings.breaker_cool_down),
@@ -566,11 +566,9 @@ impl Upstream {
     /// one starting with `?` addresses the base URL itself.
     fn url(&self, path_and_query: &str) -> Result<Url, UpstreamError> {
         let invalid = |why: &str| UpstreamError::InvalidRequest(format!("request path {why}"));
-        let base = match path_and_query.bytes().next() {
-            Some(b'/') => self.inner.prefix.as_str(),
-            None | Some(b'?') => self.inner.base_url.as_str(),
-            Some(_) => return Err(invalid("must start with `/` or `?`, or be empty")),
-        };
+        if !matches!(path_and_query.bytes().next(), None | Some(b'/' | b'?')) {
+            return Err(invalid("must start with `/` or `?`, or be empty"));
+        }
         if path_and_query
             .bytes()
             .any(|b| b.is_ascii_control() || b == b' ' || b == b'#' || !b.is_ascii())
@@ -579,15 +577,20 @@ impl Upstream {
                 "must be percent-encoded (no spaces, control characters, `#` or non-ASCII)",
             ));
         }
-        let url = Url::parse(&format!("{base}{path_and_query}"))
-            .map_err(|_| invalid("does not form a valid URL"))?;
-        let base = &self.inner.base_url;
-        if url.scheme() != base.scheme()
-            || url.host_str() != base.host_str()
-            || url.port_or_known_default() != base.port_or_known_default()
-        {
-            return Err(invalid("leaves the upstream's origin"));
+        let (path, query) = match path_and_query.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (path_and_query, None),
+        };
+        // The base URL's scheme, host and port as parsed at load (parsing them again per call
+        // cost more than the rest of the URL); only the path and query are the call's.
+        let mut url = self.inner.base_url.clone();
+        if !path.is_empty() {
+            let mut full = String::with_capacity(self.inner.path_prefix.len() + path.len());
+            full.push_str(&self.inner.path_prefix);
+            full.push_str(path);
+            url.set_path(&full);
         }
+        url.set_query(query);
         Ok(url)
     }
 
@@ -725,5 +728,62 @@ mod tests {
         );
         Upstream::from_settings_sharing("crm", settings(b), &clients).expect("builds");
         assert_eq!(clients.len(), 2, "other pool settings, another client");
+    }
+
+    /// A call's URL is the base URL's text with the call's path and query appended, parsed:
+    /// built from the parsed base instead, it must come out the same for every kind of path.
+    #[test]
+    fn call_urls_are_the_base_url_with_the_path_and_query_appended() {
+        let paths = [
+            "",
+            "?",
+            "?make=Honda&model=CR-V",
+            "/",
+            "/api/vehicles",
+            "/api/vehicles/",
+            "/api/vehicles?make=Honda%2CToyota&minYear=&type=new,used",
+            "/a/../b/./c?x=1?y=2",
+            "/..//evil.example/x",
+            "//evil.example/x?y",
+            "/@evil.example/x",
+            "/a\\b?q=%zz&r='s'",
+            "/%41%2f?%41=%2F",
+            "/a;b,c=d/e:f?g=h;i",
+        ];
+        for base in [
+            "http://127.0.0.1:8080",
+            "http://127.0.0.1:8080/",
+            "https://dms.example/api/v2",
+            "https://dms.example/api/v2/",
+            "http://[::1]:9000/x%20y/",
+        ] {
+            let up = Upstream::build(
+                "dms",
+                serde_json::from_value(json!({ "base_url": base })).expect("entry"),
+            )
+            .expect("upstream");
+            let text = Url::parse(base)
+                .expect("base")
+                .as_str()
+                .trim_end_matches('/')
+                .to_owned();
+            for path in paths {
+                let old = match path.bytes().next() {
+                    Some(b'/') => format!("{text}{path}"),
+                    _ => format!("{}{path}", up.base_url().as_str()),
+                };
+                let want = Url::parse(&old).expect("parses");
+                let got = up.url(path).expect("a URL");
+                assert_eq!(got.as_str(), want.as_str(), "{base} + {path}");
+            }
+        }
+        let up = Upstream::build(
+            "dms",
+            serde_json::from_value(json!({ "base_url": "http://127.0.0.1:1" })).expect("entry"),
+        )
+        .expect("upstream");
+        for bad in ["api", "/a b", "/a#b", "/a\u{7f}", "/ä"] {
+            assert!(up.url(bad).is_err(), "{bad:?}");
+        }
     }
 }

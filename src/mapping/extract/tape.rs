@@ -14,15 +14,18 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
+use bytestring::ByteString;
 use jaq_json::{Map, Num, Rc, Val};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 /// A JSON text as a flat sequence of nodes; containers are followed by their contents.
 pub(crate) struct Tape {
-    body: Bytes,
+    /// The body, checked to be UTF-8 once: a string on the tape is a slice of it, not checked
+    /// again each time it is read.
+    body: ByteString,
     nodes: Vec<Node>,
     /// Strings with escapes, decoded.
-    owned: Vec<Bytes>,
+    owned: Vec<ByteString>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -66,10 +69,19 @@ enum Text {
 
 impl Text {
     /// The bytes, in a body and its decoded strings (of a tape, or of one being built).
-    fn in_<'a>(self, body: &'a [u8], owned: &'a [Bytes]) -> &'a [u8] {
+    fn in_<'a>(self, body: &'a [u8], owned: &'a [ByteString]) -> &'a [u8] {
         match self {
             Text::Span { at, len } => &body[at as usize..(at + len) as usize],
-            Text::Owned(k) => &owned[k as usize],
+            Text::Owned(k) => owned[k as usize].as_bytes(),
+        }
+    }
+
+    /// The text, in a body and its decoded strings; `None` only off a character boundary,
+    /// which a span the reader recorded never is.
+    fn str_in<'a>(self, body: &'a str, owned: &'a [ByteString]) -> Option<&'a str> {
+        match self {
+            Text::Span { at, len } => body.get(at as usize..(at + len) as usize),
+            Text::Owned(k) => Some(&owned[k as usize]),
         }
     }
 }
@@ -87,23 +99,26 @@ impl Tape {
             owned: Vec::new(),
             key_of: None,
         };
-        // A body that is UTF-8 throughout (nearly every one) is checked once here, so that the
-        // reader does not check each string again; any other is read as bytes, which gives
-        // `serde_json::from_slice`'s error for it.
-        match std::str::from_utf8(body) {
+        // A body that is UTF-8 throughout (nearly every one) is checked once here, so that
+        // neither the reader nor the tape's readers check a string again. Any other is read as
+        // bytes, which gives `serde_json::from_slice`'s error for it: JSON outside strings is
+        // ASCII and the reader checks every string, so such a body never reads.
+        let text = match ByteString::try_from(body.clone()) {
             Ok(text) => {
-                let mut de = serde_json::Deserializer::from_str(text);
+                let mut de = serde_json::Deserializer::from_str(&text);
                 Seed(&mut build).deserialize(&mut de)?;
                 de.end()?; // trailing characters are an error, as in `from_slice`
+                text
             }
             Err(_) => {
                 let mut de = serde_json::Deserializer::from_slice(body);
                 Seed(&mut build).deserialize(&mut de)?;
                 de.end()?;
+                return Err(serde::de::Error::custom("invalid UTF-8"));
             }
-        }
+        };
         Ok(Tape {
-            body: body.clone(),
+            body: text,
             nodes: build.nodes,
             owned: build.owned,
         })
@@ -115,13 +130,13 @@ impl Tape {
     }
 
     fn text(&self, t: Text) -> &[u8] {
-        t.in_(&self.body, &self.owned)
+        t.in_(self.body.as_bytes(), &self.owned)
     }
 
     fn text_val(&self, t: Text) -> Val {
         Val::utf8_str(match t {
-            Text::Span { at, len } => self.body.slice(at as usize..(at + len) as usize),
-            Text::Owned(k) => self.owned[k as usize].clone(),
+            Text::Span { at, len } => self.body.as_bytes().slice(at as usize..(at + len) as usize),
+            Text::Owned(k) => self.owned[k as usize].as_bytes().clone(),
         })
     }
 }
@@ -159,8 +174,7 @@ impl<'t> At<'t> {
             Node::Owned(k) => Text::Owned(k),
             _ => return None,
         };
-        // Always UTF-8: the reader checked it (once for the body, or per string).
-        std::str::from_utf8(self.tape.text(text)).ok()
+        text.str_in(&self.tape.body, &self.tape.owned)
     }
 
     /// The items of an array; `None` for anything else.
@@ -253,7 +267,7 @@ impl<'t> At<'t> {
 struct Build<'b> {
     body: &'b Bytes,
     nodes: Vec<Node>,
-    owned: Vec<Bytes>,
+    owned: Vec<ByteString>,
     /// Set while the next string read is the key of the object at this index.
     key_of: Option<u32>,
 }
@@ -275,11 +289,11 @@ impl Build<'_> {
                 len: s.len() as u32,
             }
         } else {
-            self.owned(Bytes::copy_from_slice(s.as_bytes()))
+            self.owned(ByteString::from(s))
         }
     }
 
-    fn owned(&mut self, b: Bytes) -> Text {
+    fn owned(&mut self, b: ByteString) -> Text {
         self.owned.push(b);
         Text::Owned(self.owned.len() as u32 - 1)
     }
@@ -345,7 +359,7 @@ impl<'de> Visitor<'de> for Seed<'_, '_> {
     }
 
     fn visit_string<E>(self, v: String) -> Result<(), E> {
-        let text = self.0.owned(Bytes::from(v.into_bytes()));
+        let text = self.0.owned(ByteString::from(v));
         self.0.string(text);
         Ok(())
     }

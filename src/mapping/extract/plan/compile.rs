@@ -64,6 +64,7 @@ pub(super) fn record_shape(root: &Node) -> Option<Record> {
     Some(Record {
         template,
         compact: !matches!(root.kind, Kind::Obj(_)),
+        masked: Default::default(),
     })
 }
 

@@ -25,6 +25,7 @@
 
 use std::borrow::Cow;
 use std::ops::ControlFlow;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use jaq_core::load::{lex, parse};
@@ -68,6 +69,51 @@ struct Record {
     /// and hashes (no hashing of each key for each record).
     template: serde_json::Map<String, serde_json::Value>,
     compact: bool,
+    /// The objects without the fields `compact` drops, by which fields they drop (one bit
+    /// each): the first [`MASKS`] sets of blank fields met, made once. Records of one upstream
+    /// mostly lack the same fields; removing them from a full copy instead rebuilt the map's
+    /// hash table per record. Filled without a lock; past [`MASKS`], copies are cut down.
+    masked: [OnceLock<(u64, serde_json::Map<String, serde_json::Value>)>; MASKS],
+}
+
+/// How many sets of blank fields a [`Record`] keeps a template for.
+const MASKS: usize = 8;
+
+impl Record {
+    /// An object with the keys of the fields not in `blank`, in order, `null` values.
+    fn template(&self, blank: u64) -> serde_json::Map<String, serde_json::Value> {
+        if blank == 0 {
+            return self.template.clone();
+        }
+        for slot in &self.masked {
+            match slot.get() {
+                Some((mask, map)) if *mask == blank => return map.clone(),
+                Some(_) => continue,
+                None => {
+                    let map = without(&self.template, blank);
+                    // Another thread may fill the slot first; either template is right here.
+                    let _ = slot.set((blank, map.clone()));
+                    return map;
+                }
+            }
+        }
+        without(&self.template, blank)
+    }
+}
+
+/// `map` without the entries whose bits are set in `blank`.
+fn without(
+    map: &serde_json::Map<String, serde_json::Value>,
+    blank: u64,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut map = map.clone();
+    let mut i = 0;
+    map.retain(|_, _| {
+        let keep = blank & (1 << i) == 0;
+        i += 1;
+        keep
+    });
+    map
 }
 
 /// Variable slots: the globals first (in [`GLOBAL_VARS`] order), then one slot per binding
@@ -101,12 +147,12 @@ impl Plan {
     ) -> Option<Result<serde_json::Map<String, serde_json::Value>, Error>> {
         let record = self.record.as_ref()?;
         let entries = record_entries(&self.root)?;
-        let mut map = record.template.clone();
+        let mut values = Vec::with_capacity(entries.len());
         // Which fields `compact` drops (blank ones), one bit each (`record_shape` keeps
         // records to 64 fields).
         let mut blank = 0u64;
-        for (i, ((_, value), slot)) in entries.iter().zip(map.values_mut()).enumerate() {
-            *slot = match value.eval_text(input, env) {
+        for (i, (_, value)) in entries.iter().enumerate() {
+            let value = match value.eval_text(input, env) {
                 // Text is what `is_blank`, `compact` and `val_to_json` make of a string.
                 Ok(text::Out::Str(s)) if record.compact && s.is_empty() => {
                     blank |= 1 << i;
@@ -125,14 +171,11 @@ impl Plan {
                 Ok(text::Out::Val(v)) => super::val_to_json(&v),
                 Err(e) => return Some(Err(e)),
             };
+            values.push(value);
         }
-        if blank != 0 {
-            let mut i = 0;
-            map.retain(|_, _| {
-                let keep = blank & (1 << i) == 0;
-                i += 1;
-                keep
-            });
+        let mut map = record.template(blank);
+        for (slot, value) in map.values_mut().zip(values) {
+            *slot = value;
         }
         Some(Ok(map))
     }
