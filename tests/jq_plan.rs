@@ -636,6 +636,14 @@ fn property_programs() -> Vec<String> {
         "flatten?".into(),
         "-(.a) // 0".into(),
         ".a as $x | .b as $y | {($x | tostring): $y}".into(),
+        // Lists of texts: read off a tape as an array of strings, or cut by `split_list`.
+        "{f: (.a | split_list(\"|\")), g: (.b | split_list(\", \")), h: .Photos, \
+         i: (.a | lower | split_list(\",\"))} | compact"
+            .into(),
+        "{f: .Photos, g: (.x | split_list(\"|\")), h: (.Photos | length)}".into(),
+        ".a | split_list(\"\")".into(),
+        ".a | split_list(1)".into(),
+        ".Photos | split_list(\"|\")".into(),
     ];
     programs.retain(|p| Jq::compile_interpreted(p).is_ok());
     programs

@@ -159,6 +159,17 @@ impl Plan {
                     continue;
                 }
                 Ok(text::Out::Str(s)) => serde_json::Value::String(s.into_owned()),
+                // An array of texts: `compact` keeps its items and drops it when empty.
+                Ok(text::Out::List(items)) if record.compact && items.is_empty() => {
+                    blank |= 1 << i;
+                    continue;
+                }
+                Ok(text::Out::List(items)) => serde_json::Value::Array(
+                    items
+                        .into_iter()
+                        .map(|s| serde_json::Value::String(s.into_owned()))
+                        .collect(),
+                ),
                 // `compact` compacts a field's value and then drops it when blank; compacting
                 // never makes a value blank, so the check can come first.
                 Ok(text::Out::Val(v)) if record.compact => {

@@ -14,10 +14,11 @@ use crate::mapping::extract::helpers::{
     title,
 };
 
-/// A value on its way through a pipeline: text (borrowed from the input while unchanged), or
-/// any value.
+/// A value on its way through a pipeline: text (borrowed from the input while unchanged), an
+/// array of texts (a list on the tape, or `split_list`'s pieces), or any value.
 pub(super) enum Out<'i> {
     Str(Cow<'i, str>),
+    List(Vec<Cow<'i, str>>),
     Val(Val),
 }
 
@@ -25,9 +26,20 @@ impl Out<'_> {
     fn into_val(self) -> Val {
         match self {
             Out::Str(s) => Val::from(s.into_owned()),
+            Out::List(items) => items
+                .into_iter()
+                .map(|s| Val::from(s.into_owned()))
+                .collect(),
             Out::Val(v) => v,
         }
     }
+}
+
+/// The texts of an array on a tape whose items are all strings.
+fn texts(at: At<'_>) -> Option<Vec<Cow<'_, str>>> {
+    at.items()?
+        .map(|item| item.as_str().map(Cow::Borrowed))
+        .collect()
 }
 
 impl Node {
@@ -46,9 +58,10 @@ impl Node {
                     return self.eval1(input, env).map(Out::Val);
                 };
                 match eval::walk_tape(at, parts, hints) {
-                    Ok(at) => Ok(match at.as_str() {
-                        Some(s) => Out::Str(Cow::Borrowed(s)),
-                        None => Out::Val(at.to_val()),
+                    Ok(at) => Ok(match (at.as_str(), texts(at)) {
+                        (Some(s), _) => Out::Str(Cow::Borrowed(s)),
+                        (None, Some(items)) => Out::List(items),
+                        (None, None) => Out::Val(at.to_val()),
                     }),
                     Err(found) => found.map(Out::Val),
                 }
@@ -65,7 +78,7 @@ impl Node {
     fn apply_text<'i>(&self, x: Out<'i>, env: &mut Env) -> Result<Out<'i>, Error> {
         let s = match x {
             Out::Str(s) => s,
-            Out::Val(v) => return self.eval1_owned(v, env).map(Out::Val),
+            other => return self.eval1_owned(other.into_val(), env).map(Out::Val),
         };
         match &self.kind {
             Kind::Call(fun, args) if args.iter().all(reads_no_input) => {
@@ -105,8 +118,40 @@ impl Fun {
             Fun::LegacyDate => text_or_null(legacy_date_str(&s)),
             Fun::LegacyDatetime => text_or_null(legacy_datetime_str(Some(&s), given)?),
             Fun::Lookup => Out::Val(lookup_str(&s, given)?),
-            other => Out::Val(other.call(Val::from(s.into_owned()), arg)?),
+            // The pieces as `split_list` cuts and cleans them; any other separator gets its
+            // error there.
+            Fun::SplitList => match given {
+                Val::TStr(sep) if !sep.is_empty() => match std::str::from_utf8(sep) {
+                    Ok(sep) => Out::List(split_text(s, sep)),
+                    Err(_) => Out::Val(other_call(self, s, arg)?),
+                },
+                _ => Out::Val(other_call(self, s, arg)?),
+            },
+            other => Out::Val(other_call(other, s, arg)?),
         })
+    }
+}
+
+fn other_call(fun: Fun, s: Cow<'_, str>, arg: Option<Val>) -> Result<Val, Error> {
+    fun.call(Val::from(s.into_owned()), arg)
+}
+
+/// `split_list`'s pieces of a string: cut at each `sep`, trimmed, blank ones dropped.
+fn split_text<'i>(s: Cow<'i, str>, sep: &str) -> Vec<Cow<'i, str>> {
+    fn keep(p: &str) -> Option<&str> {
+        Some(p.trim()).filter(|p| !p.is_empty())
+    }
+    let mut one = sep.chars();
+    match s {
+        Cow::Borrowed(s) => match (one.next(), one.next()) {
+            (Some(c), None) => s.split(c).filter_map(keep).map(Cow::Borrowed).collect(),
+            _ => s.split(sep).filter_map(keep).map(Cow::Borrowed).collect(),
+        },
+        Cow::Owned(s) => s
+            .split(sep)
+            .filter_map(keep)
+            .map(|p| Cow::Owned(p.to_owned()))
+            .collect(),
     }
 }
 
