@@ -269,6 +269,22 @@ fn bench(c: &mut Criterion) {
     group.bench_function("extract_20_vehicle_page", |b| {
         b.iter(|| extract_page(&mapped, black_box(&request), black_box(&body)))
     });
+    // What a page costs after extraction, on its way out: the response schema check and the
+    // JSON text of the reply (the binding writes the same `Value` inside its envelope).
+    let reply = aap_gateway::protocol::Reply::new(Skill::InventorySearch, by_hand.clone(), None);
+    let schemas = Schemas::load().expect("schemas");
+    assert!(
+        schemas
+            .check_response(Skill::InventorySearch, &reply.payload)
+            .is_empty(),
+        "the page must pass the response schema"
+    );
+    group.bench_function("check_20_vehicle_reply", |b| {
+        b.iter(|| schemas.check_response(Skill::InventorySearch, black_box(&reply.payload)))
+    });
+    group.bench_function("serialize_20_vehicle_reply", |b| {
+        b.iter(|| serde_json::to_vec(black_box(&*reply.payload)).expect("JSON"))
+    });
     group.bench_function("extract_20_vehicle_page_eager", |b| {
         b.iter(|| extract_page_eager(&mapped, black_box(&request), black_box(&body)))
     });
