@@ -275,6 +275,13 @@ pub(super) fn clamp_units(units: u128) -> u64 {
         .clamp(1, MAX_UNITS)
 }
 
+/// The tests' log capture: one global subscriber per test binary, lines routed to the
+/// capturing thread (shared with the integration tests).
+#[cfg(test)]
+#[allow(unreachable_pub, dead_code)]
+#[path = "../../tests/common/logs.rs"]
+mod test_logs;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,26 +370,8 @@ mod tests {
         assert!(started.elapsed() < T * 4, "{:?}", started.elapsed());
     }
 
-    /// A buffer the test's log lines go to.
-    #[derive(Clone, Default)]
-    struct Logs(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Logs {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Logs {
-        fn count(&self, needle: &str) -> usize {
-            String::from_utf8_lossy(&self.0.lock().unwrap())
-                .matches(needle)
-                .count()
-        }
+    fn count(text: &str, needle: &str) -> usize {
+        text.matches(needle).count()
     }
 
     #[test]
@@ -395,46 +384,33 @@ mod tests {
         let backend = RedisBackend::new(&format!("redis://127.0.0.1:{port}"), T, "p:").unwrap();
         let metrics = Metrics::new();
         backend.watch("rate_limit", "local limits", &metrics);
-        let logs = Logs::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer({
-                let logs = logs.clone();
-                move || logs.clone()
-            })
-            .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .finish();
+        let (logs, _capture) = super::test_logs::capture();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        tracing::subscriber::with_default(subscriber, || {
-            // Another test's thread may have cached these callsites' interest without this
-            // subscriber (tests run in parallel): ask every live subscriber again.
-            tracing::callsite::rebuild_interest_cache();
-            runtime.block_on(async {
-                for _ in 0..3 {
-                    backend.ping().await.unwrap_err();
-                }
-            });
-            let scrape = metrics.encode();
-            assert!(
-                scrape.contains("aap_gateway_redis_fallbacks_total{store=\"rate_limit\"} 3"),
-                "{scrape}"
-            );
-            assert!(
-                scrape.contains("aap_gateway_redis_degraded{store=\"rate_limit\"} 1"),
-                "{scrape}"
-            );
-            assert_eq!(logs.count("falling back"), 1);
-            assert_eq!(logs.count("local limits"), 1);
-            // Redis answers again (as a successful call notes it).
-            tracing::callsite::rebuild_interest_cache();
-            backend.note(None);
-            backend.note(None);
+        runtime.block_on(async {
+            for _ in 0..3 {
+                backend.ping().await.unwrap_err();
+            }
         });
-        assert_eq!(logs.count("redis answers again"), 1);
-        assert_eq!(logs.count("WARN"), 1);
+        let scrape = metrics.encode();
+        assert!(
+            scrape.contains("aap_gateway_redis_fallbacks_total{store=\"rate_limit\"} 3"),
+            "{scrape}"
+        );
+        assert!(
+            scrape.contains("aap_gateway_redis_degraded{store=\"rate_limit\"} 1"),
+            "{scrape}"
+        );
+        assert_eq!(count(&logs.text(), "falling back"), 1);
+        assert_eq!(count(&logs.text(), "local limits"), 1);
+        // Redis answers again (as a successful call notes it).
+        backend.note(None);
+        backend.note(None);
+        let text = logs.text();
+        assert_eq!(count(&text, "redis answers again"), 1, "{text}");
+        assert_eq!(count(&text, " WARN "), 1, "{text}");
         let scrape = metrics.encode();
         assert!(
             scrape.contains("aap_gateway_redis_degraded{store=\"rate_limit\"} 0"),
