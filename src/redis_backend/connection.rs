@@ -410,7 +410,7 @@ mod tests {
         backend.note(None);
         let text = logs.text();
         assert_eq!(count(&text, "redis answers again"), 1, "{text}");
-        assert_eq!(count(&text, " WARN "), 1, "{text}");
+        assert_eq!(count(&text, "WARN"), 1, "{text}");
         let scrape = metrics.encode();
         assert!(
             scrape.contains("aap_gateway_redis_degraded{store=\"rate_limit\"} 0"),

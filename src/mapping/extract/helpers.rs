@@ -352,15 +352,14 @@ pub(super) fn split_list(v: Val, sep: Val) -> jaq_core::ValR<Val> {
             let (Val::TStr(text) | Val::BStr(text)) = &v else {
                 unreachable!("matched a string")
             };
-            // The pieces are slices of the string (`clean` below keeps them, trimmed).
-            let piece = |p: &str| Val::utf8_str(text.slice_ref(p.as_bytes()));
-            let mut one = sep.chars();
-            match (std::str::from_utf8(text), one.next(), one.next()) {
-                // A one-character separator (nearly always) is searched for as a `char`.
-                (Ok(s), Some(c), None) => s.split(c).map(piece).collect(),
-                (Ok(s), _, _) => s.split(sep).map(piece).collect(),
-                (Err(_), _, _) => Vec::new(),
+            // The pieces are slices of the string.
+            let mut items = Vec::new();
+            if let Ok(s) = std::str::from_utf8(text) {
+                split_pieces(s, sep, |p| {
+                    items.push(Val::utf8_str(text.slice_ref(p.as_bytes())));
+                });
             }
+            items
         }
         _ => vec![v.clone()],
     };
@@ -375,6 +374,23 @@ pub(super) fn split_list(v: Val, sep: Val) -> jaq_core::ValR<Val> {
         _ => (!matches!(item, Val::Null)).then_some(item),
     };
     Ok(items.into_iter().filter_map(clean).collect())
+}
+
+/// `split_list`'s pieces of a string, in order: cut at each `sep` (a one-character one, nearly
+/// always, searched for as a `char`), trimmed, blank ones dropped. The value version and the
+/// plans' text version both cut here.
+pub(super) fn split_pieces<'s>(s: &'s str, sep: &str, mut piece: impl FnMut(&'s str)) {
+    let mut keep = |p: &'s str| {
+        let p = p.trim();
+        if !p.is_empty() {
+            piece(p);
+        }
+    };
+    let mut one = sep.chars();
+    match (one.next(), one.next()) {
+        (Some(c), None) => s.split(c).for_each(&mut keep),
+        _ => s.split(sep).for_each(keep),
+    }
 }
 
 pub(super) fn map_str(v: Val, f: impl FnOnce(&str) -> String) -> Val {

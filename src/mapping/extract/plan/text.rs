@@ -10,8 +10,8 @@
 use super::eval::is_literal;
 use super::*;
 use crate::mapping::extract::helpers::{
-    int_str, legacy_date_str, legacy_datetime_str, lookup_str, miles_str, num_str, parse_dollars,
-    title,
+    as_str, int_str, legacy_date_str, legacy_datetime_str, lookup_str, miles_str, num_str,
+    parse_dollars, split_pieces, title,
 };
 
 /// A value on its way through a pipeline: text (borrowed from the input while unchanged), an
@@ -58,10 +58,9 @@ impl Node {
                     return self.eval1(input, env).map(Out::Val);
                 };
                 match eval::walk_tape(at, parts, hints) {
-                    Ok(at) => Ok(match (at.as_str(), texts(at)) {
-                        (Some(s), _) => Out::Str(Cow::Borrowed(s)),
-                        (None, Some(items)) => Out::List(items),
-                        (None, None) => Out::Val(at.to_val()),
+                    Ok(at) => Ok(match at.as_str() {
+                        Some(s) => Out::Str(Cow::Borrowed(s)),
+                        None => texts(at).map_or_else(|| Out::Val(at.to_val()), Out::List),
                     }),
                     Err(found) => found.map(Out::Val),
                 }
@@ -120,12 +119,9 @@ impl Fun {
             Fun::Lookup => Out::Val(lookup_str(&s, given)?),
             // The pieces as `split_list` cuts and cleans them; any other separator gets its
             // error there.
-            Fun::SplitList => match given {
-                Val::TStr(sep) if !sep.is_empty() => match std::str::from_utf8(sep) {
-                    Ok(sep) => Out::List(split_text(s, sep)),
-                    Err(_) => Out::Val(other_call(self, s, arg)?),
-                },
-                _ => Out::Val(other_call(self, s, arg)?),
+            Fun::SplitList => match as_str(given).filter(|sep| !sep.is_empty()) {
+                Some(sep) => Out::List(split_text(&s, sep)),
+                None => Out::Val(other_call(self, s, arg)?),
             },
             other => Out::Val(other_call(other, s, arg)?),
         })
@@ -136,23 +132,14 @@ fn other_call(fun: Fun, s: Cow<'_, str>, arg: Option<Val>) -> Result<Val, Error>
     fun.call(Val::from(s.into_owned()), arg)
 }
 
-/// `split_list`'s pieces of a string: cut at each `sep`, trimmed, blank ones dropped.
-fn split_text<'i>(s: Cow<'i, str>, sep: &str) -> Vec<Cow<'i, str>> {
-    fn keep(p: &str) -> Option<&str> {
-        Some(p.trim()).filter(|p| !p.is_empty())
-    }
-    let mut one = sep.chars();
+/// `split_list`'s pieces of a text ([`split_pieces`]), borrowed from the input while it is.
+fn split_text<'i>(s: &Cow<'i, str>, sep: &str) -> Vec<Cow<'i, str>> {
+    let mut items = Vec::new();
     match s {
-        Cow::Borrowed(s) => match (one.next(), one.next()) {
-            (Some(c), None) => s.split(c).filter_map(keep).map(Cow::Borrowed).collect(),
-            _ => s.split(sep).filter_map(keep).map(Cow::Borrowed).collect(),
-        },
-        Cow::Owned(s) => s
-            .split(sep)
-            .filter_map(keep)
-            .map(|p| Cow::Owned(p.to_owned()))
-            .collect(),
+        Cow::Borrowed(s) => split_pieces(s, sep, |p| items.push(Cow::Borrowed(p))),
+        Cow::Owned(s) => split_pieces(s, sep, |p| items.push(Cow::Owned(p.to_owned()))),
     }
+    items
 }
 
 fn text_or_null<'i>(s: Option<String>) -> Out<'i> {
