@@ -212,6 +212,75 @@ fn every_timestamp_jiff_reads_passes_the_offset_precheck() {
     assert!(!may_have_offset("11/30/2026 2:05 PM"));
 }
 
+/// The hand-written `legacy_datetime` output is `strtime`'s, over zones with odd offsets
+/// (half hours, quarter hours, historic offsets with seconds), DST edges, every fraction width
+/// and the years a legacy text can spell.
+#[test]
+fn local_rfc3339_writes_what_strtime_writes() {
+    let zones = [
+        "America/Los_Angeles",
+        "America/New_York",
+        "Asia/Kolkata",
+        "Asia/Kathmandu",
+        "Australia/Lord_Howe",
+        "America/St_Johns",
+        "Pacific/Chatham",
+        "Africa/Monrovia",
+        "Europe/Amsterdam",
+        "UTC",
+    ];
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut checked = 0;
+    for name in zones {
+        let zone = zone_named(name).expect(name);
+        for case in 0..400 {
+            let year = match case % 4 {
+                0 => 1 + next(9999) as i16,
+                1 => 1800 + next(150) as i16,
+                _ => 1990 + next(50) as i16,
+            };
+            let nanos = match case % 5 {
+                0 => 0,
+                1 => 500_000_000,
+                2 => 120_000,
+                3 => 1,
+                _ => next(1_000_000_000) as i32,
+            };
+            let dt = jiff::civil::date(year, 1 + next(12) as i8, 1 + next(28) as i8).at(
+                next(24) as i8,
+                next(60) as i8,
+                next(60) as i8,
+                nanos,
+            );
+            let Ok(zoned) = dt.to_zoned(zone.clone()) else {
+                continue;
+            };
+            assert_eq!(
+                local_rfc3339(&zoned),
+                jiff::fmt::strtime::format(LOCAL_RFC3339, &zoned).ok(),
+                "{dt} in {name}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 3900, "{checked}");
+    // An offset with seconds: Amsterdam kept +00:19:32 until 1937.
+    let zoned = jiff::civil::date(1920, 6, 1)
+        .at(12, 0, 0, 0)
+        .to_zoned(zone_named("Europe/Amsterdam").expect("zone"))
+        .expect("zoned");
+    assert_eq!(
+        local_rfc3339(&zoned).as_deref(),
+        Some("1920-06-01T12:00:00+01:19:32")
+    );
+}
+
 #[test]
 fn legacy_datetime() {
     check(

@@ -563,6 +563,59 @@ pub(super) fn legacy_datetime_str(
     });
     let formatted = wall_clock
         .and_then(|dt| dt.to_zoned(zone).ok())
-        .and_then(|zoned| jiff::fmt::strtime::format("%Y-%m-%dT%H:%M:%S%.f%:z", &zoned).ok());
+        .and_then(|zoned| local_rfc3339(&zoned));
     Ok(formatted)
+}
+
+/// The format `legacy_datetime` writes, as jiff's `strtime` writes it.
+pub(super) const LOCAL_RFC3339: &str = "%Y-%m-%dT%H:%M:%S%.f%:z";
+
+/// `zoned` as `LOCAL_RFC3339` says: its wall clock, fractional seconds without trailing zeros
+/// (none when zero), and its offset as `±HH:MM` (`±HH:MM:SS` for the odd historic offset).
+/// Written by hand because `strtime` interprets its format per call, half the cost of the
+/// helper; years outside 0–9999 (which no legacy text spells) go through `strtime` itself.
+pub(super) fn local_rfc3339(zoned: &jiff::Zoned) -> Option<String> {
+    let year = zoned.year();
+    if !(0..=9999).contains(&year) {
+        return jiff::fmt::strtime::format(LOCAL_RFC3339, zoned).ok();
+    }
+    fn digits(out: &mut String, n: u32, width: u32) {
+        for place in (0..width).rev() {
+            out.push(char::from(b'0' + (n / 10_u32.pow(place) % 10) as u8));
+        }
+    }
+    let part = |n: i8| n.unsigned_abs().into();
+    let mut out = String::with_capacity(35);
+    digits(&mut out, year.unsigned_abs().into(), 4);
+    out.push('-');
+    digits(&mut out, part(zoned.month()), 2);
+    out.push('-');
+    digits(&mut out, part(zoned.day()), 2);
+    out.push('T');
+    digits(&mut out, part(zoned.hour()), 2);
+    out.push(':');
+    digits(&mut out, part(zoned.minute()), 2);
+    out.push(':');
+    digits(&mut out, part(zoned.second()), 2);
+    let mut nanos = zoned.subsec_nanosecond().unsigned_abs();
+    if nanos != 0 {
+        let mut width = 9;
+        while nanos.is_multiple_of(10) {
+            nanos /= 10;
+            width -= 1;
+        }
+        out.push('.');
+        digits(&mut out, nanos, width);
+    }
+    let offset = zoned.offset().seconds();
+    out.push(if offset < 0 { '-' } else { '+' });
+    let offset = offset.unsigned_abs();
+    digits(&mut out, offset / 3600, 2);
+    out.push(':');
+    digits(&mut out, offset / 60 % 60, 2);
+    if !offset.is_multiple_of(60) {
+        out.push(':');
+        digits(&mut out, offset % 60, 2);
+    }
+    Some(out)
 }
