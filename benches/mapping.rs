@@ -30,6 +30,7 @@ use aap_gateway::mapping::execute::{
 use aap_gateway::mapping::extract::{Jq, JqValue, JqVars};
 use aap_gateway::mapping::load::{LoadContext, load_folder};
 use aap_gateway::mapping::request::PageRef;
+use aap_gateway::mapping::template::Scope;
 use aap_gateway::protocol::Skill;
 use aap_gateway::schema::Schemas;
 use bytes::Bytes;
@@ -105,7 +106,10 @@ fn render(mapped: &Mapped, request: &Value) -> aap_gateway::mapping::request::Re
     mapped
         .request
         .render(
-            &values,
+            Scope {
+                context: &values,
+                request: Some(request),
+            },
             Some(PageRef {
                 index: 0,
                 size: PAGE as u64,

@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use super::adf::{self, AdfContext};
 use super::execute::{Canned, Mapped, Shared, Transport};
 use super::extract::{Jq, JqValue, JqVars};
-use super::template::{Context, Templates};
+use super::template::{Context, Scope, Templates};
 use super::{Answer, Handler};
 use crate::error::{AapCode, AapError};
 use crate::idempotency::Fingerprint;
@@ -259,7 +259,7 @@ impl LeadMapping {
         };
         let subject = mail
             .subject
-            .render("subject", Context::Header, &values)
+            .render("subject", Context::Header, Scope::context(&values))
             .map_err(|e| AapError::Internal(format!("{}: mail subject: {e}", self.file)))
             .map_err(certain)?;
         let text = |key: &str| {

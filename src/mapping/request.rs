@@ -7,7 +7,7 @@ use http::{HeaderName, HeaderValue, Method};
 use minijinja::value::Value as TplValue;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
-use super::template::{Context, Templates, UNSENDABLE};
+use super::template::{Context, Scope, Templates, UNSENDABLE};
 
 /// Characters left as they are in a query name or value (RFC 3986 unreserved).
 const QUERY: &AsciiSet = &NON_ALPHANUMERIC
@@ -119,12 +119,15 @@ pub struct RequestSpec {
 impl RequestSpec {
     /// Renders the call for `values` (`request`, `dealer`, `tables`); `page` adds the paging
     /// parameters of one page.
-    pub fn render(&self, values: &TplValue, page: Option<PageRef>) -> Result<Rendered, String> {
+    pub fn render(&self, values: Scope<'_>, page: Option<PageRef>) -> Result<Rendered, String> {
         let paged;
         let values = match (&self.pagination, page) {
             (Some(p), Some(page)) => {
-                paged = minijinja::context! { page => p.variable(page), ..values.clone() };
-                &paged
+                paged = minijinja::context! { page => p.variable(page), ..values.context.clone() };
+                Scope {
+                    context: &paged,
+                    ..values
+                }
             }
             _ => values,
         };

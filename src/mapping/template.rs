@@ -63,6 +63,117 @@ pub struct TemplateError {
 /// The templates of one mapping file.
 pub struct Templates {
     env: Environment<'static>,
+    /// The templates of a shape rendered without minijinja, by the same key as in `env`.
+    direct: std::collections::HashMap<String, Direct>,
+}
+
+/// What a render reads: the whole template context (`request`, `dealer`, `tables`, `lead`,
+/// `page`), and the skill request it holds as JSON, from which the shapes in [`Direct`] render
+/// without minijinja.
+#[derive(Clone, Copy)]
+pub struct Scope<'a> {
+    pub context: &'a TplValue,
+    pub request: Option<&'a serde_json::Value>,
+}
+
+impl<'a> Scope<'a> {
+    /// A context without a skill request (feeds, mail subjects): every template goes through
+    /// minijinja.
+    pub fn context(context: &'a TplValue) -> Scope<'a> {
+        Scope {
+            context,
+            request: None,
+        }
+    }
+}
+
+/// The template shapes most request mappings consist of, rendered without minijinja's setup
+/// per render (half the cost of rendering a search call). Each renders what minijinja renders
+/// (`direct_renders_what_minijinja_renders`); a value outside what a shape decides here
+/// (a join of nested arrays, a number in place of a list) goes through minijinja.
+#[derive(Debug)]
+enum Direct {
+    /// Text without tags: the text itself, less the one trailing newline minijinja drops.
+    Text(String),
+    /// A whole query value `{{ request.a.b }}` or `{{ request.a.b | join(",") }}`.
+    Request {
+        path: Box<[String]>,
+        join: Option<String>,
+    },
+}
+
+impl Direct {
+    /// The shape of `source` in `context`, if it has one.
+    fn of(source: &str, context: Context) -> Option<Direct> {
+        let source = source.strip_suffix('\n').unwrap_or(source);
+        let source = source.strip_suffix('\r').unwrap_or(source);
+        if !source.contains('{') {
+            return Some(Direct::Text(source.to_owned()));
+        }
+        if context != Context::Query {
+            return None;
+        }
+        let inner = source.strip_prefix("{{")?.strip_suffix("}}")?.trim();
+        let (path, join) = match inner.split_once('|') {
+            None => (inner, None),
+            Some((path, filter)) => {
+                let arg = filter.trim().strip_prefix("join")?.trim_start();
+                let arg = arg.strip_prefix('(')?.strip_suffix(')')?.trim();
+                let quote = arg.chars().next().filter(|q| matches!(q, '"' | '\''))?;
+                let sep = arg.strip_prefix(quote)?.strip_suffix(quote)?;
+                if sep.contains([quote, '\\']) {
+                    return None;
+                }
+                (path.trim(), Some(sep.to_owned()))
+            }
+        };
+        let mut keys = path.split('.');
+        if keys.next() != Some("request") {
+            return None;
+        }
+        let path: Box<[String]> = keys.map(str::to_owned).collect();
+        let identifier = |key: &String| {
+            key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        (!path.is_empty() && path.iter().all(identifier)).then_some(Direct::Request { path, join })
+    }
+
+    /// The rendered text, or `None` for minijinja to decide.
+    fn render(&self, request: &serde_json::Value) -> Option<String> {
+        use serde_json::Value as Json;
+        let (path, join) = match self {
+            Direct::Text(text) => return Some(text.clone()),
+            Direct::Request { path, join } => (path, join),
+        };
+        // An attribute of anything but a map is undefined (the environment's `Chainable`).
+        let value = path
+            .iter()
+            .try_fold(request, |value, key| value.as_object()?.get(key));
+        // Scalars print as minijinja prints them, through its own value.
+        let printed = |value: &Json| TplValue::from(minijinja::value::Serde(value)).to_string();
+        match (value, join) {
+            // Undefined prints empty, and joins as an empty list.
+            (None, _) | (Some(Json::Null), None) => Some(String::new()),
+            (Some(Json::String(s)), None) => Some(s.clone()),
+            (Some(scalar @ (Json::Bool(_) | Json::Number(_))), None) => Some(printed(scalar)),
+            (Some(Json::Array(items)), Some(sep)) => {
+                let mut out = String::new();
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(sep);
+                    }
+                    match item {
+                        Json::String(s) => out.push_str(s),
+                        Json::Array(_) | Json::Object(_) => return None,
+                        scalar => out.push_str(&printed(scalar)),
+                    }
+                }
+                Some(out)
+            }
+            _ => None,
+        }
+    }
 }
 
 impl std::fmt::Debug for Templates {
@@ -93,18 +204,26 @@ impl Templates {
         });
         env.set_formatter(format_value);
         env.add_filter("lookup", lookup);
-        Templates { env }
+        Templates {
+            env,
+            direct: std::collections::HashMap::new(),
+        }
     }
 
     /// Compiles `source` as template `name` for output context `context`.
     pub fn add(&mut self, name: &str, source: &str, context: Context) -> Result<(), TemplateError> {
         let key = format!("{name}@{}", context.suffix());
         self.env
-            .add_template_owned(key, source.to_owned())
+            .add_template_owned(key.clone(), source.to_owned())
             .map_err(|e| TemplateError {
                 line: e.line(),
                 message: describe(&e),
-            })
+            })?;
+        match Direct::of(source, context) {
+            Some(direct) => self.direct.insert(key, direct),
+            None => self.direct.remove(&key),
+        };
+        Ok(())
     }
 
     /// Renders template `name` (as added with `context`).
@@ -112,23 +231,40 @@ impl Templates {
         &self,
         name: &str,
         context: Context,
-        values: &TplValue,
+        values: Scope<'_>,
     ) -> Result<String, String> {
         let key = format!("{name}@{}", context.suffix());
-        let template = self.env.get_template(&key).map_err(|e| describe(&e))?;
-        let out = template.render(values).map_err(|e| {
-            if e.kind() == ErrorKind::InvalidOperation && context == Context::Header {
-                format!("{UNSENDABLE}{}", describe(&e))
-            } else {
-                describe(&e)
-            }
-        })?;
+        let direct = match (self.direct.get(&key), values.request) {
+            (Some(Direct::Text(text)), _) => Some(text.clone()),
+            (Some(direct), Some(request)) => direct.render(request),
+            _ => None,
+        };
+        let out = match direct {
+            Some(out) => out,
+            None => self.render_minijinja(&key, context, values.context)?,
+        };
         if context == Context::Header && out.contains(['\r', '\n', '\0']) {
             return Err(format!(
                 "{UNSENDABLE}a header value would contain a line break"
             ));
         }
         Ok(out)
+    }
+
+    fn render_minijinja(
+        &self,
+        key: &str,
+        context: Context,
+        values: &TplValue,
+    ) -> Result<String, String> {
+        let template = self.env.get_template(key).map_err(|e| describe(&e))?;
+        template.render(values).map_err(|e| {
+            if e.kind() == ErrorKind::InvalidOperation && context == Context::Header {
+                format!("{UNSENDABLE}{}", describe(&e))
+            } else {
+                describe(&e)
+            }
+        })
     }
 }
 
@@ -248,8 +384,161 @@ mod tests {
         t.render(
             "t",
             context,
-            &TplValue::from(minijinja::value::Serde(&values)),
+            Scope {
+                context: &TplValue::from(minijinja::value::Serde(&values)),
+                request: values.get("request"),
+            },
         )
+    }
+
+    /// Every template `Direct` takes renders, for every request, what minijinja renders, and
+    /// those it leaves to minijinja are the values it cannot decide.
+    mod direct {
+        use super::*;
+        use proptest::prelude::*;
+        use serde_json::Value as Json;
+
+        fn scalar() -> impl Strategy<Value = Json> {
+            prop_oneof![
+                Just(Json::Null),
+                any::<bool>().prop_map(Json::Bool),
+                any::<i64>().prop_map(Json::from),
+                any::<u64>().prop_map(Json::from),
+                (-1e6f64..1e6).prop_map(Json::from),
+                Just(json!(25000.0)),
+                Just(json!(1e300)),
+                "[a-zA-Z0-9 ,|&=?/#%\"'\\\n\u{e9}\u{1F697}-]{0,8}".prop_map(Json::from),
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = Json> {
+            scalar().prop_recursive(3, 24, 4, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4).prop_map(Json::Array),
+                    prop::collection::btree_map(
+                        "make|model|year_min|filters|items|_x1",
+                        inner,
+                        0..4
+                    )
+                    .prop_map(|m| Json::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        /// Requests shaped like skill requests, so that most paths reach a value.
+        fn request() -> impl Strategy<Value = Json> {
+            let list = || prop::collection::vec(scalar(), 0..4).prop_map(Json::Array);
+            prop_oneof![
+                value(),
+                (list(), scalar(), list(), value()).prop_map(|(make, year, model, items)| {
+                    json!({
+                        "make": make.clone(),
+                        "items": items,
+                        "filters": {"make": make, "year_min": year, "model": model},
+                    })
+                }),
+            ]
+        }
+
+        fn template() -> impl Strategy<Value = String> {
+            let any_path = prop::collection::vec("make|model|year_min|filters|items|_x1|0", 0..4)
+                .prop_map(|keys| {
+                    std::iter::once("request".to_owned())
+                        .chain(keys)
+                        .collect::<Vec<_>>()
+                        .join(".")
+                });
+            let path = prop_oneof![
+                any_path,
+                "request\\.(make|items|filters\\.(make|model|year_min))".prop_map(|p| p.to_owned()),
+            ];
+            let filter = prop_oneof![
+                Just(String::new()),
+                Just("|join(',')".to_owned()),
+                Just(" | join(\", \")".to_owned()),
+                Just(" | join('')".to_owned()),
+                Just(" | join('\u{2022}') ".to_owned()),
+                Just(" | join(\"a'b\")".to_owned()),
+                Just(" | length".to_owned()),
+                Just(" | join(',', attribute='x')".to_owned()),
+            ];
+            let text = "[a-z/ ]{0,6}(\r?\n)?";
+            prop_oneof![
+                (path, filter, "[ ]{0,2}", "(\r?\n)?")
+                    .prop_map(|(p, f, pad, nl)| format!("{{{{{pad}{p}{f}{pad}}}}}{nl}")),
+                text.prop_map(|t| t.to_owned()),
+                Just("{{ dealer.id }}".to_owned()),
+                Just("x{{ request.make }}".to_owned()),
+                Just("{{- request.make -}}".to_owned()),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(4000))]
+            #[test]
+            fn direct_renders_what_minijinja_renders(
+                source in template(),
+                request in request(),
+                context in prop_oneof![Just(Context::Query), Just(Context::Path)],
+            ) {
+                let mut t = Templates::new();
+                prop_assume!(t.add("t", &source, context).is_ok());
+                let values = json!({"request": request, "dealer": {"id": "d"}});
+                let full = TplValue::from(minijinja::value::Serde(&values));
+                let direct = t.render("t", context, Scope { context: &full, request: Some(&request) });
+                let minijinja = t.render("t", context, Scope::context(&full));
+                prop_assert_eq!(&direct, &minijinja, "{:?} over {}", source, request);
+                let shape = t.direct.get(&format!("t@{}", context.suffix()));
+                // The shapes are recognised where they should be (the test is not vacuous).
+                if context == Context::Query
+                    && source.trim_end().starts_with("{{ request.")
+                    && !source.contains(['-', '0'])
+                    && !source.contains("length")
+                    && !source.contains("attribute")
+                {
+                    prop_assert!(shape.is_some(), "{:?} was not recognised", source);
+                }
+                if !source.contains('{') {
+                    prop_assert!(matches!(shape, Some(Direct::Text(_))), "{:?}", source);
+                }
+            }
+        }
+
+        #[test]
+        fn the_common_values_render_directly() {
+            let direct = |source: &str, request: Json| {
+                Direct::of(source, Context::Query)
+                    .expect("a direct shape")
+                    .render(&request)
+            };
+            let filters = json!({"filters": {"make": ["Honda", "Toyota"], "year_min": 2020, "price_max": 25000.5}});
+            assert_eq!(
+                direct("{{ request.filters.make | join(',') }}", filters.clone()).as_deref(),
+                Some("Honda,Toyota")
+            );
+            assert_eq!(
+                direct("{{ request.filters.year_min }}", filters.clone()).as_deref(),
+                Some("2020")
+            );
+            assert_eq!(
+                direct("{{ request.filters.price_max }}", filters.clone()).as_deref(),
+                Some("25000.5")
+            );
+            assert_eq!(
+                direct("{{ request.filters.model | join(',') }}", filters.clone()).as_deref(),
+                Some("")
+            );
+            // A join of a string (its characters, in minijinja) is minijinja's to decide.
+            assert_eq!(
+                direct(
+                    "{{ request.filters | join(',') }}",
+                    json!({"filters": "ab"})
+                ),
+                None
+            );
+            assert!(Direct::of("{{ request.make }}", Context::Path).is_none());
+            assert!(Direct::of("{{ request.make | upper }}", Context::Query).is_none());
+        }
     }
 
     #[test]

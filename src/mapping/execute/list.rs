@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use minijinja::value::Value as TplValue;
 use serde_json::{Map, Value, json};
 
 use crate::error::AapError;
 use crate::mapping::extract::JqVars;
 use crate::mapping::request::{PageRef, plan};
 use crate::mapping::search::{Inventory, Listing};
+use crate::mapping::template::Scope;
 use tracing::debug_span;
 
 use super::call::Called;
@@ -78,12 +78,16 @@ impl Mapped {
             .as_ref()
             .map_or(u64::MAX, |p| p.max_size());
         let (pages, start) = plan(skip as u64, limit as u64, max);
-        let values = self.template_values(request, None);
+        let context = self.template_values(request, None);
+        let values = Scope {
+            context: &context,
+            request: Some(request),
+        };
         let vars = self.vars(request, None);
         let mut listings: Vec<Arc<Value>> = Vec::new();
         let mut total = None;
         for page in pages {
-            let fetched = self.fetch_page(transport, &values, &vars, page).await?;
+            let fetched = self.fetch_page(transport, values, &vars, page).await?;
             total = total.or(fetched.total);
             let exhausted = (fetched.records as u64) < page.size;
             for vehicle in fetched.vehicles {
@@ -179,7 +183,11 @@ impl Mapped {
         if live && let Some(inventory) = self.scan_cache.get(&key) {
             return Ok(inventory);
         }
-        let values = self.template_values(&narrowed, None);
+        let context = self.template_values(&narrowed, None);
+        let values = Scope {
+            context: &context,
+            request: Some(&narrowed),
+        };
         let vars = self.vars(&narrowed, None);
         let size = self
             .request
@@ -191,7 +199,7 @@ impl Mapped {
         let mut index = 0;
         loop {
             let page = PageRef { index, size };
-            let fetched = self.fetch_page(transport, &values, &vars, page).await?;
+            let fetched = self.fetch_page(transport, values, &vars, page).await?;
             records += fetched.records;
             listings.extend(fetched.vehicles.into_iter().map(Listing::from_arc));
             let exhausted = self.request.pagination.is_none()
@@ -228,7 +236,7 @@ impl Mapped {
     async fn fetch_page(
         &self,
         transport: Transport<'_>,
-        values: &TplValue,
+        values: Scope<'_>,
         vars: &JqVars,
         page: PageRef,
     ) -> Result<Fetched, AapError> {

@@ -31,6 +31,7 @@ use super::extract::{Jq, JqValue, JqVars, TextObjects};
 use super::packed::Packed;
 use super::request::RequestSpec;
 use super::search::{Inventory, Prepared};
+use super::template::Scope;
 use crate::error::{AapCode, AapError};
 use crate::protocol::Skill;
 use crate::telemetry::Escaped;
@@ -266,7 +267,7 @@ impl Feed {
         };
         let rendered = self
             .request
-            .render(&values, None)
+            .render(Scope::context(&values), None)
             .map_err(|e| AapError::Internal(format!("{}: {e}", self.file)))?;
         let previous = self.current();
         let mut snapshot = match transport {
