@@ -30,7 +30,7 @@ use aap_gateway::mapping::execute::{
 use aap_gateway::mapping::extract::{Jq, JqValue, JqVars};
 use aap_gateway::mapping::load::{LoadContext, load_folder};
 use aap_gateway::mapping::request::PageRef;
-use aap_gateway::mapping::template::Scope;
+use aap_gateway::mapping::template::{Lazy, Scope};
 use aap_gateway::protocol::Skill;
 use aap_gateway::schema::Schemas;
 use bytes::Bytes;
@@ -102,14 +102,12 @@ fn jq_vars(mapped: &Mapped, request: &Value) -> JqVars {
 
 /// Renders the upstream call of `request` (first page of `PAGE`).
 fn render(mapped: &Mapped, request: &Value) -> aap_gateway::mapping::request::Rendered {
-    let values = template_values(mapped, request);
+    let build = || template_values(mapped, request);
+    let context = Lazy::new(&build);
     mapped
         .request
         .render(
-            Scope {
-                context: &values,
-                request: Some(request),
-            },
+            Scope::request(request, &context),
             Some(PageRef {
                 index: 0,
                 size: PAGE as u64,

@@ -7,7 +7,7 @@ use http::{HeaderName, HeaderValue, Method};
 use minijinja::value::Value as TplValue;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
-use super::template::{Context, Scope, Templates, UNSENDABLE};
+use super::template::{Context, Lazy, Scope, Templates, UNSENDABLE};
 
 /// Characters left as they are in a query name or value (RFC 3986 unreserved).
 const QUERY: &AsciiSet = &NON_ALPHANUMERIC
@@ -120,14 +120,12 @@ impl RequestSpec {
     /// Renders the call for `values` (`request`, `dealer`, `tables`); `page` adds the paging
     /// parameters of one page.
     pub fn render(&self, values: Scope<'_>, page: Option<PageRef>) -> Result<Rendered, String> {
-        let paged;
+        let (build, paged);
         let values = match (&self.pagination, page) {
             (Some(p), Some(page)) => {
-                paged = minijinja::context! { page => p.variable(page), ..values.context.clone() };
-                Scope {
-                    context: &paged,
-                    ..values
-                }
+                build = move || minijinja::context! { page => p.variable(page), ..values.full().clone() };
+                paged = Lazy::new(&build);
+                values.with_context(&paged)
             }
             _ => values,
         };
@@ -241,6 +239,79 @@ fn push_param(query: &mut String, name: &str, value: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn spec(path: &str, query: &[(&str, &str)]) -> RequestSpec {
+        let mut templates = Templates::new();
+        templates.add("path", path, Context::Path).expect("path");
+        for (name, source) in query {
+            templates
+                .add(&format!("query.{name}"), source, Context::Query)
+                .expect("query");
+        }
+        RequestSpec {
+            method: Method::GET,
+            templates: std::sync::Arc::new(templates),
+            query: query.iter().map(|(name, _)| name.to_string()).collect(),
+            headers: Vec::new(),
+            body: None,
+            content_type: None,
+            pagination: Some(Pagination::Page {
+                page: Some("p".into()),
+                size: Some("n".into()),
+                first: 1,
+                max_size: 50,
+            }),
+            action: false,
+            path_ends_open: false,
+        }
+    }
+
+    /// The template context is built once, and only when a template needs minijinja.
+    #[test]
+    fn the_context_is_built_only_for_templates_that_need_it() {
+        let request = serde_json::json!({"filters": {"make": ["Honda", "Kia"], "year_min": 2020}});
+        let built = std::sync::atomic::AtomicUsize::new(0);
+        let build = || {
+            built.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            minijinja::context! {
+                request => TplValue::from(minijinja::value::Serde(&request)),
+                dealer => minijinja::context! { id => "d1" },
+            }
+        };
+        let page = Some(PageRef { index: 1, size: 20 });
+        let direct = spec(
+            "/api/vehicles",
+            &[
+                ("make", "{{ request.filters.make | join(',') }}"),
+                ("year", "{{ request.filters.year_min }}"),
+            ],
+        );
+        let context = Lazy::new(&build);
+        let rendered = direct
+            .render(Scope::request(&request, &context), page)
+            .expect("render");
+        assert_eq!(
+            rendered.path_and_query,
+            "/api/vehicles?make=Honda%2CKia&year=2020&p=2&n=20"
+        );
+        assert_eq!(built.load(std::sync::atomic::Ordering::Relaxed), 0);
+        let needs = spec(
+            "/d/{{ dealer.id }}/p{{ page.number }}",
+            &[
+                ("make", "{{ request.filters.make | first }}"),
+                ("year", "{{ request.filters.year_min }}"),
+            ],
+        );
+        let context = Lazy::new(&build);
+        let rendered = needs
+            .render(Scope::request(&request, &context), page)
+            .expect("render");
+        assert_eq!(
+            rendered.path_and_query,
+            "/d/d1/p2?make=Honda&year=2020&p=2&n=20"
+        );
+        assert_eq!(built.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
 
     #[test]
     fn aligned_skip_needs_one_page() {

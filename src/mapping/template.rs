@@ -67,13 +67,35 @@ pub struct Templates {
     direct: std::collections::HashMap<String, Direct>,
 }
 
-/// What a render reads: the whole template context (`request`, `dealer`, `tables`, `lead`,
-/// `page`), and the skill request it holds as JSON, from which the shapes in [`Direct`] render
-/// without minijinja.
+/// What a render reads: the skill request as JSON, from which the shapes in [`Direct`] render
+/// without minijinja, and the whole template context (`request`, `dealer`, `tables`, `lead`,
+/// `page`) for the rest, which may be built on first need: a call whose templates all render
+/// directly never converts the request for minijinja.
 #[derive(Clone, Copy)]
 pub struct Scope<'a> {
-    pub context: &'a TplValue,
-    pub request: Option<&'a serde_json::Value>,
+    request: Option<&'a serde_json::Value>,
+    context: Ctx<'a>,
+}
+
+#[derive(Clone, Copy)]
+enum Ctx<'a> {
+    Ready(&'a TplValue),
+    Lazy(&'a Lazy<'a>),
+}
+
+/// A template context built on first use, at most once.
+pub struct Lazy<'a> {
+    built: std::sync::OnceLock<TplValue>,
+    build: &'a (dyn Fn() -> TplValue + Sync + 'a),
+}
+
+impl<'a> Lazy<'a> {
+    pub fn new(build: &'a (dyn Fn() -> TplValue + Sync + 'a)) -> Lazy<'a> {
+        Lazy {
+            built: std::sync::OnceLock::new(),
+            build,
+        }
+    }
 }
 
 impl<'a> Scope<'a> {
@@ -81,8 +103,35 @@ impl<'a> Scope<'a> {
     /// minijinja.
     pub fn context(context: &'a TplValue) -> Scope<'a> {
         Scope {
-            context,
             request: None,
+            context: Ctx::Ready(context),
+        }
+    }
+
+    /// The skill request, with the context holding it built when a template needs it.
+    pub fn request(request: &'a serde_json::Value, context: &'a Lazy<'a>) -> Scope<'a> {
+        Scope {
+            request: Some(request),
+            context: Ctx::Lazy(context),
+        }
+    }
+
+    /// The same request with another context (one with the `page` of a paged call).
+    pub fn with_context<'b>(self, context: &'b Lazy<'b>) -> Scope<'b>
+    where
+        'a: 'b,
+    {
+        Scope {
+            request: self.request,
+            context: Ctx::Lazy(context),
+        }
+    }
+
+    /// The whole context, built now if it was not.
+    pub fn full(&self) -> &'a TplValue {
+        match self.context {
+            Ctx::Ready(context) => context,
+            Ctx::Lazy(lazy) => lazy.built.get_or_init(lazy.build),
         }
     }
 }
@@ -241,7 +290,7 @@ impl Templates {
         };
         let out = match direct {
             Some(out) => out,
-            None => self.render_minijinja(&key, context, values.context)?,
+            None => self.render_minijinja(&key, context, values.full())?,
         };
         if context == Context::Header && out.contains(['\r', '\n', '\0']) {
             return Err(format!(
@@ -385,8 +434,8 @@ mod tests {
             "t",
             context,
             Scope {
-                context: &TplValue::from(minijinja::value::Serde(&values)),
                 request: values.get("request"),
+                context: Ctx::Ready(&TplValue::from(minijinja::value::Serde(&values))),
             },
         )
     }
@@ -485,7 +534,7 @@ mod tests {
                 prop_assume!(t.add("t", &source, context).is_ok());
                 let values = json!({"request": request, "dealer": {"id": "d"}});
                 let full = TplValue::from(minijinja::value::Serde(&values));
-                let direct = t.render("t", context, Scope { context: &full, request: Some(&request) });
+                let direct = t.render("t", context, Scope { request: Some(&request), context: Ctx::Ready(&full) });
                 let minijinja = t.render("t", context, Scope::context(&full));
                 prop_assert_eq!(&direct, &minijinja, "{:?} over {}", source, request);
                 let shape = t.direct.get(&format!("t@{}", context.suffix()));

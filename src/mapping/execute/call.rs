@@ -11,7 +11,7 @@ use crate::error::{AapCode, AapError};
 use crate::mapping::decode::{Declared, Format};
 use crate::mapping::extract::{Doc, Jq, JqValue, JqVars};
 use crate::mapping::request::Rendered;
-use crate::mapping::template::Scope;
+use crate::mapping::template::{Lazy, Scope};
 use crate::protocol::Skill;
 use crate::upstream::UpstreamResponse;
 use crate::upstream::soap::{self, SoapFault};
@@ -104,14 +104,9 @@ impl Mapped {
         lead: Option<&Value>,
     ) -> Result<Value, AapError> {
         let rendered = debug_span!("render").in_scope(|| {
-            let values = self.template_values(request, lead);
-            self.request.render(
-                Scope {
-                    context: &values,
-                    request: Some(request),
-                },
-                None,
-            )
+            let build = || self.template_values(request, lead);
+            let context = Lazy::new(&build);
+            self.request.render(Scope::request(request, &context), None)
         });
         let rendered = rendered.map_err(|e| self.render_error(e))?;
         let vars = self.vars(request, lead);

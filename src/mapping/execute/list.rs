@@ -9,7 +9,7 @@ use crate::error::AapError;
 use crate::mapping::extract::JqVars;
 use crate::mapping::request::{PageRef, plan};
 use crate::mapping::search::{Inventory, Listing};
-use crate::mapping::template::Scope;
+use crate::mapping::template::{Lazy, Scope};
 use tracing::debug_span;
 
 use super::call::Called;
@@ -78,11 +78,9 @@ impl Mapped {
             .as_ref()
             .map_or(u64::MAX, |p| p.max_size());
         let (pages, start) = plan(skip as u64, limit as u64, max);
-        let context = self.template_values(request, None);
-        let values = Scope {
-            context: &context,
-            request: Some(request),
-        };
+        let build = || self.template_values(request, None);
+        let context = Lazy::new(&build);
+        let values = Scope::request(request, &context);
         let vars = self.vars(request, None);
         let mut listings: Vec<Arc<Value>> = Vec::new();
         let mut total = None;
@@ -183,11 +181,9 @@ impl Mapped {
         if live && let Some(inventory) = self.scan_cache.get(&key) {
             return Ok(inventory);
         }
-        let context = self.template_values(&narrowed, None);
-        let values = Scope {
-            context: &context,
-            request: Some(&narrowed),
-        };
+        let build = || self.template_values(&narrowed, None);
+        let context = Lazy::new(&build);
+        let values = Scope::request(&narrowed, &context);
         let vars = self.vars(&narrowed, None);
         let size = self
             .request
