@@ -286,11 +286,10 @@ impl Mapped {
                 .fetch_add(count, std::sync::atomic::Ordering::Relaxed);
         }
         let mapped: Box<dyn Iterator<Item = _>> = match &lazy {
-            Some(records) => Box::new(
-                records
-                    .iter()
-                    .map(|record| item.run_one_json_record(record, vars)),
-            ),
+            Some(records) => {
+                let mut runner = item.record_runner(vars);
+                Box::new(records.iter().map(move |record| runner.run(record)))
+            }
             None => Box::new(eager.iter().map(|record| item.run_one_json(record, vars))),
         };
         let mut vehicles = Vec::with_capacity(count);

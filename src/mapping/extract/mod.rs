@@ -246,14 +246,22 @@ impl Jq {
         record: &Record<'_>,
         vars: &JqVars,
     ) -> Result<Value, JqRunError> {
-        if let Some(plan) = &self.inner.plan {
-            let mut env = plan.env(globals(vars));
-            if let Some(object) = plan.eval_record_json(record, &mut env) {
-                return object.map(Value::Object).map_err(error_message);
-            }
+        self.record_runner(vars).run(record)
+    }
+
+    /// [`Jq::run_one_json_record`] for the records of one page: the variables are bound once,
+    /// not per record.
+    pub fn record_runner<'a>(&'a self, vars: &'a JqVars) -> RecordRunner<'a> {
+        RecordRunner {
+            jq: self,
+            vars,
+            env: self
+                .inner
+                .plan
+                .as_ref()
+                .filter(|plan| plan.is_record())
+                .map(|plan| plan.env(globals(vars))),
         }
-        let whole = JqValue(record.value().clone());
-        self.run_one_json(&whole, vars)
     }
 
     /// The keys of a program that is only a path of literal keys from `.` (`.Items`,
@@ -300,6 +308,28 @@ impl Jq {
 }
 
 /// The values of the global variables, in [`GLOBAL_VARS`] order.
+/// A record program with its variables bound ([`Jq::record_runner`]).
+pub struct RecordRunner<'a> {
+    jq: &'a Jq,
+    vars: &'a JqVars,
+    /// The native plan's environment. Bindings restore their slots as their scope ends, so
+    /// after a record it holds the globals and nothing else, as a fresh one does.
+    env: Option<plan::Env>,
+}
+
+impl RecordRunner<'_> {
+    /// The program's one output for `record`, as JSON.
+    pub fn run(&mut self, record: &Record<'_>) -> Result<Value, JqRunError> {
+        if let (Some(plan), Some(env)) = (&self.jq.inner.plan, &mut self.env)
+            && let Some(object) = plan.eval_record_json(record, env)
+        {
+            return object.map(Value::Object).map_err(error_message);
+        }
+        let whole = JqValue(record.value().clone());
+        self.jq.run_one_json(&whole, self.vars)
+    }
+}
+
 fn globals(vars: &JqVars) -> [Val; 4] {
     [
         vars.request.0.clone(),

@@ -549,7 +549,10 @@ fn records_read_off_a_tape_map_as_the_decoded_reply_does() {
     let body = bytes::Bytes::from_static(reply.as_bytes());
     let doc = Doc::from_json_bytes(&body).expect("parses");
     let decoded = JqValue::from_json_bytes(&body).expect("parses");
-    let vars = JqVars::default();
+    let vars = JqVars {
+        dealer: JqValue::from_json(&json!({"id": "d1"})),
+        ..JqVars::default()
+    };
     let jq = |code: &str| Jq::compile(code).unwrap_or_else(|e| panic!("{code}: {e}"));
     let records = doc
         .records(jq(".Items").key_path().expect("a path"))
@@ -563,12 +566,31 @@ fn records_read_off_a_tape_map_as_the_decoded_reply_does() {
         ".VIN",
         ".",
         "{whole: ., n: (.N + 1)}",
+        // Bindings, and an error inside one: a page's records share one environment
+        // (`record_runner`), which each record must leave as it found it.
+        "{d: $dealer.id, v: (.VIN as $v | [$v, $dealer.id]), \
+          n: (.N as $n | if $n == 7 then error(\"seven\") else ($n as $d | $d) end), \
+          after: ($dealer.id as $x | .VIN as $dealer | [$x, $dealer])}",
     ] {
         let program = jq(program);
+        assert!(
+            program.is_native() || !program.code().contains(" as $"),
+            "{}",
+            program.code()
+        );
+        let mut runner = program.record_runner(&vars);
         for (record, value) in records.iter().zip(&eager) {
             let on_tape = program.run_one_json_record(record, &vars).map_err(|e| e.0);
             let want = program.run_one_json(value, &vars).map_err(|e| e.0);
             assert_eq!(on_tape, want, "{} on {}", program.code(), value.to_json());
+            let page = runner.run(record).map_err(|e| e.0);
+            assert_eq!(
+                page,
+                want,
+                "{} on {} in a page",
+                program.code(),
+                value.to_json()
+            );
         }
     }
     for (path, want) in [
