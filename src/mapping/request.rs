@@ -279,38 +279,36 @@ mod tests {
             }
         };
         let page = Some(PageRef { index: 1, size: 20 });
-        let direct = spec(
-            "/api/vehicles",
-            &[
-                ("make", "{{ request.filters.make | join(',') }}"),
-                ("year", "{{ request.filters.year_min }}"),
-            ],
-        );
-        let context = Lazy::new(&build);
-        let rendered = direct
-            .render(Scope::request(&request, &context), page)
-            .expect("render");
-        assert_eq!(
-            rendered.path_and_query,
-            "/api/vehicles?make=Honda%2CKia&year=2020&p=2&n=20"
-        );
-        assert_eq!(built.load(std::sync::atomic::Ordering::Relaxed), 0);
-        let needs = spec(
-            "/d/{{ dealer.id }}/p{{ page.number }}",
-            &[
-                ("make", "{{ request.filters.make | first }}"),
-                ("year", "{{ request.filters.year_min }}"),
-            ],
-        );
-        let context = Lazy::new(&build);
-        let rendered = needs
-            .render(Scope::request(&request, &context), page)
-            .expect("render");
-        assert_eq!(
-            rendered.path_and_query,
-            "/d/d1/p2?make=Honda&year=2020&p=2&n=20"
-        );
-        assert_eq!(built.load(std::sync::atomic::Ordering::Relaxed), 1);
+        for (path, make, want, builds) in [
+            (
+                "/api/vehicles",
+                "{{ request.filters.make | join(',') }}",
+                "/api/vehicles?make=Honda%2CKia&year=2020&p=2&n=20",
+                0,
+            ),
+            (
+                "/d/{{ dealer.id }}/p{{ page.number }}",
+                "{{ request.filters.make | first }}",
+                "/d/d1/p2?make=Honda&year=2020&p=2&n=20",
+                1,
+            ),
+        ] {
+            built.store(0, std::sync::atomic::Ordering::Relaxed);
+            let spec = spec(
+                path,
+                &[("make", make), ("year", "{{ request.filters.year_min }}")],
+            );
+            let context = Lazy::new(&build);
+            let rendered = spec
+                .render(Scope::request(&request, &context), page)
+                .expect("render");
+            assert_eq!(rendered.path_and_query, want);
+            assert_eq!(
+                built.load(std::sync::atomic::Ordering::Relaxed),
+                builds,
+                "{path}"
+            );
+        }
     }
 
     #[test]

@@ -561,22 +561,18 @@ mod tests {
                     .render(&request)
             };
             let filters = json!({"filters": {"make": ["Honda", "Toyota"], "year_min": 2020, "price_max": 25000.5}});
-            assert_eq!(
-                direct("{{ request.filters.make | join(',') }}", filters.clone()).as_deref(),
-                Some("Honda,Toyota")
-            );
-            assert_eq!(
-                direct("{{ request.filters.year_min }}", filters.clone()).as_deref(),
-                Some("2020")
-            );
-            assert_eq!(
-                direct("{{ request.filters.price_max }}", filters.clone()).as_deref(),
-                Some("25000.5")
-            );
-            assert_eq!(
-                direct("{{ request.filters.model | join(',') }}", filters.clone()).as_deref(),
-                Some("")
-            );
+            for (source, want) in [
+                ("{{ request.filters.make | join(',') }}", "Honda,Toyota"),
+                ("{{ request.filters.year_min }}", "2020"),
+                ("{{ request.filters.price_max }}", "25000.5"),
+                ("{{ request.filters.model | join(',') }}", ""),
+            ] {
+                assert_eq!(
+                    direct(source, filters.clone()).as_deref(),
+                    Some(want),
+                    "{source}"
+                );
+            }
             // A join of a string (its characters, in minijinja) is minijinja's to decide.
             assert_eq!(
                 direct(
