@@ -107,7 +107,7 @@ fn render(mapped: &Mapped, request: &Value) -> aap_gateway::mapping::request::Re
     mapped
         .request
         .render(
-            Scope::request(request, &context),
+            Scope::request(request, &mapped.shared.tables_tpl, &context),
             Some(PageRef {
                 index: 0,
                 size: PAGE as u64,

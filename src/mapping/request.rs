@@ -269,13 +269,15 @@ mod tests {
     /// The template context is built once, and only when a template needs minijinja.
     #[test]
     fn the_context_is_built_only_for_templates_that_need_it() {
-        let request = serde_json::json!({"filters": {"make": ["Honda", "Kia"], "year_min": 2020}});
+        let request = serde_json::json!({"filters": {"make": ["Honda", "Kia"], "year_min": 2020, "condition": ["used", "new"]}});
+        let tables = minijinja::context! { out => minijinja::context! { used => "Pre-Owned", new => "New" } };
         let built = std::sync::atomic::AtomicUsize::new(0);
         let build = || {
             built.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             minijinja::context! {
                 request => TplValue::from(minijinja::value::Serde(&request)),
                 dealer => minijinja::context! { id => "d1" },
+                tables => tables.clone(),
             }
         };
         let page = Some(PageRef { index: 1, size: 20 });
@@ -284,6 +286,12 @@ mod tests {
                 "/api/vehicles",
                 "{{ request.filters.make | join(',') }}",
                 "/api/vehicles?make=Honda%2CKia&year=2020&p=2&n=20",
+                0,
+            ),
+            (
+                "/api/vehicles",
+                "{{ request.filters.condition | map('lookup', tables.out) | join(',') }}",
+                "/api/vehicles?make=Pre-Owned%2CNew&year=2020&p=2&n=20",
                 0,
             ),
             (
@@ -300,7 +308,7 @@ mod tests {
             );
             let context = Lazy::new(&build);
             let rendered = spec
-                .render(Scope::request(&request, &context), page)
+                .render(Scope::request(&request, &tables, &context), page)
                 .expect("render");
             assert_eq!(rendered.path_and_query, want);
             assert_eq!(

@@ -74,6 +74,8 @@ pub struct Templates {
 #[derive(Clone, Copy)]
 pub struct Scope<'a> {
     request: Option<&'a serde_json::Value>,
+    /// The mapping's tables, as the context holds them (for `lookup`).
+    tables: Option<&'a TplValue>,
     context: Ctx<'a>,
 }
 
@@ -104,14 +106,21 @@ impl<'a> Scope<'a> {
     pub fn context(context: &'a TplValue) -> Scope<'a> {
         Scope {
             request: None,
+            tables: None,
             context: Ctx::Ready(context),
         }
     }
 
-    /// The skill request, with the context holding it built when a template needs it.
-    pub fn request(request: &'a serde_json::Value, context: &'a Lazy<'a>) -> Scope<'a> {
+    /// The skill request and the mapping's tables, with the context holding them built when a
+    /// template needs it.
+    pub fn request(
+        request: &'a serde_json::Value,
+        tables: &'a TplValue,
+        context: &'a Lazy<'a>,
+    ) -> Scope<'a> {
         Scope {
             request: Some(request),
+            tables: Some(tables),
             context: Ctx::Lazy(context),
         }
     }
@@ -122,8 +131,8 @@ impl<'a> Scope<'a> {
         'a: 'b,
     {
         Scope {
-            request: self.request,
             context: Ctx::Lazy(context),
+            ..self
         }
     }
 
@@ -144,11 +153,63 @@ impl<'a> Scope<'a> {
 enum Direct {
     /// Text without tags: the text itself, less the one trailing newline minijinja drops.
     Text(String),
-    /// A whole query value `{{ request.a.b }}` or `{{ request.a.b | join(",") }}`.
-    Request {
-        path: Box<[String]>,
-        join: Option<String>,
-    },
+    /// A whole query value: a path from `request`, through one of the [`Filter`] shapes.
+    Request { path: Box<[String]>, filter: Filter },
+}
+
+/// What a [`Direct::Request`] does with the value at its path.
+#[derive(Debug)]
+enum Filter {
+    /// `{{ request.a.b }}`
+    None,
+    /// `{{ request.a.b | join(",") }}`
+    Join(String),
+    /// `{{ request.a.b | lookup(tables.t) }}`
+    Lookup(String),
+    /// `{{ request.a.b | map('lookup', tables.t) | join(",") }}`
+    MapLookupJoin(String, String),
+}
+
+impl Filter {
+    /// The filters after a path (`join(",")`, …), if they are one of the shapes.
+    fn of(filters: &[&str]) -> Option<Filter> {
+        /// The text between the parentheses of `name(…)`.
+        fn call<'s>(filter: &'s str, name: &str) -> Option<&'s str> {
+            let args = filter.strip_prefix(name)?.trim_start();
+            Some(args.strip_prefix('(')?.strip_suffix(')')?.trim())
+        }
+        fn quoted(arg: &str) -> Option<String> {
+            let quote = arg.chars().next().filter(|q| matches!(q, '"' | '\''))?;
+            let text = arg.strip_prefix(quote)?.strip_suffix(quote)?;
+            (!text.contains([quote, '\\'])).then(|| text.to_owned())
+        }
+        fn table(arg: &str) -> Option<String> {
+            let name = arg.strip_prefix("tables.")?;
+            identifier(name).then(|| name.to_owned())
+        }
+        match filters {
+            [] => Some(Filter::None),
+            [join] => match call(join, "join") {
+                Some(sep) => Some(Filter::Join(quoted(sep)?)),
+                None => Some(Filter::Lookup(table(call(join, "lookup")?)?)),
+            },
+            [map, join] => {
+                let (name, t) = call(map, "map")?.split_once(',')?;
+                (quoted(name.trim())? == "lookup").then_some(())?;
+                Some(Filter::MapLookupJoin(
+                    table(t.trim())?,
+                    quoted(call(join, "join")?)?,
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A name minijinja reads as one attribute (`make`, `year_min`).
+fn identifier(key: &str) -> bool {
+    key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 impl Direct {
@@ -162,38 +223,26 @@ impl Direct {
         if context != Context::Query {
             return None;
         }
-        let inner = source.strip_prefix("{{")?.strip_suffix("}}")?.trim();
-        let (path, join) = match inner.split_once('|') {
-            None => (inner, None),
-            Some((path, filter)) => {
-                let arg = filter.trim().strip_prefix("join")?.trim_start();
-                let arg = arg.strip_prefix('(')?.strip_suffix(')')?.trim();
-                let quote = arg.chars().next().filter(|q| matches!(q, '"' | '\''))?;
-                let sep = arg.strip_prefix(quote)?.strip_suffix(quote)?;
-                if sep.contains([quote, '\\']) {
-                    return None;
-                }
-                (path.trim(), Some(sep.to_owned()))
-            }
-        };
-        let mut keys = path.split('.');
+        let inner = source.strip_prefix("{{")?.strip_suffix("}}")?;
+        let mut parts = inner.split('|').map(str::trim);
+        let mut keys = parts.next()?.split('.');
         if keys.next() != Some("request") {
             return None;
         }
         let path: Box<[String]> = keys.map(str::to_owned).collect();
-        let identifier = |key: &String| {
-            key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        };
-        (!path.is_empty() && path.iter().all(identifier)).then_some(Direct::Request { path, join })
+        if path.is_empty() || !path.iter().all(|key| identifier(key)) {
+            return None;
+        }
+        let filter = Filter::of(&parts.collect::<Vec<_>>())?;
+        Some(Direct::Request { path, filter })
     }
 
     /// The rendered text, or `None` for minijinja to decide.
-    fn render(&self, request: &serde_json::Value) -> Option<String> {
+    fn render(&self, request: &serde_json::Value, tables: Option<&TplValue>) -> Option<String> {
         use serde_json::Value as Json;
-        let (path, join) = match self {
+        let (path, filter) = match self {
             Direct::Text(text) => return Some(text.clone()),
-            Direct::Request { path, join } => (path, join),
+            Direct::Request { path, filter } => (path, filter),
         };
         // An attribute of anything but a map is undefined (the environment's `Chainable`).
         let value = path
@@ -201,12 +250,25 @@ impl Direct {
             .try_fold(request, |value, key| value.as_object()?.get(key));
         // Scalars print as minijinja prints them, through its own value.
         let printed = |value: &Json| TplValue::from(minijinja::value::Serde(value)).to_string();
-        match (value, join) {
+        // `lookup` as the filter does it, on the table minijinja would read.
+        let table = |name: &str| {
+            let table = tables?.get_attr(name).ok()?;
+            Some(move |key: &str| {
+                table
+                    .get_item(&TplValue::from(key))
+                    .unwrap_or(TplValue::UNDEFINED)
+            })
+        };
+        match (value, filter) {
             // Undefined prints empty, and joins as an empty list.
-            (None, _) | (Some(Json::Null), None) => Some(String::new()),
-            (Some(Json::String(s)), None) => Some(s.clone()),
-            (Some(scalar @ (Json::Bool(_) | Json::Number(_))), None) => Some(printed(scalar)),
-            (Some(Json::Array(items)), Some(sep)) => {
+            (None, Filter::None | Filter::Join(_)) | (Some(Json::Null), Filter::None) => {
+                Some(String::new())
+            }
+            (Some(Json::String(s)), Filter::None) => Some(s.clone()),
+            (Some(scalar @ (Json::Bool(_) | Json::Number(_))), Filter::None) => {
+                Some(printed(scalar))
+            }
+            (Some(Json::Array(items)), Filter::Join(sep)) => {
                 let mut out = String::new();
                 for (i, item) in items.iter().enumerate() {
                     if i > 0 {
@@ -216,6 +278,33 @@ impl Direct {
                         Json::String(s) => out.push_str(s),
                         Json::Array(_) | Json::Object(_) => return None,
                         scalar => out.push_str(&printed(scalar)),
+                    }
+                }
+                Some(out)
+            }
+            (Some(Json::String(s)), Filter::Lookup(name)) => {
+                let found = table(name)?(s);
+                // As the formatter prints a value: nothing for undefined and none.
+                Some(if found.is_undefined() || found.is_none() {
+                    String::new()
+                } else {
+                    found
+                        .as_str()
+                        .map_or_else(|| found.to_string(), str::to_owned)
+                })
+            }
+            (Some(Json::Array(items)), Filter::MapLookupJoin(name, sep)) => {
+                let lookup = table(name)?;
+                let mut out = String::new();
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(sep);
+                    }
+                    // As `join` prints an item.
+                    let found = lookup(item.as_str()?);
+                    match found.as_str() {
+                        Some(s) => out.push_str(s),
+                        None => out.push_str(&found.to_string()),
                     }
                 }
                 Some(out)
@@ -285,7 +374,7 @@ impl Templates {
         let key = format!("{name}@{}", context.suffix());
         let direct = match (self.direct.get(&key), values.request) {
             (Some(Direct::Text(text)), _) => Some(text.clone()),
-            (Some(direct), Some(request)) => direct.render(request),
+            (Some(direct), Some(request)) => direct.render(request, values.tables),
             _ => None,
         };
         let out = match direct {
@@ -430,12 +519,15 @@ mod tests {
     fn render(source: &str, context: Context, values: serde_json::Value) -> Result<String, String> {
         let mut t = Templates::new();
         t.add("t", source, context).map_err(|e| e.message)?;
+        let full = TplValue::from(minijinja::value::Serde(&values));
+        let tables = full.get_attr("tables").ok();
         t.render(
             "t",
             context,
             Scope {
                 request: values.get("request"),
-                context: Ctx::Ready(&TplValue::from(minijinja::value::Serde(&values))),
+                tables: tables.as_ref(),
+                context: Ctx::Ready(&full),
             },
         )
     }
@@ -455,6 +547,7 @@ mod tests {
                 any::<u64>().prop_map(Json::from),
                 (-1e6f64..1e6).prop_map(Json::from),
                 Just(json!(25000.0)),
+                "new|used|cpo|[a-z]{0,2}".prop_map(Json::from),
                 Just(json!(1e300)),
                 "[a-zA-Z0-9 ,|&=?/#%\"'\\\n\u{e9}\u{1F697}-]{0,8}".prop_map(Json::from),
             ]
@@ -474,6 +567,14 @@ mod tests {
             })
         }
 
+        fn vocabulary() -> impl Strategy<Value = Json> {
+            prop_oneof![
+                "new|used|cpo|[a-z]{0,2}".prop_map(Json::from),
+                Just(Json::Null),
+                Just(json!(3))
+            ]
+        }
+
         /// Requests shaped like skill requests, so that most paths reach a value.
         fn request() -> impl Strategy<Value = Json> {
             let list = || prop::collection::vec(scalar(), 0..4).prop_map(Json::Array);
@@ -486,6 +587,14 @@ mod tests {
                         "filters": {"make": make, "year_min": year, "model": model},
                     })
                 }),
+                // Vocabularies a table translates, as `lookup` reads them.
+                (
+                    prop::collection::vec(vocabulary(), 0..4),
+                    prop_oneof![vocabulary(), scalar()],
+                )
+                    .prop_map(|(condition, field)| {
+                        json!({"filters": {"condition": condition}, "sort": {"field": field}})
+                    }),
             ]
         }
 
@@ -499,7 +608,8 @@ mod tests {
                 });
             let path = prop_oneof![
                 any_path,
-                "request\\.(make|items|filters\\.(make|model|year_min))".prop_map(|p| p.to_owned()),
+                "request\\.(make|items|sort\\.field|filters\\.(make|model|year_min|condition))"
+                    .prop_map(|p| p.to_owned()),
             ];
             let filter = prop_oneof![
                 Just(String::new()),
@@ -509,6 +619,13 @@ mod tests {
                 Just(" | join('\u{2022}') ".to_owned()),
                 Just(" | join(\"a'b\")".to_owned()),
                 Just(" | length".to_owned()),
+                Just(" | lookup(tables.out)".to_owned()),
+                Just("|lookup( tables.out )".to_owned()),
+                Just(" | lookup(tables.nope)".to_owned()),
+                Just(" | map('lookup', tables.out) | join(',')".to_owned()),
+                Just("|map(\"lookup\",tables.out)|join(\"; \")".to_owned()),
+                Just(" | map('lookup', tables.nope) | join(',')".to_owned()),
+                Just(" | map('upper') | join(',')".to_owned()),
                 Just(" | join(',', attribute='x')".to_owned()),
             ];
             let text = "[a-z/ ]{0,6}(\r?\n)?";
@@ -528,13 +645,20 @@ mod tests {
             fn direct_renders_what_minijinja_renders(
                 source in template(),
                 request in request(),
+                table in prop::collection::btree_map(
+                    "new|used|cpo|[a-z]{0,2}",
+                    prop_oneof![scalar(), Just(Json::Null), "[A-Z][a-z]{0,5}".prop_map(Json::from)],
+                    0..6,
+                ),
                 context in prop_oneof![Just(Context::Query), Just(Context::Path)],
             ) {
                 let mut t = Templates::new();
                 prop_assume!(t.add("t", &source, context).is_ok());
-                let values = json!({"request": request, "dealer": {"id": "d"}});
+                let values = json!({"request": request, "dealer": {"id": "d"}, "tables": {"out": table}});
                 let full = TplValue::from(minijinja::value::Serde(&values));
-                let direct = t.render("t", context, Scope { request: Some(&request), context: Ctx::Ready(&full) });
+                let tables = full.get_attr("tables").expect("tables");
+                let scope = Scope { request: Some(&request), tables: Some(&tables), context: Ctx::Ready(&full) };
+                let direct = t.render("t", context, scope);
                 let minijinja = t.render("t", context, Scope::context(&full));
                 prop_assert_eq!(&direct, &minijinja, "{:?} over {}", source, request);
                 let shape = t.direct.get(&format!("t@{}", context.suffix()));
@@ -543,6 +667,7 @@ mod tests {
                     && source.trim_end().starts_with("{{ request.")
                     && !source.contains(['-', '0'])
                     && !source.contains("length")
+                    && !source.contains("upper")
                     && !source.contains("attribute")
                 {
                     prop_assert!(shape.is_some(), "{:?} was not recognised", source);
@@ -553,25 +678,79 @@ mod tests {
             }
         }
 
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2000))]
+            /// The `lookup` shapes, over requests and tables drawn from one small vocabulary
+            /// so that most lookups find something (a string, a number, `null`) or nothing.
+            #[test]
+            fn lookups_render_what_minijinja_renders(
+                path in "request\\.(sort\\.field|filters\\.condition|missing)",
+                filter in prop_oneof![
+                    Just(" | lookup(tables.out)"),
+                    Just(" | lookup(tables.nope)"),
+                    Just(" | map('lookup', tables.out) | join(',')"),
+                    Just(" | map('lookup', tables.nope) | join(', ')"),
+                ],
+                condition in prop::collection::vec(vocabulary(), 0..4),
+                field in vocabulary(),
+                table in prop::collection::btree_map("new|used|cpo|[a-z]{0,2}", vocabulary(), 0..5),
+            ) {
+                let source = format!("{{{{ {path}{filter} }}}}");
+                let request = json!({"filters": {"condition": condition}, "sort": {"field": field}});
+                let mut t = Templates::new();
+                t.add("t", &source, Context::Query).expect("compiles");
+                prop_assert!(t.direct.contains_key("t@query"), "{} is a direct shape", source);
+                let values = json!({"request": request, "tables": {"out": table}});
+                let full = TplValue::from(minijinja::value::Serde(&values));
+                let tables = full.get_attr("tables").expect("tables");
+                let scope = Scope { request: Some(&request), tables: Some(&tables), context: Ctx::Ready(&full) };
+                let direct = t.render("t", Context::Query, scope);
+                let minijinja = t.render("t", Context::Query, Scope::context(&full));
+                prop_assert_eq!(&direct, &minijinja, "{:?} over {}", source, values);
+            }
+        }
+
         #[test]
         fn the_common_values_render_directly() {
+            let tables = TplValue::from(minijinja::value::Serde(
+                &json!({"out": {"used": "Pre-Owned", "new": "New", "n": 3, "gone": null}}),
+            ));
             let direct = |source: &str, request: Json| {
                 Direct::of(source, Context::Query)
                     .expect("a direct shape")
-                    .render(&request)
+                    .render(&request, Some(&tables))
             };
-            let filters = json!({"filters": {"make": ["Honda", "Toyota"], "year_min": 2020, "price_max": 25000.5}});
+            let filters = json!({
+                "filters": {"make": ["Honda", "Toyota"], "year_min": 2020, "price_max": 25000.5,
+                            "condition": ["new", "used", "cpo", "n", "gone"]},
+                "sort": "used", "order": "cpo", "gone": "gone",
+            });
             for (source, want) in [
                 ("{{ request.filters.make | join(',') }}", "Honda,Toyota"),
                 ("{{ request.filters.year_min }}", "2020"),
                 ("{{ request.filters.price_max }}", "25000.5"),
                 ("{{ request.filters.model | join(',') }}", ""),
+                // A table's `null` is minijinja's `none`, which `join` prints as `None`.
+                (
+                    "{{ request.filters.condition | map('lookup', tables.out) | join(',') }}",
+                    "New,Pre-Owned,,3,None",
+                ),
+                ("{{ request.sort | lookup(tables.out) }}", "Pre-Owned"),
+                ("{{ request.order | lookup(tables.out) }}", ""),
+                ("{{ request.gone | lookup(tables.out) }}", ""),
             ] {
                 assert_eq!(
                     direct(source, filters.clone()).as_deref(),
                     Some(want),
                     "{source}"
                 );
+                let mut t = Templates::new();
+                t.add("t", source, Context::Query).expect("compiles");
+                let full = TplValue::from(minijinja::value::Serde(
+                    &json!({"request": filters, "tables": tables}),
+                ));
+                let minijinja = t.render("t", Context::Query, Scope::context(&full));
+                assert_eq!(minijinja.as_deref(), Ok(want), "{source} in minijinja");
             }
             // A join of a string (its characters, in minijinja) is minijinja's to decide.
             assert_eq!(

@@ -106,7 +106,10 @@ impl Mapped {
         let rendered = debug_span!("render").in_scope(|| {
             let build = || self.template_values(request, lead);
             let context = Lazy::new(&build);
-            self.request.render(Scope::request(request, &context), None)
+            self.request.render(
+                Scope::request(request, &self.shared.tables_tpl, &context),
+                None,
+            )
         });
         let rendered = rendered.map_err(|e| self.render_error(e))?;
         let vars = self.vars(request, lead);

@@ -80,7 +80,7 @@ impl Mapped {
         let (pages, start) = plan(skip as u64, limit as u64, max);
         let build = || self.template_values(request, None);
         let context = Lazy::new(&build);
-        let values = Scope::request(request, &context);
+        let values = Scope::request(request, &self.shared.tables_tpl, &context);
         let vars = self.vars(request, None);
         let mut listings: Vec<Arc<Value>> = Vec::new();
         let mut total = None;
@@ -183,7 +183,7 @@ impl Mapped {
         }
         let build = || self.template_values(&narrowed, None);
         let context = Lazy::new(&build);
-        let values = Scope::request(&narrowed, &context);
+        let values = Scope::request(&narrowed, &self.shared.tables_tpl, &context);
         let vars = self.vars(&narrowed, None);
         let size = self
             .request
