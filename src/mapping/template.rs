@@ -8,6 +8,7 @@
 //! they are and a string only through a filter that vouches for it (`| safe` to send it
 //! verbatim, or an escaping filter such as `| tojson`); a bare string refuses to render.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use minijinja::value::Value as TplValue;
@@ -237,13 +238,15 @@ impl Direct {
         Some(Direct::Request { path, filter })
     }
 
-    /// The rendered text, or `None` for minijinja to decide.
-    fn render(&self, request: &serde_json::Value, tables: Option<&TplValue>) -> Option<String> {
+    /// The rendered text, or `None` for minijinja to decide (always, for a request shape
+    /// rendered without the request as JSON).
+    fn render(&self, values: Scope<'_>) -> Option<String> {
         use serde_json::Value as Json;
         let (path, filter) = match self {
             Direct::Text(text) => return Some(text.clone()),
             Direct::Request { path, filter } => (path, filter),
         };
+        let request = values.request?;
         // An attribute of anything but a map is undefined (the environment's `Chainable`).
         let value = path
             .iter()
@@ -252,7 +255,7 @@ impl Direct {
         let printed = |value: &Json| TplValue::from(minijinja::value::Serde(value)).to_string();
         // `lookup` as the filter does it, on the table minijinja would read.
         let table = |name: &str| {
-            let table = tables?.get_attr(name).ok()?;
+            let table = values.tables?.get_attr(name).ok()?;
             Some(move |key: &str| {
                 table
                     .get_item(&TplValue::from(key))
@@ -269,18 +272,11 @@ impl Direct {
                 Some(printed(scalar))
             }
             (Some(Json::Array(items)), Filter::Join(sep)) => {
-                let mut out = String::new();
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push_str(sep);
-                    }
-                    match item {
-                        Json::String(s) => out.push_str(s),
-                        Json::Array(_) | Json::Object(_) => return None,
-                        scalar => out.push_str(&printed(scalar)),
-                    }
-                }
-                Some(out)
+                joined(items, sep, |item| match item {
+                    Json::String(s) => Some(Cow::Borrowed(s)),
+                    Json::Array(_) | Json::Object(_) => None,
+                    scalar => Some(Cow::Owned(printed(scalar))),
+                })
             }
             (Some(Json::String(s)), Filter::Lookup(name)) => {
                 let found = table(name)?(s);
@@ -288,30 +284,36 @@ impl Direct {
                 Some(if found.is_undefined() || found.is_none() {
                     String::new()
                 } else {
-                    found
-                        .as_str()
-                        .map_or_else(|| found.to_string(), str::to_owned)
+                    plain_text(&found)
                 })
             }
             (Some(Json::Array(items)), Filter::MapLookupJoin(name, sep)) => {
                 let lookup = table(name)?;
-                let mut out = String::new();
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push_str(sep);
-                    }
-                    // As `join` prints an item.
-                    let found = lookup(item.as_str()?);
-                    match found.as_str() {
-                        Some(s) => out.push_str(s),
-                        None => out.push_str(&found.to_string()),
-                    }
-                }
-                Some(out)
+                // `join` prints each looked-up item as it is, `none` and undefined included.
+                joined(items, sep, |item| {
+                    Some(Cow::Owned(plain_text(&lookup(item.as_str()?))))
+                })
             }
             _ => None,
         }
     }
+}
+
+/// The texts of `items` joined with `sep`, as `join` does; `None` when an item has no text
+/// here (`text` says which).
+fn joined<'v>(
+    items: &'v [serde_json::Value],
+    sep: &str,
+    mut text: impl FnMut(&'v serde_json::Value) -> Option<Cow<'v, str>>,
+) -> Option<String> {
+    let mut out = String::new();
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_str(sep);
+        }
+        out.push_str(&text(item)?);
+    }
+    Some(out)
 }
 
 impl std::fmt::Debug for Templates {
@@ -372,12 +374,11 @@ impl Templates {
         values: Scope<'_>,
     ) -> Result<String, String> {
         let key = format!("{name}@{}", context.suffix());
-        let direct = match (self.direct.get(&key), values.request) {
-            (Some(Direct::Text(text)), _) => Some(text.clone()),
-            (Some(direct), Some(request)) => direct.render(request, values.tables),
-            _ => None,
-        };
-        let out = match direct {
+        let out = match self
+            .direct
+            .get(&key)
+            .and_then(|direct| direct.render(values))
+        {
             Some(out) => out,
             None => self.render_minijinja(&key, context, values.full())?,
         };
@@ -718,7 +719,11 @@ mod tests {
             let direct = |source: &str, request: Json| {
                 Direct::of(source, Context::Query)
                     .expect("a direct shape")
-                    .render(&request, Some(&tables))
+                    .render(Scope {
+                        request: Some(&request),
+                        tables: Some(&tables),
+                        context: Ctx::Ready(&TplValue::UNDEFINED),
+                    })
             };
             let filters = json!({
                 "filters": {"make": ["Honda", "Toyota"], "year_min": 2020, "price_max": 25000.5,
