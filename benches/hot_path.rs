@@ -143,7 +143,9 @@ criterion_group!(benches, bench);
 fn bench_reply_schema(c: &mut Criterion) {
     let app = app();
     let profile = app.settings.dealers[0].profile.clone().expect("profile");
-    let payload = json!({ "type": "dealer.information.response", "data": profile });
+    let payload = aap_gateway::protocol::Payload::Json(std::sync::Arc::new(
+        json!({ "type": "dealer.information.response", "data": profile }),
+    ));
     c.bench_function("schema_check_response/dealer.information", |b| {
         b.iter(|| {
             app.schemas

@@ -25,13 +25,15 @@ use std::sync::Arc;
 use aap_gateway::mapping::Handler;
 use aap_gateway::mapping::decode::Declared;
 use aap_gateway::mapping::execute::{
-    Canned, Mapped, ResponseSpec, Transport, is_listable, page_json,
+    Canned, Mapped, ResponseSpec, Transport, is_listable, is_listable_status,
 };
 use aap_gateway::mapping::extract::{Jq, JqValue, JqVars};
 use aap_gateway::mapping::load::{LoadContext, load_folder};
 use aap_gateway::mapping::request::PageRef;
 use aap_gateway::mapping::template::{Lazy, Scope};
+use aap_gateway::protocol::Data;
 use aap_gateway::protocol::Skill;
+use aap_gateway::protocol::vehicle::{SearchPage, Vehicle};
 use aap_gateway::schema::Schemas;
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -119,7 +121,7 @@ fn render(mapped: &Mapped, request: &Value) -> aap_gateway::mapping::request::Re
 /// The reply side of one page, as `Mapped::fetch_page` + `Mapped::search` do it (private): the
 /// reply read into a tape, the records at `items` read off it, `item` per record, listable
 /// filter, `total`, page assembly.
-fn extract_page(mapped: &Mapped, request: &Value, body: &Bytes) -> Value {
+fn extract_page(mapped: &Mapped, request: &Value, body: &Bytes) -> SearchPage {
     let ResponseSpec::List {
         total,
         item,
@@ -136,10 +138,11 @@ fn extract_page(mapped: &Mapped, request: &Value, body: &Bytes) -> Value {
         .expect("decode");
     let records = doc.records(path).expect("records on the tape");
     let mut vehicles = Vec::with_capacity(records.len());
+    let mut runner = item.record_runner(&vars);
     for record in &records {
-        let vehicle = item.run_one_json_record(record, &vars).expect("item");
-        if is_listable(&vehicle) {
-            vehicles.push(Arc::new(vehicle));
+        let vehicle = runner.run_vehicle(record).expect("item");
+        if is_listable_status(vehicle.status()) {
+            vehicles.push(vehicle);
         }
     }
     let total = total.as_ref().map(|jq| {
@@ -150,17 +153,17 @@ fn extract_page(mapped: &Mapped, request: &Value, body: &Bytes) -> Value {
 }
 
 /// The page data of the vehicles found, as `Mapped::search` assembles it.
-fn page(total: Option<Value>, vehicles: Vec<Arc<Value>>) -> Value {
+fn page(total: Option<Value>, vehicles: Vec<Vehicle>) -> SearchPage {
     let total = total
         .as_ref()
         .and_then(Value::as_u64)
         .map_or(vehicles.len(), |t| t as usize);
-    let vehicles: Vec<Arc<Value>> = vehicles.into_iter().take(PAGE).collect();
-    page_json(total, 0, PAGE, vehicles)
+    let vehicles: Vec<Vehicle> = vehicles.into_iter().take(PAGE).collect();
+    SearchPage::new(total, 0, PAGE, vehicles)
 }
 
 /// [`extract_page_with`] the mapping's own programs.
-fn extract_page_eager(mapped: &Mapped, request: &Value, body: &Bytes) -> Value {
+fn extract_page_eager(mapped: &Mapped, request: &Value, body: &Bytes) -> SearchPage {
     let ResponseSpec::List {
         items, total, item, ..
     } = &mapped.response
@@ -180,7 +183,7 @@ fn extract_page_with(
     (items, total, item): Programs<'_>,
     request: &Value,
     body: &Bytes,
-) -> Value {
+) -> SearchPage {
     let vars = jq_vars(mapped, request);
     let doc = mapped
         .format
@@ -191,7 +194,7 @@ fn extract_page_with(
     for record in &records {
         let vehicle = item.run_one_json(record, &vars).expect("item");
         if is_listable(&vehicle) {
-            vehicles.push(Arc::new(vehicle));
+            vehicles.push(Vehicle::from(vehicle));
         }
     }
     let total = total.map(|jq| jq.run_one(&doc, &vars).expect("total").to_json());
@@ -247,14 +250,15 @@ fn bench(c: &mut Criterion) {
     let canned = Canned::new(StatusCode::OK, None, body.clone());
     let by_engine = runtime
         .block_on(mapped.execute_with(Transport::Canned(&canned), &request))
-        .expect("engine search");
-    let by_hand = extract_page(&mapped, &request, &body);
+        .expect("engine search")
+        .into_value();
+    let by_hand = extract_page(&mapped, &request, &body).to_value();
     assert_eq!(
         by_engine, by_hand,
         "bench extraction differs from the engine"
     );
     assert_eq!(
-        extract_page_eager(&mapped, &request, &body),
+        extract_page_eager(&mapped, &request, &body).to_value(),
         by_hand,
         "the tape and the eager decoding disagree"
     );
@@ -273,7 +277,8 @@ fn bench(c: &mut Criterion) {
     });
     // What a page costs after extraction, on its way out: the response schema check and the
     // JSON text of the reply (the binding writes the same `Value` inside its envelope).
-    let reply = aap_gateway::protocol::Reply::new(Skill::InventorySearch, by_hand.clone(), None);
+    let built = Data::Search(extract_page(&mapped, &request, &body));
+    let reply = aap_gateway::protocol::Reply::new(Skill::InventorySearch, built, None);
     let schemas = Schemas::load().expect("schemas");
     assert!(
         schemas
@@ -285,7 +290,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| schemas.check_response(Skill::InventorySearch, black_box(&reply.payload)))
     });
     group.bench_function("serialize_20_vehicle_reply", |b| {
-        b.iter(|| serde_json::to_vec(black_box(&*reply.payload)).expect("JSON"))
+        b.iter(|| serde_json::to_vec(black_box(&reply.payload)).expect("JSON"))
     });
     group.bench_function("extract_20_vehicle_page_eager", |b| {
         b.iter(|| extract_page_eager(&mapped, black_box(&request), black_box(&body)))
@@ -302,7 +307,7 @@ fn bench(c: &mut Criterion) {
     let total_jaq = total.as_ref().map(interpreted);
     let jaq_programs = (&items_jaq, total_jaq.as_ref(), &item_jaq);
     assert_eq!(
-        extract_page_with(&mapped, jaq_programs, &request, &body),
+        extract_page_with(&mapped, jaq_programs, &request, &body).to_value(),
         by_hand,
         "jaq and the native plans disagree"
     );

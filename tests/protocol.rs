@@ -1705,10 +1705,10 @@ async fn reply_has_fresh_message_id_agent_role_and_one_data_part() {
         .collect();
     assert_eq!(keys, ["contextId", "messageId", "parts", "role"].into());
     // The payload conforms to the response schema.
-    let violations = gw
-        .app
-        .schemas
-        .check_response(Skill::DealerInformation, &part["data"]);
+    let violations = gw.app.schemas.check_response(
+        Skill::DealerInformation,
+        &aap_gateway::protocol::Payload::Json(std::sync::Arc::new(part["data"].clone())),
+    );
     assert!(violations.is_empty(), "{violations:?}");
 }
 

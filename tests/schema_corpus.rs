@@ -10,10 +10,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use aap_gateway::error::{AapCode, Violation};
-use aap_gateway::protocol::Skill;
+use aap_gateway::protocol::{Payload, Skill};
 use aap_gateway::schema::{self, Schemas};
 use serde_json::{Value, json};
 
@@ -43,7 +43,9 @@ fn target(schema_file: &str) -> Option<Target> {
 fn check(schemas: &Schemas, target: Target, instance: &Value) -> Vec<Violation> {
     match target {
         Target::Request(skill) => schemas.check_request(skill, instance),
-        Target::Response(skill) => schemas.check_response(skill, instance),
+        Target::Response(skill) => {
+            schemas.check_response(skill, &Payload::Json(Arc::new(instance.clone())))
+        }
         Target::DealerInformation => schemas.check_dealer_information(instance),
     }
 }

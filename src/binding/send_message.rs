@@ -252,7 +252,7 @@ struct AgentMessage {
 #[derive(Debug, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct DataPart {
-    data: std::sync::Arc<Value>,
+    data: crate::protocol::Payload,
     media_type: &'static str,
 }
 

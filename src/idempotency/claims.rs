@@ -195,7 +195,7 @@ impl Idempotency {
                     })?;
                     let reply = Reply {
                         skill: Skill::LeadSubmit,
-                        payload: Arc::new(payload),
+                        payload: crate::protocol::Payload::Json(Arc::new(payload)),
                     };
                     ticket.complete_local(&reply); // local waiters and later retries here
                     return Ok(Claim::Replay(reply));

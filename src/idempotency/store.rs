@@ -572,7 +572,9 @@ mod tests {
 
     fn lead_id(claim: &Claim) -> Option<String> {
         match claim {
-            Claim::Replay(r) => r.payload["data"]["lead_id"].as_str().map(str::to_owned),
+            Claim::Replay(r) => r.payload.to_value()["data"]["lead_id"]
+                .as_str()
+                .map(str::to_owned),
             Claim::Fresh(_) => None,
         }
     }

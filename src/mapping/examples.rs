@@ -13,7 +13,7 @@ use super::execute::{Canned, Transport};
 use super::lead::LeadMapping;
 use super::{Example, Handler};
 use crate::error::{AapCode, AapError};
-use crate::protocol::Reply;
+use crate::protocol::{Data, Reply};
 use crate::schema::Schemas;
 
 /// Why an example failed.
@@ -126,7 +126,9 @@ pub async fn run(example: &Example, handler: &Handler, schemas: &Schemas) -> Res
                         .collect(),
                 ));
             }
-            if let (Some(expected), Some(data)) = (&case.expect, reply.payload.get("data")) {
+            if let (Some(expected), Some(data)) =
+                (&case.expect, reply.payload.to_value().get("data"))
+            {
                 subset("reply", expected, data, &mut diffs);
             }
         }
@@ -156,11 +158,19 @@ pub async fn answer(
     request: &Value,
 ) -> Result<Value, AapError> {
     match handler {
-        Handler::Static(reply) => Ok(reply.payload.get("data").cloned().unwrap_or(Value::Null)),
-        Handler::Proxy(m) => m.execute_with(Transport::Canned(canned), request).await,
+        Handler::Static(reply) => Ok(reply
+            .payload
+            .to_value()
+            .get("data")
+            .cloned()
+            .unwrap_or(Value::Null)),
+        Handler::Proxy(m) => m
+            .execute_with(Transport::Canned(canned), request)
+            .await
+            .map(Data::into_value),
         Handler::DerivedFacets(m) => m.facets(Transport::Canned(canned), request).await,
         Handler::Feed { skill, feed } => match feed.fetch(Transport::Canned(canned)).await {
-            Ok(snapshot) => snapshot.answer(*skill, request),
+            Ok(snapshot) => snapshot.answer(*skill, request).map(Data::into_value),
             Err(e) => Err(e),
         },
         Handler::Lead(lead) => run_lead(lead, canned, request).await,
@@ -241,7 +251,12 @@ async fn run_lead(lead: &LeadMapping, canned: &Canned, request: &Value) -> Resul
         .await
         .map_err(|u| u.error)?;
     let reply = lead.reply(data, request);
-    Ok(reply.payload.get("data").cloned().unwrap_or(Value::Null))
+    Ok(reply
+        .payload
+        .to_value()
+        .get("data")
+        .cloned()
+        .unwrap_or(Value::Null))
 }
 
 /// The canned upstream of `example`: its `upstream_reply`, or an empty 200.

@@ -150,7 +150,7 @@ impl LeadMapping {
             context_id: None,
         };
         match handler.execute(&call).await {
-            Ok(Answer::Data(vehicle)) => Ok(Some(vehicle)),
+            Ok(Answer::Data(vehicle)) => Ok(Some(vehicle.into_value())),
             Ok(Answer::Prebuilt(_)) => Ok(None),
             Err(
                 e @ AapError::Domain {

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::error::AapError;
-use crate::protocol::{Call, Reply, Skill};
+use crate::protocol::{Call, Data, Reply, Skill};
 use crate::settings::Origin;
 use execute::Mapped;
 use feed::Feed;
@@ -53,7 +53,7 @@ pub enum Answer {
     /// A reply built and checked at load; sent as is.
     Prebuilt(Reply),
     /// Response `data` built for this call; the pipeline checks it against the response schema.
-    Data(Value),
+    Data(Data),
 }
 
 /// An example case from a mapping file, with where it came from.
@@ -72,7 +72,7 @@ impl Handler {
     }
 
     /// The fixed payload, for load-time checks.
-    pub fn fixed_payload(&self) -> Option<&Arc<Value>> {
+    pub fn fixed_payload(&self) -> Option<&crate::protocol::Payload> {
         match self {
             Handler::Static(reply) => Some(&reply.payload),
             Handler::Proxy(_)
@@ -100,7 +100,7 @@ impl Handler {
             Handler::DerivedFacets(search) => search
                 .facets(execute::Transport::Live(&search.upstream), &call.data)
                 .await
-                .map(Answer::Data),
+                .map(|facets| Answer::Data(Data::Json(facets))),
             Handler::Feed { skill, feed } => {
                 let snapshot = feed.snapshot().await?;
                 snapshot.answer(*skill, &call.data).map(Answer::Data)

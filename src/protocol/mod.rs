@@ -3,12 +3,15 @@
 
 pub mod agent_card;
 mod skill;
+pub mod vehicle;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde_json::Value;
 
 pub use skill::Skill;
+use vehicle::SearchPage;
 
 /// The skill a call names in `data.type`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,17 +46,96 @@ pub struct Caller {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Presented(pub(crate) Option<[u8; 32]>);
 
+/// The AAP `data` a handler built for one call.
+#[derive(Debug)]
+pub enum Data {
+    Json(Value),
+    /// An `inventory.search` page, held as built ([`vehicle`]).
+    Search(SearchPage),
+}
+
+impl From<Value> for Data {
+    fn from(v: Value) -> Data {
+        Data::Json(v)
+    }
+}
+
+impl Data {
+    /// The data as JSON.
+    pub fn into_value(self) -> Value {
+        match self {
+            Data::Json(v) => v,
+            Data::Search(page) => page.to_value(),
+        }
+    }
+}
+
 /// A successful skill reply, holding the AAP response object `{type, data, message?}`.
 ///
 /// Shared (`Arc`) so fixed replies built at load (a dealer profile) are sent without a copy.
 #[derive(Debug, Clone)]
 pub struct Reply {
     pub skill: Skill,
-    pub payload: Arc<Value>,
+    pub payload: Payload,
+}
+
+/// The AAP response object of a [`Reply`]: JSON, or a search page as built, which is written
+/// and validated as the JSON `{"type": …, "data": page}` without becoming it.
+#[derive(Debug, Clone)]
+pub enum Payload {
+    Json(Arc<Value>),
+    Search(Arc<SearchPage>),
+}
+
+impl Payload {
+    /// The response object as JSON (a copy for a search page): for the cold paths (examples,
+    /// `render`, stored replies).
+    pub fn to_value(&self) -> Cow<'_, Value> {
+        match self {
+            Payload::Json(v) => Cow::Borrowed(v),
+            Payload::Search(page) => Cow::Owned(serde_json::json!({
+                "type": Skill::InventorySearch.response_type(),
+                "data": page.to_value(),
+            })),
+        }
+    }
+}
+
+/// The response object as JSON text.
+impl std::fmt::Display for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = serde_json::to_string(self).map_err(|_| std::fmt::Error)?;
+        f.write_str(&text)
+    }
+}
+
+impl serde::Serialize for Payload {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self {
+            Payload::Json(v) => v.serialize(s),
+            Payload::Search(page) => {
+                let mut map = s.serialize_map(Some(2))?;
+                map.serialize_entry("type", Skill::InventorySearch.response_type())?;
+                map.serialize_entry("data", &**page)?;
+                map.end()
+            }
+        }
+    }
 }
 
 impl Reply {
-    pub fn new(skill: Skill, data: Value, message: Option<String>) -> Reply {
+    /// A search page without a message stays as built; any other data is JSON.
+    pub fn new(skill: Skill, data: impl Into<Data>, message: Option<String>) -> Reply {
+        let data = match (data.into(), &message) {
+            (Data::Search(page), None) if skill == Skill::InventorySearch => {
+                return Reply {
+                    skill,
+                    payload: Payload::Search(Arc::new(page)),
+                };
+            }
+            (data, _) => data.into_value(),
+        };
         let mut out = serde_json::Map::with_capacity(3);
         out.insert(
             "type".into(),
@@ -65,7 +147,7 @@ impl Reply {
         }
         Reply {
             skill,
-            payload: Arc::new(Value::Object(out)),
+            payload: Payload::Json(Arc::new(Value::Object(out))),
         }
     }
 }

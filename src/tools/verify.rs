@@ -74,6 +74,7 @@ pub async fn verify(
         let oracle = inventory.search(&request);
         match mapped.execute(&request).await {
             Ok(answer) => {
+                let answer = answer.into_value();
                 for what in compare(&request, &answer, &oracle) {
                     differences.push(Difference {
                         request: request.clone(),

@@ -17,7 +17,8 @@ pub fn assert_reply_valid(payload: &Value) {
         .into_iter()
         .find(|s| s.response_type() == kind)
         .unwrap_or_else(|| panic!("`{kind}` is no AAP response type"));
-    let violations = SCHEMAS.check_response(skill, payload);
+    let held = aap_gateway::protocol::Payload::Json(std::sync::Arc::new(payload.clone()));
+    let violations = SCHEMAS.check_response(skill, &held);
     assert!(
         violations.is_empty(),
         "{kind} fails the AAP schema: {violations:#?}\n{payload}"

@@ -12,7 +12,7 @@ use crate::mapping::decode::{Declared, Format};
 use crate::mapping::extract::{Doc, Jq, JqValue, JqVars};
 use crate::mapping::request::Rendered;
 use crate::mapping::template::{Lazy, Scope};
-use crate::protocol::Skill;
+use crate::protocol::{Data, Skill};
 use crate::upstream::UpstreamResponse;
 use crate::upstream::soap::{self, SoapFault};
 use tracing::debug_span;
@@ -29,7 +29,7 @@ pub(super) enum Called<'a> {
 
 impl Mapped {
     /// Answers a validated call against the live upstream.
-    pub async fn execute(&self, request: &Value) -> Result<Value, AapError> {
+    pub async fn execute(&self, request: &Value) -> Result<Data, AapError> {
         self.execute_with(Transport::Live(&self.upstream), request)
             .await
     }
@@ -39,7 +39,7 @@ impl Mapped {
         &self,
         transport: Transport<'_>,
         request: &Value,
-    ) -> Result<Value, AapError> {
+    ) -> Result<Data, AapError> {
         match (&self.response, self.skill) {
             (ResponseSpec::List { .. }, _) => self.search(transport, request).await,
             (ResponseSpec::Object { jq }, skill) => {
@@ -47,7 +47,7 @@ impl Mapped {
                 if skill == Skill::InventoryVehicle {
                     check_listable(&data)?;
                 }
-                Ok(data)
+                Ok(Data::Json(data))
             }
         }
     }

@@ -10,17 +10,19 @@ use crate::mapping::extract::JqVars;
 use crate::mapping::request::{PageRef, plan};
 use crate::mapping::search::{Inventory, Listing};
 use crate::mapping::template::{Lazy, Scope};
+use crate::protocol::Data;
+use crate::protocol::vehicle::{SearchPage, Vehicle};
 use tracing::debug_span;
 
 use super::call::Called;
-use super::page::{as_count, is_listable, page_json, window};
+use super::page::{as_count, is_listable_status, page_data, window};
 use super::spec::{Mapped, ResponseSpec, RuleOutcome, Values};
 use super::transport::Transport;
 
 /// One upstream page of a list skill.
 struct Fetched {
     /// The records mapped to AAP vehicles, whatever their status.
-    vehicles: Vec<Arc<Value>>,
+    vehicles: Vec<Vehicle>,
     /// Records in the upstream's page (mapped or not): what paging decisions count.
     records: usize,
     /// The upstream's total, when the mapping reads one.
@@ -65,12 +67,11 @@ impl Mapped {
         &self,
         transport: Transport<'_>,
         request: &Value,
-    ) -> Result<Value, AapError> {
+    ) -> Result<Data, AapError> {
         let (skip, limit) = window(request);
         if !self.direct(request) {
             let inventory = self.scan(transport, request).await?;
-            let page = inventory.search(request);
-            return Ok(page_json(page.total, page.skip, page.limit, page.vehicles));
+            return Ok(page_data(inventory.search(request)));
         }
         let max = self
             .request
@@ -82,20 +83,20 @@ impl Mapped {
         let context = Lazy::new(&build);
         let values = Scope::request(request, &self.shared.tables_tpl, &context);
         let vars = self.vars(request, None);
-        let mut listings: Vec<Arc<Value>> = Vec::new();
+        let mut listings: Vec<Vehicle> = Vec::new();
         let mut total = None;
         for page in pages {
             let fetched = self.fetch_page(transport, values, &vars, page).await?;
             total = total.or(fetched.total);
             let exhausted = (fetched.records as u64) < page.size;
             for vehicle in fetched.vehicles {
-                if is_listable(&vehicle) {
+                let status = vehicle.status();
+                if is_listable_status(status) {
                     listings.push(vehicle);
                 } else {
                     // The declaration is wrong: this page and the total count a unit AAP
                     // never shows. It is still dropped; the operator must fix `supports`.
                     self.event("unlisted_in_listable_page", 1);
-                    let status = vehicle.get("status").and_then(Value::as_str);
                     tracing::warn!(
                         mapping = %self.file,
                         status = status.unwrap_or("(none)"),
@@ -108,9 +109,9 @@ impl Mapped {
                 break;
             }
         }
-        let vehicles: Vec<Arc<Value>> = listings.into_iter().skip(start).take(limit).collect();
+        let vehicles: Vec<Vehicle> = listings.into_iter().skip(start).take(limit).collect();
         let total = total.unwrap_or(skip.saturating_add(vehicles.len()));
-        Ok(page_json(total, skip, limit, vehicles))
+        Ok(Data::Search(SearchPage::new(total, skip, limit, vehicles)))
     }
 
     /// Whether the upstream's own pages, order and total answer `request` exactly.
@@ -197,7 +198,12 @@ impl Mapped {
             let page = PageRef { index, size };
             let fetched = self.fetch_page(transport, values, &vars, page).await?;
             records += fetched.records;
-            listings.extend(fetched.vehicles.into_iter().map(Listing::from_arc));
+            listings.extend(
+                fetched
+                    .vehicles
+                    .into_iter()
+                    .map(|v| Listing::from_arc(v.into_arc())),
+            );
             let exhausted = self.request.pagination.is_none()
                 || (fetched.records as u64) < size
                 || fetched.total.is_some_and(|t| records >= t);
@@ -288,16 +294,20 @@ impl Mapped {
         let mapped: Box<dyn Iterator<Item = _>> = match &lazy {
             Some(records) => {
                 let mut runner = item.record_runner(vars);
-                Box::new(records.iter().map(move |record| runner.run(record)))
+                Box::new(records.iter().map(move |record| runner.run_vehicle(record)))
             }
-            None => Box::new(eager.iter().map(|record| item.run_one_json(record, vars))),
+            None => Box::new(
+                eager
+                    .iter()
+                    .map(|record| item.run_one_json(record, vars).map(Vehicle::from)),
+            ),
         };
         let mut vehicles = Vec::with_capacity(count);
         let mut failed = None;
         let mut skipped = 0usize;
         for vehicle in mapped {
             match vehicle {
-                Ok(vehicle) => vehicles.push(Arc::new(vehicle)),
+                Ok(vehicle) => vehicles.push(vehicle),
                 Err(e) => {
                     skipped += 1;
                     failed.get_or_insert(e);

@@ -21,7 +21,7 @@ mod scan_cache;
 mod spec;
 mod transport;
 
-pub use page::{check_listable, is_listable, page_json, window};
+pub use page::{check_listable, is_listable, is_listable_status, page_data, window};
 pub use scan_cache::ScanCache;
 pub use spec::{
     ErrorRule, Mapped, Missing, ResponseSpec, RuleOutcome, Shared, StatusMatch, Supports, Values,

@@ -1,11 +1,11 @@
 //! AAP's search window and page, and whether a buyer may see a vehicle.
 
-use std::sync::Arc;
-
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use crate::error::{AapCode, AapError};
 use crate::mapping::search;
+use crate::protocol::Data;
+use crate::protocol::vehicle::{SearchPage, Vehicle};
 
 /// `skip` and the effective `limit` of a search request: default 20, at most 100 (docs/protocol.md
 /// §Pagination and totals).
@@ -25,10 +25,12 @@ pub fn window(request: &Value) -> (usize, usize) {
 
 /// Whether a buyer may see this vehicle: its `status` (docs/protocol.md §Listing status).
 pub fn is_listable(vehicle: &Value) -> bool {
-    vehicle
-        .get("status")
-        .and_then(Value::as_str)
-        .is_some_and(|s| search::SERVABLE_STATUSES.contains(&s))
+    is_listable_status(vehicle.get("status").and_then(Value::as_str))
+}
+
+/// Whether a buyer may see a vehicle of this `status`.
+pub fn is_listable_status(status: Option<&str>) -> bool {
+    status.is_some_and(|s| search::SERVABLE_STATUSES.contains(&s))
 }
 
 /// `inventory.vehicle` must not answer a unit that left stock (docs/protocol.md §Listing status).
@@ -43,17 +45,10 @@ pub fn check_listable(vehicle: &Value) -> Result<(), AapError> {
     }
 }
 
-/// The `data` of an `inventory.search.response`.
-pub fn page_json(total: usize, skip: usize, limit: usize, vehicles: Vec<Arc<Value>>) -> Value {
-    let mut data = Map::with_capacity(4);
-    data.insert("total".into(), json!(total));
-    data.insert("skip".into(), json!(skip));
-    data.insert("limit".into(), json!(limit));
-    data.insert(
-        "vehicles".into(),
-        Value::Array(vehicles.into_iter().map(Arc::unwrap_or_clone).collect()),
-    );
-    Value::Object(data)
+/// The `data` of an `inventory.search.response` answered from listings the gateway holds.
+pub fn page_data(page: search::Page) -> Data {
+    let vehicles = page.vehicles.into_iter().map(Vehicle::Json).collect();
+    Data::Search(SearchPage::new(page.total, page.skip, page.limit, vehicles))
 }
 
 pub(super) fn as_count(v: &Value) -> Option<usize> {

@@ -42,6 +42,7 @@ use std::fmt;
 use std::ops::ControlFlow;
 use std::sync::{Arc, LazyLock};
 
+use crate::protocol::vehicle::Vehicle;
 use jaq_core::compile::Undefined;
 use jaq_core::data::JustLut;
 use jaq_core::load::{self, Arena, File, Loader, lex, parse};
@@ -320,13 +321,20 @@ pub struct RecordRunner<'a> {
 impl RecordRunner<'_> {
     /// The program's one output for `record`, as JSON.
     pub fn run(&mut self, record: &Record<'_>) -> Result<Value, JqRunError> {
+        self.run_vehicle(record).map(Vehicle::into_value)
+    }
+
+    /// [`RecordRunner::run`] as a search page holds it: an object of literal keys built by
+    /// the native plan stays a [`crate::protocol::vehicle::Record`] (keys shared, unchanged
+    /// texts sliced from the reply), any other output is JSON.
+    pub fn run_vehicle(&mut self, record: &Record<'_>) -> Result<Vehicle, JqRunError> {
         if let (Some(plan), Some(env)) = (&self.jq.inner.plan, &mut self.env)
-            && let Some(object) = plan.eval_record_json(record, env)
+            && let Some(object) = plan.eval_record(record, env)
         {
-            return object.map(Value::Object).map_err(error_message);
+            return object.map(Vehicle::Record).map_err(error_message);
         }
         let whole = JqValue(record.value().clone());
-        self.jq.run_one_json(&whole, self.vars)
+        self.jq.run_one_json(&whole, self.vars).map(Vehicle::from)
     }
 }
 

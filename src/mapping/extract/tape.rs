@@ -167,6 +167,11 @@ impl<'t> At<'t> {
         matches!(self.node(), Node::Obj { .. })
     }
 
+    /// The reply's text (strings without escapes are slices of it).
+    pub(crate) fn body(self) -> &'t ByteString {
+        &self.tape.body
+    }
+
     /// The text of a string; `None` for anything else.
     pub(crate) fn as_str(self) -> Option<&'t str> {
         let text = match self.node() {

@@ -26,14 +26,14 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::decode::{self, Declared, Format};
-use super::execute::{Shared, Transport, check_listable, page_json, send};
+use super::execute::{Shared, Transport, check_listable, page_data, send};
 use super::extract::{Jq, JqValue, JqVars, TextObjects};
 use super::packed::Packed;
 use super::request::RequestSpec;
 use super::search::{Inventory, Prepared};
 use super::template::Scope;
 use crate::error::{AapCode, AapError};
-use crate::protocol::Skill;
+use crate::protocol::{Data, Skill};
 use crate::telemetry::Escaped;
 use crate::upstream::Upstream;
 
@@ -505,13 +505,10 @@ impl Snapshot {
     }
 
     /// Answers a validated call for `skill` from this snapshot.
-    pub fn answer(&self, skill: Skill, request: &Value) -> Result<Value, AapError> {
+    pub fn answer(&self, skill: Skill, request: &Value) -> Result<Data, AapError> {
         match skill {
-            Skill::InventorySearch => {
-                let page = self.inventory.search(request);
-                Ok(page_json(page.total, page.skip, page.limit, page.vehicles))
-            }
-            Skill::InventoryFacets => Ok(self.inventory.facets(request.get("filters"))),
+            Skill::InventorySearch => Ok(page_data(self.inventory.search(request))),
+            Skill::InventoryFacets => Ok(Data::Json(self.inventory.facets(request.get("filters")))),
             Skill::InventoryVehicle => {
                 let vehicle = self.find(request).ok_or_else(|| {
                     AapError::domain(
@@ -521,7 +518,7 @@ impl Snapshot {
                 })?;
                 let vehicle = vehicle.unpack();
                 check_listable(&vehicle)?;
-                Ok(vehicle)
+                Ok(Data::Json(vehicle))
             }
             Skill::DealerInformation | Skill::LeadSubmit => Err(AapError::Internal(format!(
                 "{skill} cannot be answered from an inventory feed"

@@ -46,7 +46,12 @@ fn answers(snapshot: &Snapshot) -> Vec<Result<Value, String>> {
     ];
     requests
         .iter()
-        .map(|(skill, request)| snapshot.answer(*skill, request).map_err(|e| e.to_string()))
+        .map(|(skill, request)| {
+            snapshot
+                .answer(*skill, request)
+                .map(crate::protocol::Data::into_value)
+                .map_err(|e| e.to_string())
+        })
         .collect()
 }
 

@@ -41,30 +41,21 @@ pub(super) fn record_entries(root: &Node) -> Option<&[(Node, Node)]> {
 
 pub(super) fn record_shape(root: &Node) -> Option<Record> {
     let entries = record_entries(root)?;
-    let mut keys: Vec<Box<str>> = Vec::with_capacity(entries.len());
+    let mut keys: Vec<String> = Vec::with_capacity(entries.len());
     for (key, _) in entries {
-        // A computed or repeated key keeps the general path: its position and value follow
-        // jaq's object rules there.
+        // A computed key keeps the general path: its position and value follow jaq's object
+        // rules there.
         let Kind::Lit(Val::TStr(bytes)) = &key.kind else {
             return None;
         };
-        let key = std::str::from_utf8(bytes).ok()?;
-        if keys.iter().any(|k| &**k == key) {
-            return None;
-        }
-        keys.push(key.into());
+        keys.push(std::str::from_utf8(bytes).ok()?.to_owned());
     }
-    if keys.len() > 64 {
-        return None; // one bit per field in `Plan::eval_record_json`
-    }
-    let template = keys
-        .into_iter()
-        .map(|k| (String::from(k), serde_json::Value::Null))
-        .collect();
+    // A repeated key, or more than one bit per field in `Plan::eval_record` can count, keeps
+    // the general path too.
+    let shape = Shape::new(keys)?;
     Some(Record {
-        template,
+        shape: std::sync::Arc::new(shape),
         compact: !matches!(root.kind, Kind::Obj(_)),
-        masked: Default::default(),
     })
 }
 

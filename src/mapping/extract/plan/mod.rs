@@ -25,8 +25,10 @@
 
 use std::borrow::Cow;
 use std::ops::ControlFlow;
-use std::sync::OnceLock;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytestring::ByteString;
 
 use jaq_core::load::{lex, parse};
 use jaq_core::ops::{Cmp, Math};
@@ -36,6 +38,7 @@ use jaq_json::{Map, Rc, Val};
 
 use super::GLOBAL_VARS;
 use super::tape::At;
+use crate::protocol::vehicle::{self, Field, Shape, Text};
 
 mod compile;
 mod eval;
@@ -62,58 +65,12 @@ pub(super) struct Plan {
 }
 
 /// A root `{k: v, …}` or `{k: v, …} | compact` whose keys are distinct literal strings: the
-/// object can be built as JSON straight away ([`Plan::eval_record_json`]), skipping jaq's
-/// hashed object, its compaction and its conversion.
+/// object can be built as a [`vehicle::Record`] straight away ([`Plan::eval_record`]),
+/// skipping jaq's hashed object, its compaction and its conversion.
 struct Record {
-    /// The object with every key and `null` values: a copy per record keeps the keys' order
-    /// and hashes (no hashing of each key for each record).
-    template: serde_json::Map<String, serde_json::Value>,
+    /// The keys, shared by every object built.
+    shape: Arc<Shape>,
     compact: bool,
-    /// The objects without the fields `compact` drops, by which fields they drop (one bit
-    /// each): the first [`MASKS`] sets of blank fields met, made once. Records of one upstream
-    /// mostly lack the same fields; removing them from a full copy instead rebuilt the map's
-    /// hash table per record. Filled without a lock; past [`MASKS`], copies are cut down.
-    masked: [OnceLock<(u64, serde_json::Map<String, serde_json::Value>)>; MASKS],
-}
-
-/// How many sets of blank fields a [`Record`] keeps a template for.
-const MASKS: usize = 8;
-
-impl Record {
-    /// An object with the keys of the fields not in `blank`, in order, `null` values.
-    fn template(&self, blank: u64) -> serde_json::Map<String, serde_json::Value> {
-        if blank == 0 {
-            return self.template.clone();
-        }
-        for slot in &self.masked {
-            match slot.get() {
-                Some((mask, map)) if *mask == blank => return map.clone(),
-                Some(_) => continue,
-                None => {
-                    let map = without(&self.template, blank);
-                    // Another thread may fill the slot first; either template is right here.
-                    let _ = slot.set((blank, map.clone()));
-                    return map;
-                }
-            }
-        }
-        without(&self.template, blank)
-    }
-}
-
-/// `map` without the entries whose bits are set in `blank`.
-fn without(
-    map: &serde_json::Map<String, serde_json::Value>,
-    blank: u64,
-) -> serde_json::Map<String, serde_json::Value> {
-    let mut map = map.clone();
-    let mut i = 0;
-    map.retain(|_, _| {
-        let keep = blank & (1 << i) == 0;
-        i += 1;
-        keep
-    });
-    map
 }
 
 /// Variable slots: the globals first (in [`GLOBAL_VARS`] order), then one slot per binding
@@ -145,11 +102,25 @@ impl Plan {
         input: &I,
         env: &mut Env,
     ) -> Option<Result<serde_json::Map<String, serde_json::Value>, Error>> {
+        Some(self.eval_record(input, env)?.map(vehicle::Record::into_map))
+    }
+
+    /// [`Plan::eval_record_json`] as a [`vehicle::Record`]: the keys shared, and texts the
+    /// input's reply holds unchanged sliced from it.
+    pub(super) fn eval_record<I: Input + ?Sized>(
+        &self,
+        input: &I,
+        env: &mut Env,
+    ) -> Option<Result<vehicle::Record, Error>> {
         let record = self.record.as_ref()?;
         let entries = record_entries(&self.root)?;
+        let body = input.body();
+        let text = |s: Cow<'_, str>| match s {
+            Cow::Borrowed(s) => Text::in_body(s, body),
+            Cow::Owned(s) => Text::Owned(s),
+        };
         let mut values = Vec::with_capacity(entries.len());
-        // Which fields `compact` drops (blank ones), one bit each (`record_shape` keeps
-        // records to 64 fields).
+        // Which fields `compact` drops (blank ones), one bit each (`Shape` holds at most 64).
         let mut blank = 0u64;
         for (i, (_, value)) in entries.iter().enumerate() {
             let value = match value.eval_text(input, env) {
@@ -158,18 +129,13 @@ impl Plan {
                     blank |= 1 << i;
                     continue;
                 }
-                Ok(text::Out::Str(s)) => serde_json::Value::String(s.into_owned()),
+                Ok(text::Out::Str(s)) => Field::Text(text(s)),
                 // An array of texts: `compact` keeps its items and drops it when empty.
                 Ok(text::Out::List(items)) if record.compact && items.is_empty() => {
                     blank |= 1 << i;
                     continue;
                 }
-                Ok(text::Out::List(items)) => serde_json::Value::Array(
-                    items
-                        .into_iter()
-                        .map(|s| serde_json::Value::String(s.into_owned()))
-                        .collect(),
-                ),
+                Ok(text::Out::List(items)) => Field::List(items.into_iter().map(text).collect()),
                 // `compact` compacts a field's value and then drops it when blank; compacting
                 // never makes a value blank, so the check can come first.
                 Ok(text::Out::Val(v)) if record.compact => {
@@ -177,18 +143,18 @@ impl Plan {
                         blank |= 1 << i;
                         continue;
                     }
-                    super::val_to_json(&super::compact(v))
+                    Field::Json(super::val_to_json(&super::compact(v)))
                 }
-                Ok(text::Out::Val(v)) => super::val_to_json(&v),
+                Ok(text::Out::Val(v)) => Field::Json(super::val_to_json(&v)),
                 Err(e) => return Some(Err(e)),
             };
             values.push(value);
         }
-        let mut map = record.template(blank);
-        for (slot, value) in map.values_mut().zip(values) {
-            *slot = value;
-        }
-        Some(Ok(map))
+        Some(Ok(vehicle::Record::new(
+            Arc::clone(&record.shape),
+            blank,
+            values,
+        )))
     }
 
     /// The keys of a program that is only a path of literal string keys from `.` (`.Items`,
@@ -227,6 +193,11 @@ pub(super) trait Input {
     /// The input on a reply's tape, where paths of literal keys are read without making the
     /// whole input a value.
     fn tape(&self) -> Option<At<'_>>;
+
+    /// The reply's text the tape's strings are slices of.
+    fn body(&self) -> Option<&ByteString> {
+        None
+    }
 }
 
 impl Input for Val {
@@ -246,6 +217,10 @@ impl Input for super::Record<'_> {
 
     fn tape(&self) -> Option<At<'_>> {
         Some(self.at)
+    }
+
+    fn body(&self) -> Option<&ByteString> {
+        Some(self.at.body())
     }
 }
 

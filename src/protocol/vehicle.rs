@@ -1,0 +1,475 @@
+//! A search page as the gateway builds it: sent and checked without becoming a JSON tree.
+//!
+//! Why: a proxied search maps each upstream record to a vehicle of 15–30 fields. As a
+//! `serde_json` object, each vehicle copied every key, allocated every string and built a hash
+//! index, only to be written out once and dropped. Here a vehicle a mapping's `item` built is
+//! its values in key order, the keys shared by every vehicle of that mapping ([`Shape`]), and
+//! its unchanged texts are slices of the upstream's reply ([`Text::Slice`]). The page
+//! serialises straight from that (the same bytes as its JSON value), and `schema` validates it
+//! through jsonschema's representation traits. Every other vehicle (a feed's, a scan's, one a
+//! program outside the native plan built) is a shared JSON value.
+
+use std::sync::{Arc, OnceLock};
+
+use bytestring::ByteString;
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde_json::{Map, Number, Value};
+
+/// The keys of the objects one program builds, in order (at most 64: one bit each for the
+/// fields a record leaves out).
+pub struct Shape {
+    keys: Box<[Box<str>]>,
+    /// The object with every key and `null` values: a copy per record keeps the keys' order and
+    /// hashes (no hashing of each key for each record).
+    template: Map<String, Value>,
+    /// The objects without the fields a record leaves out, by which fields they leave out (one
+    /// bit each): the first [`MASKS`] sets met, made once. Records of one upstream mostly lack
+    /// the same fields; removing them from a full copy rebuilt the map's hash table per record.
+    /// Filled without a lock; past [`MASKS`], copies are cut down.
+    masked: [OnceLock<(u64, Map<String, Value>)>; MASKS],
+}
+
+/// How many sets of left-out fields a [`Shape`] keeps an object for.
+const MASKS: usize = 8;
+
+/// The most keys a [`Shape`] holds (one bit each in a `u64`).
+pub const MAX_KEYS: usize = 64;
+
+impl Shape {
+    /// `None` past [`MAX_KEYS`] keys or when a key repeats.
+    pub fn new(keys: Vec<String>) -> Option<Shape> {
+        let template: Map<String, Value> = keys.iter().map(|k| (k.clone(), Value::Null)).collect();
+        if keys.len() > MAX_KEYS || template.len() != keys.len() {
+            return None;
+        }
+        Some(Shape {
+            keys: keys.into_iter().map(String::into_boxed_str).collect(),
+            template,
+            masked: Default::default(),
+        })
+    }
+
+    /// How many keys.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// An object with the keys not in `blank`, in order, `null` values.
+    fn template(&self, blank: u64) -> Map<String, Value> {
+        if blank == 0 {
+            return self.template.clone();
+        }
+        for slot in &self.masked {
+            match slot.get() {
+                Some((mask, map)) if *mask == blank => return map.clone(),
+                Some(_) => continue,
+                None => {
+                    let map = without(&self.template, blank);
+                    // Another thread may fill the slot first; either object is right here.
+                    let _ = slot.set((blank, map.clone()));
+                    return map;
+                }
+            }
+        }
+        without(&self.template, blank)
+    }
+}
+
+/// `map` without the entries whose bits are set in `blank`.
+fn without(map: &Map<String, Value>, blank: u64) -> Map<String, Value> {
+    let mut map = map.clone();
+    let mut i = 0;
+    map.retain(|_, _| {
+        let keep = blank & (1 << i) == 0;
+        i += 1;
+        keep
+    });
+    map
+}
+
+/// A string value: a slice of an upstream reply, or text made in the gateway.
+#[derive(Debug, Clone)]
+pub enum Text {
+    Slice(ByteString),
+    Owned(String),
+}
+
+impl Text {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Text::Slice(s) => s,
+            Text::Owned(s) => s,
+        }
+    }
+
+    /// `text` as a slice of `body` when it lies in it, else a copy.
+    pub fn in_body(text: &str, body: Option<&ByteString>) -> Text {
+        match body {
+            Some(body) if lies_in(body, text) => Text::Slice(body.slice_ref(text)),
+            _ => Text::Owned(text.to_owned()),
+        }
+    }
+
+    fn into_string(self) -> String {
+        match self {
+            Text::Slice(s) => String::from(&*s),
+            Text::Owned(s) => s,
+        }
+    }
+}
+
+/// Whether `text` is a part of `body` (what `ByteString::slice_ref` demands).
+fn lies_in(body: &str, text: &str) -> bool {
+    let start = body.as_ptr() as usize;
+    let at = text.as_ptr() as usize;
+    at >= start && at + text.len() <= start + body.len()
+}
+
+/// One value of a [`Record`].
+#[derive(Debug, Clone)]
+pub enum Field {
+    Text(Text),
+    /// An array of strings.
+    List(Box<[Text]>),
+    Json(Value),
+}
+
+impl Field {
+    fn into_value(self) -> Value {
+        match self {
+            Field::Text(t) => Value::String(t.into_string()),
+            Field::List(items) => Value::Array(
+                items
+                    .into_vec()
+                    .into_iter()
+                    .map(|t| Value::String(t.into_string()))
+                    .collect(),
+            ),
+            Field::Json(v) => v,
+        }
+    }
+}
+
+/// An object a program built: the values of its [`Shape`]'s keys, without those in `blank`.
+#[derive(Clone)]
+pub struct Record {
+    shape: Arc<Shape>,
+    blank: u64,
+    values: Vec<Field>,
+}
+
+impl std::fmt::Debug for Record {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.members()).finish()
+    }
+}
+
+impl Record {
+    /// `values` holds one value per key of `shape` whose bit is not set in `blank`, in order.
+    pub fn new(shape: Arc<Shape>, blank: u64, values: Vec<Field>) -> Record {
+        debug_assert_eq!(
+            values.len(),
+            (0..shape.len()).filter(|i| blank & (1 << i) == 0).count()
+        );
+        Record {
+            shape,
+            blank,
+            values,
+        }
+    }
+
+    /// The keys and values, in order.
+    pub fn members(&self) -> Members<'_> {
+        Members {
+            keys: self.shape.keys.iter(),
+            blank: self.blank,
+            values: self.values.iter(),
+        }
+    }
+
+    /// How many members.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&Field> {
+        self.members().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
+    /// The object as JSON (keys in order).
+    pub fn into_map(self) -> Map<String, Value> {
+        let mut map = self.shape.template(self.blank);
+        for (slot, value) in map.values_mut().zip(self.values) {
+            *slot = value.into_value();
+        }
+        map
+    }
+}
+
+/// The members of a [`Record`], in order.
+#[derive(Clone)]
+pub struct Members<'a> {
+    keys: std::slice::Iter<'a, Box<str>>,
+    blank: u64,
+    values: std::slice::Iter<'a, Field>,
+}
+
+impl<'a> Iterator for Members<'a> {
+    type Item = (&'a str, &'a Field);
+
+    fn next(&mut self) -> Option<(&'a str, &'a Field)> {
+        loop {
+            let key = self.keys.next()?;
+            let left_out = self.blank & 1 == 1;
+            self.blank >>= 1;
+            if !left_out {
+                return Some((key, self.values.next()?));
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.values.len(), Some(self.values.len()))
+    }
+}
+
+/// A vehicle of a search page.
+#[derive(Debug, Clone)]
+pub enum Vehicle {
+    Json(Arc<Value>),
+    Record(Record),
+}
+
+impl Vehicle {
+    /// The listing status, when it is a string.
+    pub fn status(&self) -> Option<&str> {
+        match self {
+            Vehicle::Json(v) => v.get("status").and_then(Value::as_str),
+            Vehicle::Record(r) => match r.get("status")? {
+                Field::Text(t) => Some(t.as_str()),
+                Field::Json(v) => v.as_str(),
+                Field::List(_) => None,
+            },
+        }
+    }
+
+    /// The vehicle as JSON.
+    pub fn into_value(self) -> Value {
+        match self {
+            Vehicle::Json(v) => Arc::unwrap_or_clone(v),
+            Vehicle::Record(r) => Value::Object(r.into_map()),
+        }
+    }
+
+    /// The vehicle as a shared JSON value.
+    pub fn into_arc(self) -> Arc<Value> {
+        match self {
+            Vehicle::Json(v) => v,
+            Vehicle::Record(r) => Arc::new(Value::Object(r.into_map())),
+        }
+    }
+}
+
+impl From<Value> for Vehicle {
+    fn from(v: Value) -> Vehicle {
+        Vehicle::Json(Arc::new(v))
+    }
+}
+
+/// The `data` of an `inventory.search.response`: `{total, skip, limit, vehicles}`.
+#[derive(Debug, Clone)]
+pub struct SearchPage {
+    /// `total`, `skip`, `limit`, as the numbers written.
+    counts: [Number; 3],
+    vehicles: Vec<Vehicle>,
+}
+
+/// The member names of a [`SearchPage`], in order.
+pub const PAGE_KEYS: [&str; 4] = ["total", "skip", "limit", "vehicles"];
+
+impl SearchPage {
+    pub fn new(total: usize, skip: usize, limit: usize, vehicles: Vec<Vehicle>) -> SearchPage {
+        SearchPage {
+            counts: [total, skip, limit].map(|n| Number::from(n as u64)),
+            vehicles,
+        }
+    }
+
+    /// `total`, `skip` and `limit`.
+    pub fn counts(&self) -> &[Number; 3] {
+        &self.counts
+    }
+
+    pub fn vehicles(&self) -> &Vec<Vehicle> {
+        &self.vehicles
+    }
+
+    /// The page as JSON.
+    pub fn to_value(&self) -> Value {
+        let mut data = Map::with_capacity(4);
+        for (key, n) in PAGE_KEYS.iter().zip(&self.counts) {
+            data.insert((*key).to_owned(), Value::Number(n.clone()));
+        }
+        data.insert(
+            PAGE_KEYS[3].to_owned(),
+            Value::Array(
+                self.vehicles
+                    .iter()
+                    .cloned()
+                    .map(Vehicle::into_value)
+                    .collect(),
+            ),
+        );
+        Value::Object(data)
+    }
+}
+
+impl Serialize for Text {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl Serialize for Field {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Field::Text(t) => t.serialize(s),
+            Field::List(items) => {
+                let mut seq = s.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(item)?;
+                }
+                seq.end()
+            }
+            Field::Json(v) => v.serialize(s),
+        }
+    }
+}
+
+impl Serialize for Record {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.len()))?;
+        for (key, value) in self.members() {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+impl Serialize for Vehicle {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Vehicle::Json(v) => v.serialize(s),
+            Vehicle::Record(r) => r.serialize(s),
+        }
+    }
+}
+
+impl Serialize for SearchPage {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(PAGE_KEYS.len()))?;
+        for (key, n) in PAGE_KEYS.iter().zip(&self.counts) {
+            map.serialize_entry(key, n)?;
+        }
+        map.serialize_entry(PAGE_KEYS[3], &self.vehicles)?;
+        map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn shape(keys: &[&str]) -> Arc<Shape> {
+        Arc::new(Shape::new(keys.iter().map(|k| (*k).to_owned()).collect()).expect("shape"))
+    }
+
+    #[test]
+    fn a_record_is_written_as_its_json_value_is() {
+        let body = ByteString::from("{\"VIN\":\"1HGCM82633A004352\",\"Make\":\"Honda\"}");
+        let vin = &body[8..25];
+        let shape = shape(&["vin", "make", "trim", "photos", "year", "note \"q\""]);
+        let cases = [
+            (
+                0b000000,
+                vec![
+                    Field::Text(Text::in_body(vin, Some(&body))),
+                    Field::Text(Text::in_body("Honda", Some(&body))),
+                    Field::Json(Value::Null),
+                    Field::List(
+                        vec![Text::Owned("a".into()), Text::in_body(vin, Some(&body))].into(),
+                    ),
+                    Field::Json(json!(2021)),
+                    Field::Text(Text::Owned("ü \u{1} \"x\"".into())),
+                ],
+            ),
+            (
+                0b001100,
+                vec![
+                    Field::Text(Text::Owned(String::new())),
+                    Field::List(Box::new([])),
+                    Field::Json(json!(2.5)),
+                    Field::Json(json!({"a": [1, "b"]})),
+                ],
+            ),
+            (0b111111, vec![]),
+        ];
+        for (blank, values) in cases {
+            let record = Record::new(Arc::clone(&shape), blank, values);
+            let value = Value::Object(record.clone().into_map());
+            assert_eq!(
+                serde_json::to_string(&record).unwrap(),
+                serde_json::to_string(&value).unwrap()
+            );
+            let page = SearchPage::new(
+                7,
+                2,
+                20,
+                vec![Vehicle::Record(record), json!({"x": 1}).into()],
+            );
+            assert_eq!(
+                serde_json::to_string(&page).unwrap(),
+                serde_json::to_string(&page.to_value()).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn only_text_inside_the_body_is_sliced_from_it() {
+        let body = ByteString::from("abcdef");
+        let inside = Text::in_body(&body[1..4], Some(&body));
+        assert!(matches!(&inside, Text::Slice(s) if &**s == "bcd"));
+        let elsewhere = String::from("bcd");
+        assert!(matches!(Text::in_body(&elsewhere, Some(&body)), Text::Owned(s) if s == "bcd"));
+        assert!(matches!(Text::in_body("bcd", None), Text::Owned(_)));
+    }
+
+    #[test]
+    fn members_skip_the_left_out_keys() {
+        let record = Record::new(
+            shape(&["a", "b", "c", "status"]),
+            0b0101,
+            vec![
+                Field::Json(json!(1)),
+                Field::Text(Text::Owned("sold".into())),
+            ],
+        );
+        let keys: Vec<&str> = record.members().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["b", "status"]);
+        assert_eq!(Vehicle::Record(record).status(), Some("sold"));
+        assert!(Shape::new(vec!["a".into(), "a".into()]).is_none());
+        assert!(Shape::new((0..65).map(|i| i.to_string()).collect()).is_none());
+    }
+}
