@@ -509,6 +509,11 @@ fn documented_examples_give_the_same_outputs_natively_and_in_jaq() {
 
 /// Loads a shipped mapping folder as the gateway does.
 fn load(dir: &str, dealer_id: &str) -> aap_gateway::mapping::load::DealerMappings {
+    load_path(&repo(dir), dealer_id)
+}
+
+/// Loads a mapping folder as the gateway does.
+fn load_path(dir: &Path, dealer_id: &str) -> aap_gateway::mapping::load::DealerMappings {
     let schemas = Schemas::load().expect("schemas");
     let vars = |_: &str| None;
     let metrics = aap_gateway::telemetry::metrics::Metrics::new();
@@ -521,10 +526,76 @@ fn load(dir: &str, dealer_id: &str) -> aap_gateway::mapping::load::DealerMapping
         previous: None,
         cache: &aap_gateway::mapping::load::LoadCache::default(),
     };
-    load_folder(&repo(dir), &ctx).unwrap_or_else(|problems| {
+    load_folder(dir, &ctx).unwrap_or_else(|problems| {
         let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        panic!("{dir} does not load:\n{}", lines.join("\n"))
+        panic!("{} does not load:\n{}", dir.display(), lines.join("\n"))
     })
+}
+
+/// `$request` is made a jq value only for mappings whose programs name it; one that reads it
+/// in its `item` (or its error rules) gets the request as sent.
+#[test]
+fn programs_that_read_the_request_get_it() {
+    assert!(
+        !Jq::compile("{vin: .VIN} | compact")
+            .expect("jq")
+            .reads_request()
+    );
+    for reads in ["$request.filters", "\"\\($request)\"", ". as $r | $request"] {
+        assert!(Jq::compile(reads).expect("jq").reads_request(), "{reads}");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write =
+        |name: &str, text: &str| std::fs::write(dir.path().join(name), text).expect("write");
+    write(
+        "upstreams.yaml",
+        "dms: { kind: rest, base_url: \"http://127.0.0.1:9\" }\n",
+    );
+    write(
+        "inventory.search.yaml",
+        r#"skill: inventory.search
+upstream: dms
+request:
+  method: GET
+  path: /v
+  query: { make: "{{ request.filters.make | join(',') }}" }
+  supports: { filters: [make] }
+errors:
+  - when: { status: 404, jq: '$request.filters.make[0] == "Saab"' }
+    reply: empty
+response:
+  items: .Items
+  item: |
+    { vin: .VIN, status: "available", make: $request.filters.make[0] }
+"#,
+    );
+    let mut loaded = load_path(dir.path(), "d1");
+    let Some(Handler::Proxy(search)) = loaded.handlers.remove(&Skill::InventorySearch) else {
+        panic!("inventory.search is not a proxy mapping");
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let answer = |status: u16, make: &str| {
+        let canned = aap_gateway::mapping::execute::Canned::new(
+            http::StatusCode::from_u16(status).expect("status"),
+            None,
+            bytes::Bytes::from_static(br#"{"Items": [{"VIN": "1HGCM82633A004352"}]}"#),
+        );
+        let request = json!({"type": "inventory.search.request", "filters": {"make": [make]}});
+        let transport = aap_gateway::mapping::execute::Transport::Canned(&canned);
+        runtime
+            .block_on(search.execute_with(transport, &request))
+            .map(|data| data.into_value())
+    };
+    let found = answer(200, "Subaru").expect("search");
+    assert_eq!(found["vehicles"][0]["make"], "Subaru", "{found}");
+    let none = answer(404, "Saab").expect("the rule reads the request: no listings");
+    assert_eq!(none["total"], 0, "{none}");
+    assert!(
+        answer(404, "Volvo").is_err(),
+        "a 404 the rule does not take is an error"
+    );
 }
 
 #[test]

@@ -69,9 +69,16 @@ impl Mapped {
         self.object_with(transport, request, jq, Some(lead)).await
     }
 
+    /// The jq variables of a call. `$request` is made a jq value only for a mapping whose
+    /// programs read it (most item mappings do not; it is a copy of the whole request).
     pub(super) fn vars(&self, request: &Value, lead: Option<&Value>) -> JqVars {
+        let request = if self.reads_request() {
+            JqValue::from_json(request)
+        } else {
+            JqValue::null()
+        };
         JqVars {
-            request: JqValue::from_json(request),
+            request,
             tables: self.shared.tables_jq.clone(),
             dealer: self.shared.dealer_jq.clone(),
             lead: lead.map_or_else(JqValue::null, JqValue::from_json),
@@ -125,6 +132,28 @@ impl Mapped {
         };
         let out = debug_span!("extract").in_scope(|| program.run_one_json(doc.value(), &vars));
         out.map_err(|e| self.extract_error(e.to_string()))
+    }
+
+    /// Whether any program of the mapping may read `$request` ([`Jq::reads_request`]).
+    fn reads_request(&self) -> bool {
+        let response = match &self.response {
+            ResponseSpec::List {
+                items, total, item, ..
+            } => [Some(items), total.as_ref(), Some(item)],
+            ResponseSpec::Object { jq } => [Some(jq), None, None],
+        };
+        let rules = self.errors.iter().flat_map(|rule| {
+            let own = match &rule.outcome {
+                RuleOutcome::Jq(jq) => Some(jq),
+                _ => None,
+            };
+            rule.jq.iter().chain(own)
+        });
+        response
+            .into_iter()
+            .flatten()
+            .chain(rules)
+            .any(Jq::reads_request)
     }
 
     /// Counts `count` mapping events on the dealer's upstream metrics.

@@ -90,6 +90,8 @@ struct Compiled {
     plan: Option<plan::Plan>,
     /// The program's keys, when it is only a path of literal keys ([`Jq::key_path`]).
     key_path: Option<KeyPath>,
+    /// [`Jq::reads_request`].
+    reads_request: bool,
 }
 
 /// A value in jaq's representation, converted once and then shared (cloning is cheap).
@@ -178,6 +180,7 @@ impl Jq {
                 filter,
                 plan: None,
                 key_path: None,
+                reads_request: code.contains(GLOBAL_VARS[0]),
             }),
         })
     }
@@ -191,6 +194,13 @@ impl Jq {
     /// plan whose root is an object literal with literal keys, optionally `| compact`).
     pub fn builds_json_directly(&self) -> bool {
         self.inner.plan.as_ref().is_some_and(plan::Plan::is_record)
+    }
+
+    /// Whether the program may read `$request`: it names it. A variable can be read by no
+    /// other way (jq has no lookup of a variable by a computed name, modules are refused,
+    /// the helpers are Rust); a name in a string or a binding only makes this `true` in vain.
+    pub fn reads_request(&self) -> bool {
+        self.inner.reads_request
     }
 
     /// The program text.

@@ -163,6 +163,7 @@ fn as_written(code: &str) -> Jq {
             filter,
             plan: None,
             key_path: None,
+            reads_request: true,
         }),
     }
 }
