@@ -93,10 +93,7 @@ impl Payload {
     pub fn to_value(&self) -> Cow<'_, Value> {
         match self {
             Payload::Json(v) => Cow::Borrowed(v),
-            Payload::Search(page) => Cow::Owned(serde_json::json!({
-                "type": Skill::InventorySearch.response_type(),
-                "data": page.to_value(),
-            })),
+            Payload::Search(page) => Cow::Owned(page.reply_value()),
         }
     }
 }

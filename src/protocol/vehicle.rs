@@ -315,6 +315,15 @@ impl SearchPage {
         &self.vehicles
     }
 
+    /// The `inventory.search.response` object `{type, data}` holding the page, as JSON.
+    pub fn reply_value(&self) -> Value {
+        let mut reply = Map::with_capacity(2);
+        let kind = crate::protocol::Skill::InventorySearch.response_type();
+        reply.insert("type".to_owned(), Value::String(kind.to_owned()));
+        reply.insert("data".to_owned(), self.to_value());
+        Value::Object(reply)
+    }
+
     /// The page as JSON.
     pub fn to_value(&self) -> Value {
         let mut data = Map::with_capacity(4);

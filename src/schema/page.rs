@@ -151,10 +151,7 @@ impl<'a> json::Node<'a, Page> for Node<'a> {
 
     fn to_value(&self) -> Cow<'a, Value> {
         Cow::Owned(match *self {
-            Node::Reply(p) => serde_json::json!({
-                "type": Skill::InventorySearch.response_type(),
-                "data": p.to_value(),
-            }),
+            Node::Reply(p) => p.reply_value(),
             Node::Page(p) => p.to_value(),
             Node::Vehicles(v) => Value::Array(v.iter().cloned().map(Vehicle::into_value).collect()),
             Node::Record(r) => Value::Object(r.clone().into_map()),
