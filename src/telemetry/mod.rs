@@ -2,19 +2,21 @@
 //!
 //! - **Logs**: `RUST_LOG` filters (default `info`); human format on a terminal, JSON otherwise
 //!   or when asked; stderr, so stdout stays for command output. `request` writes the one line
-//!   per request.
+//!   per request; those lines are written in batches, at most 20 ms late (`batch`).
 //! - **Traces** (`trace`): OpenTelemetry spans per request and stage, exported over OTLP/HTTP
 //!   (protobuf) only when an endpoint is configured. The request spans are `DEBUG`-level and the
 //!   log layer filters at `RUST_LOG`, so without an exporter they are disabled at their call
 //!   sites and cost a cached branch.
 //! - **Metrics** (`metrics`): the Prometheus registry behind `/metrics`.
 
+mod batch;
 pub mod metrics;
 pub mod request;
 pub mod trace;
 
 use std::fmt::Write as _;
 use std::io::IsTerminal;
+use std::sync::Arc;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -49,18 +51,36 @@ impl<T: std::fmt::Display> std::fmt::Display for Escaped<T> {
 }
 
 /// Keeps the trace exporter alive; [`Telemetry::shutdown`] flushes the spans still queued.
-#[derive(Debug, Default)]
+/// Dropped (or shut down), it writes the log lines still waiting.
+#[derive(Default)]
 pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
+    logs: Option<Arc<batch::Batch<std::io::Stderr>>>,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("provider", &self.provider)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Telemetry {
     /// Exports what is still queued (bounded by the exporter's timeout). Call once, at exit.
-    pub fn shutdown(self) {
-        if let Some(provider) = self.provider
+    pub fn shutdown(mut self) {
+        if let Some(provider) = self.provider.take()
             && let Err(e) = provider.shutdown()
         {
             tracing::warn!(error = %e, "trace exporter did not shut down cleanly");
+        }
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        if let Some(logs) = &self.logs {
+            logs.flush();
         }
     }
 }
@@ -74,9 +94,11 @@ pub fn init(format: LogFormat, settings: Option<&TelemetrySettings>) -> Telemetr
         LogFormat::Text => false,
         LogFormat::Auto => !std::io::stderr().is_terminal(),
     };
+    let batch = batch::Batch::start(std::io::stderr());
+    let writer = batch::Writer(Arc::clone(&batch));
     let logs = if json {
         fmt::layer()
-            .with_writer(std::io::stderr)
+            .with_writer(writer)
             .json()
             .flatten_event(true)
             .with_current_span(false)
@@ -84,12 +106,12 @@ pub fn init(format: LogFormat, settings: Option<&TelemetrySettings>) -> Telemetr
             .with_filter(filter)
             .boxed()
     } else {
-        fmt::layer()
-            .with_writer(std::io::stderr)
-            .with_filter(filter)
-            .boxed()
+        fmt::layer().with_writer(writer).with_filter(filter).boxed()
     };
-    let mut telemetry = Telemetry::default();
+    let mut telemetry = Telemetry {
+        provider: None,
+        logs: Some(batch),
+    };
     let mut problem = None;
     let traces = settings
         .and_then(|s| Some((s.otlp_traces_url.as_deref()?, s.service_name.as_str())))
