@@ -53,8 +53,9 @@ impl<W: Write + Send + 'static> Batch<W> {
                 while let Some(batch) = flusher.upgrade() {
                     let mut state = batch.lock();
                     while state.waiting.is_empty() {
-                        // A timeout, so that the thread ends soon after the batch is gone.
-                        state = batch.wait(state, Duration::from_secs(1));
+                        // A timeout, so that the thread ends after the batch is gone (a
+                        // subscriber that was not installed); an installed one never goes.
+                        state = batch.wait(state, Duration::from_secs(10));
                         if Arc::strong_count(&batch) == 1 {
                             return;
                         }
