@@ -575,16 +575,7 @@ async fn shutdown_waits_for_a_running_lead_delivery() {
     assert_eq!(calls.in_progress.load(Ordering::Relaxed), 1);
 
     // SIGTERM now: the process drains, and waits for the delivery before it exits.
-    let signalled = Command::new("kill")
-        .args(["-TERM", &gw.child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(signalled.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while gw.child.try_wait().expect("wait").is_none() {
-        assert!(Instant::now() < deadline, "the replica did not exit");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::process::terminate(&mut gw.child, Duration::from_secs(20)).await;
     assert!(
         sent.elapsed() >= Duration::from_millis(3800),
         "exited {:?} after the lead was sent, before its delivery ended",

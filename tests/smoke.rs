@@ -62,16 +62,7 @@ async fn request_lines_reach_the_log_soon_and_before_a_graceful_stop() {
 
     // A second request, and at once a graceful stop: its line is written before the stop's.
     assert_eq!(send().await.expect("reply").status(), 200);
-    let signalled = std::process::Command::new("kill")
-        .args(["-TERM", &demo.child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(signalled.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while demo.child.try_wait().expect("wait").is_none() {
-        assert!(Instant::now() < deadline, "the gateway did not exit");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::process::terminate(&mut demo.child, Duration::from_secs(20)).await;
     let lines = demo.log_lines();
     let at = |message: &str| lines.iter().rposition(|l| l["message"] == message);
     let (last_request, stop) = (at("request"), at("shutdown signal received"));

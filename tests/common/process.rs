@@ -91,3 +91,20 @@ impl Drop for DemoProcess {
         let _ = self.child.wait();
     }
 }
+
+/// Sends `child` SIGTERM and waits until it exits (a graceful stop), at most `within`.
+pub async fn terminate(child: &mut Child, within: Duration) {
+    let signalled = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(signalled.success());
+    let deadline = Instant::now() + within;
+    while child.try_wait().expect("wait").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the process did not exit within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
