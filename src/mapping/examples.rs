@@ -126,10 +126,8 @@ pub async fn run(example: &Example, handler: &Handler, schemas: &Schemas) -> Res
                         .collect(),
                 ));
             }
-            if let (Some(expected), Some(data)) =
-                (&case.expect, reply.payload.to_value().get("data"))
-            {
-                subset("reply", expected, data, &mut diffs);
+            if let Some(expected) = &case.expect {
+                subset("reply", expected, &reply.payload.data(), &mut diffs);
             }
         }
         Err(error) => {
@@ -158,12 +156,7 @@ pub async fn answer(
     request: &Value,
 ) -> Result<Value, AapError> {
     match handler {
-        Handler::Static(reply) => Ok(reply
-            .payload
-            .to_value()
-            .get("data")
-            .cloned()
-            .unwrap_or(Value::Null)),
+        Handler::Static(reply) => Ok(reply.payload.data()),
         Handler::Proxy(m) => m
             .execute_with(Transport::Canned(canned), request)
             .await
@@ -251,12 +244,7 @@ async fn run_lead(lead: &LeadMapping, canned: &Canned, request: &Value) -> Resul
         .await
         .map_err(|u| u.error)?;
     let reply = lead.reply(data, request);
-    Ok(reply
-        .payload
-        .to_value()
-        .get("data")
-        .cloned()
-        .unwrap_or(Value::Null))
+    Ok(reply.payload.data())
 }
 
 /// The canned upstream of `example`: its `upstream_reply`, or an empty 200.

@@ -96,6 +96,14 @@ impl Payload {
             Payload::Search(page) => Cow::Owned(page.reply_value()),
         }
     }
+
+    /// The response object's `data` as JSON (`null` when it has none), for the same paths.
+    pub fn data(&self) -> Value {
+        match self {
+            Payload::Json(v) => v.get("data").cloned().unwrap_or(Value::Null),
+            Payload::Search(page) => page.to_value(),
+        }
+    }
 }
 
 /// The response object as JSON text.
