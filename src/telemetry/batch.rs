@@ -34,6 +34,8 @@ pub(super) struct Batch<W> {
 struct State<W> {
     out: W,
     waiting: Vec<u8>,
+    /// Whether a flusher thread runs; without one, no line may wait.
+    flushed: bool,
 }
 
 impl<W: Write + Send + 'static> Batch<W> {
@@ -43,6 +45,7 @@ impl<W: Write + Send + 'static> Batch<W> {
             state: Mutex::new(State {
                 out,
                 waiting: Vec::with_capacity(CAPACITY),
+                flushed: true,
             }),
             arrived: Condvar::new(),
         });
@@ -67,8 +70,7 @@ impl<W: Write + Send + 'static> Batch<W> {
                 }
             });
         if spawned.is_err() {
-            // No thread: nothing would write the waiting lines, so none may wait.
-            batch.lock().waiting = Vec::new();
+            batch.lock().flushed = false;
         }
         batch
     }
@@ -100,8 +102,7 @@ impl<W: Write + Send + 'static> Batch<W> {
     /// Adds a request line; writes the batch when it is full.
     fn gather(&self, line: &[u8]) {
         let mut state = self.lock();
-        if state.waiting.capacity() == 0 {
-            // No flusher thread: write at once.
+        if !state.flushed {
             let _ = state.out.write_all(line);
             return;
         }

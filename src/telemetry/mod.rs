@@ -52,7 +52,6 @@ impl<T: std::fmt::Display> std::fmt::Display for Escaped<T> {
 
 /// Keeps the trace exporter alive; [`Telemetry::shutdown`] flushes the spans still queued.
 /// Dropped (or shut down), it writes the log lines still waiting.
-#[derive(Default)]
 pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
     logs: Option<Arc<batch::Batch<std::io::Stderr>>>,
