@@ -422,6 +422,38 @@ fn card(config: &Path, dealer: Option<&str>) -> ExitCode {
     }
 }
 
+/// The async runtime that serves: as many worker threads as CPUs the process may use (its
+/// affinity mask and cgroup CPU quota, as `available_parallelism` reads them) or as
+/// `TOKIO_WORKER_THREADS` says, and on one CPU a single-threaded runtime.
+///
+/// Why one thread on one CPU: a sidecar limited to one CPU, or a gateway pinned to one core,
+/// gains nothing from tokio's work-stealing pool, and its one worker still paid for the pool's
+/// cross-thread scheduling on every wake-up: the shared bench's search took 20 % more CPU per
+/// request on it (bench/README.md, "2026-12-05 (second session)"). Nothing the gateway runs
+/// needs a second async thread: reloads, feed loads and the log flusher have threads of their
+/// own.
+fn async_runtime() -> Result<tokio::runtime::Runtime, String> {
+    let workers = match std::env::var("TOKIO_WORKER_THREADS") {
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                return Err(format!(
+                    "TOKIO_WORKER_THREADS must be a whole number of threads above 0, not {v:?}"
+                ));
+            }
+        },
+        Err(_) => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+    };
+    let mut builder = if workers == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(workers);
+        builder
+    };
+    builder.enable_all().build().map_err(|e| e.to_string())
+}
+
 /// Binds, builds and serves until SIGTERM/SIGINT. `demo` is `Some(endpoints file)` in demo mode.
 fn run(
     settings: Settings,
@@ -441,10 +473,7 @@ fn run(
     for w in &settings.warnings {
         tracing::warn!(location = %w.origin, "{}", w.message);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match async_runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start the async runtime: {e}");

@@ -73,3 +73,77 @@ async fn request_lines_reach_the_log_soon_and_before_a_graceful_stop() {
         demo.log_text()
     );
 }
+
+/// The runtime has as many worker threads as CPUs the process may use (`TOKIO_WORKER_THREADS`
+/// stands in for a cgroup quota or an affinity mask here), and on one CPU none: the gateway
+/// serves from its main thread. Either way a proxied search answers and a graceful stop ends it.
+#[tokio::test]
+async fn on_one_cpu_the_gateway_serves_from_one_thread() {
+    use std::time::Duration;
+
+    for (cpus, workers) in [("1", 0), ("3", 3)] {
+        let mut demo = common::process::DemoProcess::start(&[("TOKIO_WORKER_THREADS", cpus)]).await;
+        let url = demo.dealer("demo_toyota")["jsonrpc_url"]
+            .as_str()
+            .expect("dealer url")
+            .to_owned();
+        let mut req = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("client")
+            .post(&url)
+            .body(
+                common::send_message(
+                    json!({"type": "inventory.search.request", "pagination": {"limit": 3}}),
+                )
+                .to_string(),
+            );
+        for (k, v) in common::standard_headers() {
+            req = req.header(k, v);
+        }
+        let reply: serde_json::Value = req.send().await.expect("reply").json().await.expect("JSON");
+        let data = &reply["result"]["message"]["parts"][0]["data"];
+        assert_eq!(data["type"], "inventory.search.response", "{reply}");
+        assert_eq!(
+            data["data"]["vehicles"].as_array().map(Vec::len),
+            Some(3),
+            "{reply}"
+        );
+
+        let threads = std::fs::read_dir(format!("/proc/{}/task", demo.child.id()))
+            .expect("the process's threads")
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|name| name.trim() == "tokio-rt-worker")
+            .count();
+        assert_eq!(threads, workers, "worker threads with {cpus} CPU(s)");
+        common::process::terminate(&mut demo.child, Duration::from_secs(20)).await;
+    }
+}
+
+/// A worker count that is not a positive whole number stops the start with a plain message,
+/// not tokio's panic.
+#[test]
+fn a_bad_worker_thread_count_is_refused_plainly() {
+    for bad in ["0", "many"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+            .args([
+                "demo",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .env("TOKIO_WORKER_THREADS", bad)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "TOKIO_WORKER_THREADS must be a whole number of threads above 0, not \"{bad}\""
+            )) && !stderr.contains("panicked"),
+            "{stderr}"
+        );
+    }
+}
