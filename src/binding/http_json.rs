@@ -199,7 +199,11 @@ async fn send(
         return Err(headers::extension_required(dealer));
     }
     let response = super::send_message(app, dealer, caller, request, log).await?;
-    Ok(tracing::debug_span!("encode").in_scope(|| encode(&response)))
+    Ok(tracing::debug_span!("encode").in_scope(|| {
+        let mut body = Vec::with_capacity(super::REPLY_CAPACITY);
+        response.write_json(&mut body);
+        body
+    }))
 }
 
 /// `ListTasks`: this agent never creates tasks (docs/protocol.md §Other A2A methods).

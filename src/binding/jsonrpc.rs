@@ -11,10 +11,10 @@ use http::{Response, StatusCode};
 use http_body_util::Full;
 use serde_json::{Value, json};
 
-use super::{encode, headers, send_message};
+use super::{REPLY_CAPACITY, encode, headers, send_message};
 use crate::app::{App, Dealer};
 use crate::error::{AapCode, AapError};
-use crate::protocol::Caller;
+use crate::protocol::{Caller, json_text};
 use crate::telemetry::request::RequestLog;
 
 /// The JSON-RPC `id`: a string or a number; `null` when it could not be read.
@@ -43,11 +43,17 @@ pub async fn serve(
     let encode_span = tracing::debug_span!("encode");
     let _encoding = encode_span.enter();
     let body = match outcome {
-        Ok(Success::Message(result)) => encode(&RpcSuccess {
-            jsonrpc: "2.0",
-            id: &id,
-            result,
-        }),
+        Ok(Success::Message(result)) => {
+            // `{"jsonrpc":"2.0","id":…,"result":…}` as `RpcSuccess` is written, the result
+            // straight into the buffer.
+            let mut body = Vec::with_capacity(REPLY_CAPACITY);
+            body.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+            json_text::write_value(&mut body, &id);
+            body.extend_from_slice(b",\"result\":");
+            result.write_json(&mut body);
+            body.push(b'}');
+            body
+        }
         Ok(Success::Value(result)) => encode(&RpcSuccess {
             jsonrpc: "2.0",
             id: &id,

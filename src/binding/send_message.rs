@@ -8,7 +8,7 @@
 use serde_json::Value;
 
 use crate::error::{AapCode, AapError, FieldViolation, Violation};
-use crate::protocol::{Call, Reply, Skill, SkillRef};
+use crate::protocol::{Call, Reply, Skill, SkillRef, json_text};
 
 /// Longest `contextId` accepted from a caller (docs/protocol.md §Envelope edges).
 pub const MAX_CONTEXT_ID: usize = 256;
@@ -233,42 +233,41 @@ pub fn normalize_numbers(value: &mut Value) {
     }
 }
 
-/// A2A `SendMessageResponse` (`{"message": Message}`) for a reply, serialized straight from the
-/// reply's payload (no intermediate JSON tree).
-#[derive(Debug, serde::Serialize)]
+/// A2A `SendMessageResponse` (`{"message": Message}`) for a reply: the agent's `Message` with one
+/// DataPart holding the reply's payload, written straight into the response buffer
+/// ([`SendMessageResponse::write_json`]; no intermediate JSON tree).
+#[derive(Debug)]
 pub struct SendMessageResponse {
-    message: AgentMessage,
-}
-
-#[derive(Debug, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct AgentMessage {
     message_id: String,
     context_id: String,
-    role: &'static str,
-    parts: [DataPart; 1],
-}
-
-#[derive(Debug, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct DataPart {
     data: crate::protocol::Payload,
     media_type: &'static str,
+}
+
+impl SendMessageResponse {
+    /// Appends the response's JSON text to `out`:
+    /// `{"message":{"messageId","contextId","role","parts":[{"data","mediaType"}]}}`.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"message\":{\"messageId\":");
+        json_text::write_str(out, &self.message_id);
+        out.extend_from_slice(b",\"contextId\":");
+        json_text::write_str(out, &self.context_id);
+        out.extend_from_slice(b",\"role\":\"ROLE_AGENT\",\"parts\":[{\"data\":");
+        self.data.write_json(out);
+        out.extend_from_slice(b",\"mediaType\":");
+        json_text::write_str(out, self.media_type);
+        out.extend_from_slice(b"}]}}");
+    }
 }
 
 /// The agent's reply `Message`: fresh `messageId`, the caller's or a new `contextId`, one DataPart.
 pub fn encode_reply(reply: Reply, context_id: Option<String>) -> SendMessageResponse {
     let context_id = context_id.unwrap_or_else(|| format!("ctx_{}", uuid::Uuid::now_v7().simple()));
     SendMessageResponse {
-        message: AgentMessage {
-            message_id: uuid::Uuid::new_v4().to_string(),
-            context_id,
-            role: "ROLE_AGENT",
-            parts: [DataPart {
-                data: reply.payload,
-                media_type: reply.skill.response_media_type(),
-            }],
-        },
+        message_id: uuid::Uuid::new_v4().to_string(),
+        context_id,
+        data: reply.payload,
+        media_type: reply.skill.response_media_type(),
     }
 }
 
@@ -276,6 +275,40 @@ pub fn encode_reply(reply: Reply, context_id: Option<String>) -> SendMessageResp
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The response is written as its JSON value is, for a search page held as built and for
+    /// JSON data, with a caller's `contextId` that needs escapes.
+    #[test]
+    fn a_response_is_written_as_its_json_is() {
+        use crate::protocol::vehicle::SearchPage;
+        let page = SearchPage::new(1, 0, 20, vec![json!({"vin": "1HGCM82633A004352"}).into()]);
+        let replies = [
+            Reply::new(
+                Skill::InventorySearch,
+                crate::protocol::Data::Search(page),
+                None,
+            ),
+            Reply::new(
+                Skill::DealerInformation,
+                json!({"name": "Ünï \"Motors\""}),
+                None,
+            ),
+        ];
+        for reply in replies {
+            let data = reply.payload.to_value().into_owned();
+            let media_type = reply.skill.response_media_type();
+            let response = encode_reply(reply, Some("ctx \"1\"\n".to_owned()));
+            let mut written = Vec::new();
+            response.write_json(&mut written);
+            let expected = json!({"message": {
+                "messageId": response.message_id,
+                "contextId": "ctx \"1\"\n",
+                "role": "ROLE_AGENT",
+                "parts": [{"data": data, "mediaType": media_type}],
+            }});
+            assert_eq!(String::from_utf8(written).unwrap(), expected.to_string());
+        }
+    }
 
     #[test]
     fn whole_floats_become_integers() {

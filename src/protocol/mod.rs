@@ -2,6 +2,7 @@
 //! Nothing here knows JSON-RPC or HTTP+JSON; `binding/` converts to and from the wire.
 
 pub mod agent_card;
+pub mod json_text;
 mod skill;
 pub mod vehicle;
 
@@ -97,6 +98,20 @@ impl Payload {
         }
     }
 
+    /// Appends the response object's JSON text to `out`.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        match self {
+            Payload::Json(v) => json_text::write_value(out, &**v),
+            Payload::Search(page) => {
+                out.extend_from_slice(b"{\"type\":");
+                json_text::write_str(out, Skill::InventorySearch.response_type());
+                out.extend_from_slice(b",\"data\":");
+                page.write_json(out);
+                out.push(b'}');
+            }
+        }
+    }
+
     /// The response object's `data` as JSON (`null` when it has none), for the same paths.
     pub fn data(&self) -> Value {
         match self {
@@ -109,23 +124,9 @@ impl Payload {
 /// The response object as JSON text.
 impl std::fmt::Display for Payload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let text = serde_json::to_string(self).map_err(|_| std::fmt::Error)?;
-        f.write_str(&text)
-    }
-}
-
-impl serde::Serialize for Payload {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        match self {
-            Payload::Json(v) => v.serialize(s),
-            Payload::Search(page) => {
-                let mut map = s.serialize_map(Some(2))?;
-                map.serialize_entry("type", Skill::InventorySearch.response_type())?;
-                map.serialize_entry("data", &**page)?;
-                map.end()
-            }
-        }
+        let mut text = Vec::new();
+        self.write_json(&mut text);
+        f.write_str(std::str::from_utf8(&text).map_err(|_| std::fmt::Error)?)
     }
 }
 

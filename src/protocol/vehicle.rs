@@ -12,13 +12,16 @@
 use std::sync::{Arc, OnceLock};
 
 use bytestring::ByteString;
-use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Number, Value};
+
+use super::json_text;
 
 /// The keys of the objects one program builds, in order (at most 64: one bit each for the
 /// fields a record leaves out).
 pub struct Shape {
     keys: Box<[Box<str>]>,
+    /// Each key as the JSON text that introduces its member (`"key":`), written once.
+    members: Box<[Box<[u8]>]>,
     /// The object with every key and `null` values: a copy per record keeps the keys' order and
     /// hashes (no hashing of each key for each record).
     template: Map<String, Value>,
@@ -42,8 +45,18 @@ impl Shape {
         if keys.len() > MAX_KEYS || template.len() != keys.len() {
             return None;
         }
+        let members = keys
+            .iter()
+            .map(|k| {
+                let mut member = Vec::with_capacity(k.len() + 3);
+                json_text::write_str(&mut member, k);
+                member.push(b':');
+                member.into_boxed_slice()
+            })
+            .collect();
         Some(Shape {
             keys: keys.into_iter().map(String::into_boxed_str).collect(),
+            members,
             template,
             masked: Default::default(),
         })
@@ -186,7 +199,8 @@ impl Record {
     /// The keys and values, in order.
     pub fn members(&self) -> Members<'_> {
         Members {
-            keys: self.shape.keys.iter(),
+            keys: &self.shape.keys,
+            at: 0,
             blank: self.blank,
             values: self.values.iter(),
         }
@@ -220,23 +234,36 @@ impl Record {
 /// The members of a [`Record`], in order.
 #[derive(Clone)]
 pub struct Members<'a> {
-    keys: std::slice::Iter<'a, Box<str>>,
+    keys: &'a [Box<str>],
+    /// The position of the next key to look at.
+    at: usize,
+    /// The left-out bits from `at` on.
     blank: u64,
     values: std::slice::Iter<'a, Field>,
+}
+
+impl<'a> Members<'a> {
+    /// The next member's position among the shape's keys, and its value.
+    fn next_slot(&mut self) -> Option<(usize, &'a Field)> {
+        while self.at < self.keys.len() {
+            let at = self.at;
+            let left_out = self.blank & 1 == 1;
+            self.at += 1;
+            self.blank >>= 1;
+            if !left_out {
+                return Some((at, self.values.next()?));
+            }
+        }
+        None
+    }
 }
 
 impl<'a> Iterator for Members<'a> {
     type Item = (&'a str, &'a Field);
 
     fn next(&mut self) -> Option<(&'a str, &'a Field)> {
-        loop {
-            let key = self.keys.next()?;
-            let left_out = self.blank & 1 == 1;
-            self.blank >>= 1;
-            if !left_out {
-                return Some((key, self.values.next()?));
-            }
-        }
+        let (at, value) = self.next_slot()?;
+        Some((&self.keys[at], value))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -344,55 +371,73 @@ impl SearchPage {
     }
 }
 
-impl Serialize for Text {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl Serialize for Field {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+impl Field {
+    fn write_json(&self, out: &mut Vec<u8>) {
         match self {
-            Field::Text(t) => t.serialize(s),
+            Field::Text(t) => json_text::write_str(out, t.as_str()),
             Field::List(items) => {
-                let mut seq = s.serialize_seq(Some(items.len()))?;
-                for item in items {
-                    seq.serialize_element(item)?;
+                out.push(b'[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    json_text::write_str(out, item.as_str());
                 }
-                seq.end()
+                out.push(b']');
             }
-            Field::Json(v) => v.serialize(s),
+            Field::Json(v) => json_text::write_value(out, v),
         }
     }
 }
 
-impl Serialize for Record {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(self.len()))?;
-        for (key, value) in self.members() {
-            map.serialize_entry(key, value)?;
+impl Record {
+    /// Appends the object's JSON text to `out`, as `serde_json` writes its [`Record::into_map`].
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.push(b'{');
+        let mut members = self.members();
+        let mut first = true;
+        while let Some((at, value)) = members.next_slot() {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            out.extend_from_slice(&self.shape.members[at]);
+            value.write_json(out);
         }
-        map.end()
+        out.push(b'}');
     }
 }
 
-impl Serialize for Vehicle {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+impl Vehicle {
+    /// Appends the vehicle's JSON text to `out`.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
         match self {
-            Vehicle::Json(v) => v.serialize(s),
-            Vehicle::Record(r) => r.serialize(s),
+            Vehicle::Json(v) => json_text::write_value(out, &**v),
+            Vehicle::Record(r) => r.write_json(out),
         }
     }
 }
 
-impl Serialize for SearchPage {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(PAGE_KEYS.len()))?;
+impl SearchPage {
+    /// Appends the page's JSON text to `out`: the text `serde_json` writes for
+    /// [`SearchPage::to_value`], without building that value.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.push(b'{');
         for (key, n) in PAGE_KEYS.iter().zip(&self.counts) {
-            map.serialize_entry(key, n)?;
+            json_text::write_str(out, key);
+            out.push(b':');
+            json_text::write_value(out, n);
+            out.push(b',');
         }
-        map.serialize_entry(PAGE_KEYS[3], &self.vehicles)?;
-        map.end()
+        json_text::write_str(out, PAGE_KEYS[3]);
+        out.extend_from_slice(b":[");
+        for (i, vehicle) in self.vehicles.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            vehicle.write_json(out);
+        }
+        out.extend_from_slice(b"]}");
     }
 }
 
@@ -438,8 +483,10 @@ mod tests {
         for (blank, values) in cases {
             let record = Record::new(Arc::clone(&shape), blank, values);
             let value = Value::Object(record.clone().into_map());
+            let mut written = Vec::new();
+            record.write_json(&mut written);
             assert_eq!(
-                serde_json::to_string(&record).unwrap(),
+                String::from_utf8(written).unwrap(),
                 serde_json::to_string(&value).unwrap()
             );
             let page = SearchPage::new(
@@ -448,8 +495,10 @@ mod tests {
                 20,
                 vec![Vehicle::Record(record), json!({"x": 1}).into()],
             );
+            let mut written = Vec::new();
+            page.write_json(&mut written);
             assert_eq!(
-                serde_json::to_string(&page).unwrap(),
+                String::from_utf8(written).unwrap(),
                 serde_json::to_string(&page.to_value()).unwrap()
             );
         }

@@ -131,7 +131,7 @@ pub async fn dry_run(
             let _ = write!(
                 out,
                 "\n── AAP reply ──\n{}\n",
-                serde_json::to_string_pretty(&reply.payload).unwrap_or_default()
+                serde_json::to_string_pretty(&*reply.payload.to_value()).unwrap_or_default()
             );
             let violations = app.schemas.check_response(skill, &reply.payload);
             if !violations.is_empty() {
