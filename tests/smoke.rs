@@ -125,16 +125,8 @@ async fn on_one_cpu_the_gateway_serves_from_one_thread() {
 #[test]
 fn a_bad_worker_thread_count_is_refused_plainly() {
     for bad in ["0", "many"] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-            .args([
-                "demo",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-            ])
+        let out = common::process::demo_command()
             .env("TOKIO_WORKER_THREADS", bad)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
             .output()
             .expect("the binary runs");
         let stderr = String::from_utf8_lossy(&out.stderr);

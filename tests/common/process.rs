@@ -27,19 +27,11 @@ impl DemoProcess {
         let dir = tempfile::tempdir().expect("temp dir");
         let endpoints_file = dir.path().join("endpoints.json");
         let log = dir.path().join("gateway.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-            .args([
-                "demo",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-            ])
+        let child = demo_command()
             .arg("--endpoints-file")
             .arg(&endpoints_file)
             .args(["--log-format", "json"])
             .envs(env.iter().copied())
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
@@ -90,6 +82,21 @@ impl Drop for DemoProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `aap-gateway demo` on loopback ephemeral ports, run from the repository.
+pub fn demo_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_aap-gateway"));
+    command
+        .args([
+            "demo",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    command
 }
 
 /// Sends `child` SIGTERM and waits until it exits (a graceful stop), at most `within`.
