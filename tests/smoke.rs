@@ -76,39 +76,43 @@ async fn request_lines_reach_the_log_soon_and_before_a_graceful_stop() {
 
 /// The runtime has as many worker threads as CPUs the process may use (`TOKIO_WORKER_THREADS`
 /// stands in for a cgroup quota or an affinity mask here), and on one CPU none: the gateway
-/// serves from its main thread. Either way a proxied search answers and a graceful stop ends it.
+/// serves from its main thread. Either way a proxied search and a search of a feed (loaded off
+/// the runtime, its download on it) answer, and a graceful stop ends it.
 #[tokio::test]
 async fn on_one_cpu_the_gateway_serves_from_one_thread() {
     use std::time::Duration;
 
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
     for (cpus, workers) in [("1", 0), ("3", 3)] {
         let mut demo = common::process::DemoProcess::start(&[("TOKIO_WORKER_THREADS", cpus)]).await;
-        let url = demo.dealer("demo_toyota")["jsonrpc_url"]
-            .as_str()
-            .expect("dealer url")
-            .to_owned();
-        let mut req = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .expect("client")
-            .post(&url)
-            .body(
-                common::send_message(
-                    json!({"type": "inventory.search.request", "pagination": {"limit": 3}}),
-                )
-                .to_string(),
+        for dealer in ["demo_toyota", "demo_honda"] {
+            let url = demo.dealer(dealer)["jsonrpc_url"]
+                .as_str()
+                .expect("dealer url")
+                .to_owned();
+            let search = json!({"type": "inventory.search.request", "pagination": {"limit": 2}});
+            let mut req = client
+                .post(&url)
+                .body(common::send_message(search).to_string());
+            for (k, v) in common::standard_headers() {
+                req = req.header(k, v);
+            }
+            let reply: serde_json::Value =
+                req.send().await.expect("reply").json().await.expect("JSON");
+            let data = &reply["result"]["message"]["parts"][0]["data"];
+            assert_eq!(
+                data["type"], "inventory.search.response",
+                "{dealer}: {reply}"
             );
-        for (k, v) in common::standard_headers() {
-            req = req.header(k, v);
+            assert_eq!(
+                data["data"]["vehicles"].as_array().map(Vec::len),
+                Some(2),
+                "{dealer}: {reply}"
+            );
         }
-        let reply: serde_json::Value = req.send().await.expect("reply").json().await.expect("JSON");
-        let data = &reply["result"]["message"]["parts"][0]["data"];
-        assert_eq!(data["type"], "inventory.search.response", "{reply}");
-        assert_eq!(
-            data["data"]["vehicles"].as_array().map(Vec::len),
-            Some(3),
-            "{reply}"
-        );
 
         let threads = std::fs::read_dir(format!("/proc/{}/task", demo.child.id()))
             .expect("the process's threads")
