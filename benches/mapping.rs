@@ -291,7 +291,7 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("serialize_20_vehicle_reply", |b| {
         b.iter(|| {
-            let mut out = Vec::with_capacity(16 * 1024);
+            let mut out = Vec::with_capacity(aap_gateway::binding::REPLY_CAPACITY);
             black_box(&reply.payload).write_json(&mut out);
             out
         })

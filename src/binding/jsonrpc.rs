@@ -43,22 +43,7 @@ pub async fn serve(
     let encode_span = tracing::debug_span!("encode");
     let _encoding = encode_span.enter();
     let body = match outcome {
-        Ok(Success::Message(result)) => {
-            // `{"jsonrpc":"2.0","id":…,"result":…}` as `RpcSuccess` is written, the result
-            // straight into the buffer.
-            let mut body = Vec::with_capacity(REPLY_CAPACITY);
-            body.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-            json_text::write_value(&mut body, &id);
-            body.extend_from_slice(b",\"result\":");
-            result.write_json(&mut body);
-            body.push(b'}');
-            body
-        }
-        Ok(Success::Value(result)) => encode(&RpcSuccess {
-            jsonrpc: "2.0",
-            id: &id,
-            result,
-        }),
+        Ok(result) => result.body(&id),
         Err(error) => {
             let (body, wire_status, wire_retry_after) = error_body(app, dealer, &id, &error, log);
             status = wire_status;
@@ -122,11 +107,21 @@ enum Success {
     Value(Value),
 }
 
-#[derive(serde::Serialize)]
-struct RpcSuccess<'a, T> {
-    jsonrpc: &'static str,
-    id: &'a Id,
-    result: T,
+impl Success {
+    /// The JSON-RPC response `{"jsonrpc":"2.0","id":…,"result":…}`, the result written straight
+    /// into the buffer.
+    fn body(&self, id: &Id) -> Vec<u8> {
+        let mut body = Vec::with_capacity(REPLY_CAPACITY);
+        body.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+        json_text::write_value(&mut body, id);
+        body.extend_from_slice(b",\"result\":");
+        match self {
+            Success::Message(message) => message.write_json(&mut body),
+            Success::Value(value) => json_text::write_value(&mut body, value),
+        }
+        body.push(b'}');
+        body
+    }
 }
 
 #[derive(serde::Serialize)]

@@ -68,7 +68,7 @@ pub(crate) fn report(error: &AapError, dealer: &Dealer) -> WireError {
 
 /// What a reply's buffer starts with: a search page is ~9 KB, and growing a buffer from nothing
 /// copies it several times.
-const REPLY_CAPACITY: usize = 16 * 1024;
+pub const REPLY_CAPACITY: usize = 16 * 1024;
 
 /// A reply's body as JSON bytes.
 fn encode<T: serde::Serialize>(body: &T) -> Vec<u8> {
