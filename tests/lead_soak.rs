@@ -238,12 +238,7 @@ async fn try_once(
     calls: &Calls,
 ) -> Option<Value> {
     calls.sent.fetch_add(1, Ordering::Relaxed);
-    let mut post = client
-        .post(url)
-        .body(common::send_message(request.clone()).to_string());
-    for (k, v) in common::standard_headers() {
-        post = post.header(k, v);
-    }
+    let post = common::post_send_message(client, url, request.clone());
     let Ok(response) = post.send().await else {
         calls.transport.fetch_add(1, Ordering::Relaxed);
         return None;

@@ -976,11 +976,7 @@ async fn a_buyer_who_disconnects_mid_delivery_gets_the_one_delivered_lead_on_ret
         .no_proxy()
         .build()
         .expect("client");
-    let body = common::send_message(request.clone()).to_string();
-    let mut post = impatient.post(gw.url(TOYOTA)).body(body);
-    for (k, v) in common::standard_headers() {
-        post = post.header(k, v);
-    }
+    let post = common::post_send_message(&impatient, &gw.url(TOYOTA), request.clone());
     assert!(post.send().await.is_err(), "the buyer timed out");
 
     // The delivery went on without it; the retry joins it or gets its recorded reply.

@@ -48,27 +48,15 @@ async fn no_customer_data_reaches_the_logs_at_debug_level() {
         .no_proxy()
         .build()
         .expect("client");
-    let dealer_url = |id: &str| {
-        demo.dealer(id)["jsonrpc_url"]
-            .as_str()
-            .expect("dealer url")
-            .to_owned()
-    };
-    let toyota = dealer_url("demo_toyota");
-    let honda = dealer_url("demo_honda");
+    let toyota = demo.jsonrpc_url("demo_toyota");
+    let honda = demo.jsonrpc_url("demo_honda");
     let send = |url: String, data: Value| {
         let client = client.clone();
         async move {
-            let mut req = client
-                .post(url)
-                .header(
-                    "traceparent",
-                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-                )
-                .body(common::send_message(data).to_string());
-            for (k, v) in common::standard_headers() {
-                req = req.header(k, v);
-            }
+            let req = common::post_send_message(&client, &url, data).header(
+                "traceparent",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            );
             let reply: Value = req.send().await.expect("reply").json().await.expect("json");
             reply
         }

@@ -27,22 +27,14 @@ async fn request_lines_reach_the_log_soon_and_before_a_graceful_stop() {
     use std::time::{Duration, Instant};
 
     let mut demo = common::process::DemoProcess::start(&[]).await;
-    let url = demo.dealer("demo_toyota")["jsonrpc_url"]
-        .as_str()
-        .expect("dealer url")
-        .to_owned();
+    let url = demo.jsonrpc_url("demo_toyota");
     let client = reqwest::Client::builder()
         .no_proxy()
         .build()
         .expect("client");
     let send = || {
-        let mut req = client
-            .post(&url)
-            .body(common::send_message(json!({"type": "dealer.information.request"})).to_string());
-        for (k, v) in common::standard_headers() {
-            req = req.header(k, v);
-        }
-        req.send()
+        common::post_send_message(&client, &url, json!({"type": "dealer.information.request"}))
+            .send()
     };
     let requests = |demo: &common::process::DemoProcess| {
         let lines = demo.log_lines();
@@ -89,19 +81,15 @@ async fn on_one_cpu_the_gateway_serves_from_one_thread() {
     for (cpus, workers) in [("1", 0), ("3", 3)] {
         let mut demo = common::process::DemoProcess::start(&[("TOKIO_WORKER_THREADS", cpus)]).await;
         for dealer in ["demo_toyota", "demo_honda"] {
-            let url = demo.dealer(dealer)["jsonrpc_url"]
-                .as_str()
-                .expect("dealer url")
-                .to_owned();
             let search = json!({"type": "inventory.search.request", "pagination": {"limit": 2}});
-            let mut req = client
-                .post(&url)
-                .body(common::send_message(search).to_string());
-            for (k, v) in common::standard_headers() {
-                req = req.header(k, v);
-            }
             let reply: serde_json::Value =
-                req.send().await.expect("reply").json().await.expect("JSON");
+                common::post_send_message(&client, &demo.jsonrpc_url(dealer), search)
+                    .send()
+                    .await
+                    .expect("reply")
+                    .json()
+                    .await
+                    .expect("JSON");
             let data = &reply["result"]["message"]["parts"][0]["data"];
             assert_eq!(
                 data["type"], "inventory.search.response",

@@ -462,6 +462,20 @@ impl Gateway {
     }
 }
 
+/// A POST of `SendMessage` with `data` to `url` (a dealer's JSON-RPC endpoint), with the
+/// standard headers, for tests that call a gateway running as its own process.
+pub fn post_send_message(
+    client: &reqwest::Client,
+    url: &str,
+    data: Value,
+) -> reqwest::RequestBuilder {
+    let mut post = client.post(url).body(send_message(data).to_string());
+    for (k, v) in standard_headers() {
+        post = post.header(k, v);
+    }
+    post
+}
+
 pub fn standard_headers() -> Vec<(&'static str, &'static str)> {
     vec![
         ("content-type", "application/json"),

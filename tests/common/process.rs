@@ -68,6 +68,14 @@ impl DemoProcess {
             .collect()
     }
 
+    /// A dealer's JSON-RPC endpoint.
+    pub fn jsonrpc_url(&self, id: &str) -> String {
+        self.dealer(id)["jsonrpc_url"]
+            .as_str()
+            .expect("dealer url")
+            .to_owned()
+    }
+
     /// A dealer's entry of the endpoints file.
     pub fn dealer(&self, id: &str) -> &Value {
         self.endpoints["dealers"]
