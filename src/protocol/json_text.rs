@@ -20,22 +20,6 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
     }
 }
 
-/// Appends `[item,item,…]`, each item written by `write`.
-pub fn write_array<T>(
-    out: &mut Vec<u8>,
-    items: impl IntoIterator<Item = T>,
-    mut write: impl FnMut(&mut Vec<u8>, T),
-) {
-    out.push(b'[');
-    for (i, item) in items.into_iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write(out, item);
-    }
-    out.push(b']');
-}
-
 /// Appends any serializable value as `serde_json` writes it.
 pub fn write_value<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     // Writing to a `Vec` cannot fail, and the values written here (JSON values, strings,

@@ -376,9 +376,14 @@ impl Field {
         match self {
             Field::Text(t) => json_text::write_str(out, t.as_str()),
             Field::List(items) => {
-                json_text::write_array(out, items, |out, item| {
+                out.push(b'[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
                     json_text::write_str(out, item.as_str());
-                });
+                }
+                out.push(b']');
             }
             Field::Json(v) => json_text::write_value(out, v),
         }
@@ -425,9 +430,14 @@ impl SearchPage {
             out.push(b',');
         }
         json_text::write_str(out, PAGE_KEYS[3]);
-        out.push(b':');
-        json_text::write_array(out, &self.vehicles, |out, vehicle| vehicle.write_json(out));
-        out.push(b'}');
+        out.extend_from_slice(b":[");
+        for (i, vehicle) in self.vehicles.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            vehicle.write_json(out);
+        }
+        out.extend_from_slice(b"]}");
     }
 }
 
