@@ -6,6 +6,7 @@
 //! - `mapping/extract_20_vehicle_page`: a 20-record DMS page → AAP page data (JSON read into a
 //!   tape, the records at `items` read off it, `item` per record, listable filter, `total`,
 //!   page assembly), as the engine does it.
+//! - `mapping/read_20_vehicle_reply`: the first step of that alone (the reply onto its tape).
 //! - `mapping/extract_20_vehicle_page_eager`: the same with the reply decoded into jq values
 //!   first and `items` run on them (before the tape; the path of replies that are not JSON).
 //! - `mapping/extract_20_vehicle_page_jaq`: the same with every program run by jaq
@@ -94,8 +95,23 @@ fn template_values(mapped: &Mapped, request: &Value) -> TplValue {
 
 /// The engine's jq variables (`Mapped::vars`, private).
 fn jq_vars(mapped: &Mapped, request: &Value) -> JqVars {
+    // As `Mapped` builds them: `$request` is a jq value only when a program names it.
+    let ResponseSpec::List {
+        items, total, item, ..
+    } = &mapped.response
+    else {
+        panic!("not a list mapping");
+    };
+    let reads_request = [Some(items), total.as_ref(), Some(item)]
+        .into_iter()
+        .flatten()
+        .any(Jq::reads_request);
     JqVars {
-        request: JqValue::from_json(request),
+        request: if reads_request {
+            JqValue::from_json(request)
+        } else {
+            JqValue::null()
+        },
         tables: mapped.shared.tables_jq.clone(),
         dealer: mapped.shared.dealer_jq.clone(),
         lead: JqValue::null(),
@@ -274,6 +290,15 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("extract_20_vehicle_page", |b| {
         b.iter(|| extract_page(&mapped, black_box(&request), black_box(&body)))
+    });
+    // The first part of it: the reply read (onto its tape), nothing run on it yet.
+    group.bench_function("read_20_vehicle_reply", |b| {
+        b.iter(|| {
+            mapped
+                .format
+                .decode_doc(black_box(&body), Declared::default(), true)
+                .expect("decode")
+        })
     });
     // What a page costs after extraction, on its way out: the response schema check and the
     // JSON text of the reply (the binding writes the same `Value` inside its envelope).

@@ -4,7 +4,7 @@
 //! `serde_json` object, each vehicle copied every key, allocated every string and built a hash
 //! index, only to be written out once and dropped. Here a vehicle a mapping's `item` built is
 //! its values in key order, the keys shared by every vehicle of that mapping ([`Shape`]), and
-//! its unchanged texts are slices of the upstream's reply ([`Text::Slice`]). The page
+//! its unchanged texts are spans of the upstream's reply ([`Text::Span`]). The page
 //! serialises straight from that (the same bytes as its JSON value), and `schema` validates it
 //! through jsonschema's representation traits. Every other vehicle (a feed's, a scan's, one a
 //! program outside the native plan built) is a shared JSON value.
@@ -105,42 +105,55 @@ fn without(map: &Map<String, Value>, blank: u64) -> Map<String, Value> {
     map
 }
 
-/// A string value: a slice of an upstream reply, or text made in the gateway.
+/// A string value: a span of the record's upstream reply, a shared string (a table's value), or
+/// text made in the gateway. A span is two numbers, not a `ByteString`: a page holds hundreds
+/// of them, and each shared slice cost a reference count taken and given back.
 #[derive(Debug, Clone)]
 pub enum Text {
-    Slice(ByteString),
+    /// `len` bytes at `at` of the [`Record::body`] (on a character boundary at both ends).
+    Span {
+        at: u32,
+        len: u32,
+    },
+    Shared(ByteString),
     Owned(String),
 }
 
 impl Text {
-    pub fn as_str(&self) -> &str {
+    /// The text, read in `body` when it is a span of it.
+    pub fn as_str<'a>(&'a self, body: &'a str) -> &'a str {
         match self {
-            Text::Slice(s) => s,
+            Text::Span { at, len } => {
+                let at = *at as usize;
+                debug_assert!(body.get(at..at + *len as usize).is_some());
+                body.get(at..at + *len as usize).unwrap_or_default()
+            }
+            Text::Shared(s) => s,
             Text::Owned(s) => s,
         }
     }
 
-    /// `text` as a slice of `body` when it lies in it, else a copy.
-    pub fn in_body(text: &str, body: Option<&ByteString>) -> Text {
-        match body {
-            Some(body) if lies_in(body, text) => Text::Slice(body.slice_ref(text)),
+    /// `text` as a span of `body` when it lies in it, else a copy.
+    pub fn in_body(text: &str, body: &str) -> Text {
+        let inside = (text.as_ptr() as usize)
+            .checked_sub(body.as_ptr() as usize)
+            .filter(|at| {
+                at.checked_add(text.len())
+                    .is_some_and(|end| end <= body.len())
+            });
+        match inside.map(|at| (u32::try_from(at), u32::try_from(text.len()))) {
+            Some((Ok(at), Ok(len))) => Text::Span { at, len },
             _ => Text::Owned(text.to_owned()),
         }
     }
 
-    fn into_string(self) -> String {
+    fn into_string(self, body: &str) -> String {
         match self {
-            Text::Slice(s) => String::from(&*s),
+            Text::Span { .. } => self.as_str(body).to_owned(),
+            Text::Shared(s) => String::from(&*s),
             Text::Owned(s) => s,
         }
     }
-}
-
-/// Whether `text` is a part of `body` (what `ByteString::slice_ref` demands).
-fn lies_in(body: &str, text: &str) -> bool {
-    let start = body.as_ptr() as usize;
-    let at = text.as_ptr() as usize;
-    at >= start && at + text.len() <= start + body.len()
 }
 
 /// One value of a [`Record`].
@@ -149,21 +162,24 @@ pub enum Field {
     Text(Text),
     /// An array of strings.
     List(Box<[Text]>),
-    Json(Value),
+    Num(Number),
+    /// Any other value (boxed: rare, and a `Value` is several times the size of the others).
+    Json(Box<Value>),
 }
 
 impl Field {
-    fn into_value(self) -> Value {
+    fn into_value(self, body: &str) -> Value {
         match self {
-            Field::Text(t) => Value::String(t.into_string()),
+            Field::Text(t) => Value::String(t.into_string(body)),
             Field::List(items) => Value::Array(
                 items
                     .into_vec()
                     .into_iter()
-                    .map(|t| Value::String(t.into_string()))
+                    .map(|t| Value::String(t.into_string(body)))
                     .collect(),
             ),
-            Field::Json(v) => v,
+            Field::Num(n) => Value::Number(n),
+            Field::Json(v) => *v,
         }
     }
 }
@@ -173,6 +189,8 @@ impl Field {
 pub struct Record {
     shape: Arc<Shape>,
     blank: u64,
+    /// What the values' [`Text::Span`]s are spans of.
+    body: ByteString,
     values: Vec<Field>,
 }
 
@@ -183,8 +201,9 @@ impl std::fmt::Debug for Record {
 }
 
 impl Record {
-    /// `values` holds one value per key of `shape` whose bit is not set in `blank`, in order.
-    pub fn new(shape: Arc<Shape>, blank: u64, values: Vec<Field>) -> Record {
+    /// `values` holds one value per key of `shape` whose bit is not set in `blank`, in order;
+    /// their spans are spans of `body`.
+    pub fn new(shape: Arc<Shape>, blank: u64, body: ByteString, values: Vec<Field>) -> Record {
         debug_assert_eq!(
             values.len(),
             (0..shape.len()).filter(|i| blank & (1 << i) == 0).count()
@@ -192,8 +211,14 @@ impl Record {
         Record {
             shape,
             blank,
+            body,
             values,
         }
+    }
+
+    /// What the values' spans are spans of.
+    pub fn body(&self) -> &str {
+        &self.body
     }
 
     /// The keys and values, in order.
@@ -225,7 +250,7 @@ impl Record {
     pub fn into_map(self) -> Map<String, Value> {
         let mut map = self.shape.template(self.blank);
         for (slot, value) in map.values_mut().zip(self.values) {
-            *slot = value.into_value();
+            *slot = value.into_value(&self.body);
         }
         map
     }
@@ -284,9 +309,9 @@ impl Vehicle {
         match self {
             Vehicle::Json(v) => v.get("status").and_then(Value::as_str),
             Vehicle::Record(r) => match r.get("status")? {
-                Field::Text(t) => Some(t.as_str()),
+                Field::Text(t) => Some(t.as_str(r.body())),
                 Field::Json(v) => v.as_str(),
-                Field::List(_) => None,
+                Field::List(_) | Field::Num(_) => None,
             },
         }
     }
@@ -372,20 +397,21 @@ impl SearchPage {
 }
 
 impl Field {
-    fn write_json(&self, out: &mut Vec<u8>) {
+    fn write_json(&self, body: &str, out: &mut Vec<u8>) {
         match self {
-            Field::Text(t) => json_text::write_str(out, t.as_str()),
+            Field::Text(t) => json_text::write_str(out, t.as_str(body)),
             Field::List(items) => {
                 out.push(b'[');
                 for (i, item) in items.iter().enumerate() {
                     if i > 0 {
                         out.push(b',');
                     }
-                    json_text::write_str(out, item.as_str());
+                    json_text::write_str(out, item.as_str(body));
                 }
                 out.push(b']');
             }
-            Field::Json(v) => json_text::write_value(out, v),
+            Field::Num(n) => json_text::write_value(out, n),
+            Field::Json(v) => json_text::write_value(out, &**v),
         }
     }
 }
@@ -402,7 +428,7 @@ impl Record {
             }
             first = false;
             out.extend_from_slice(&self.shape.members[at]);
-            value.write_json(out);
+            value.write_json(&self.body, out);
         }
         out.push(b'}');
     }
@@ -459,13 +485,18 @@ mod tests {
             (
                 0b000000,
                 vec![
-                    Field::Text(Text::in_body(vin, Some(&body))),
-                    Field::Text(Text::in_body("Honda", Some(&body))),
-                    Field::Json(Value::Null),
+                    Field::Text(Text::in_body(vin, &body)),
+                    Field::Text(Text::in_body("Honda", &body)),
+                    Field::Json(Box::new(Value::Null)),
                     Field::List(
-                        vec![Text::Owned("a".into()), Text::in_body(vin, Some(&body))].into(),
+                        vec![
+                            Text::Owned("a".into()),
+                            Text::in_body(vin, &body),
+                            Text::Shared("used".into()),
+                        ]
+                        .into(),
                     ),
-                    Field::Json(json!(2021)),
+                    Field::Num(2021.into()),
                     Field::Text(Text::Owned("ü \u{1} \"x\"".into())),
                 ],
             ),
@@ -474,14 +505,14 @@ mod tests {
                 vec![
                     Field::Text(Text::Owned(String::new())),
                     Field::List(Box::new([])),
-                    Field::Json(json!(2.5)),
-                    Field::Json(json!({"a": [1, "b"]})),
+                    Field::Num(Number::from_f64(2.5).unwrap()),
+                    Field::Json(Box::new(json!({"a": [1, "b"]}))),
                 ],
             ),
             (0b111111, vec![]),
         ];
         for (blank, values) in cases {
-            let record = Record::new(Arc::clone(&shape), blank, values);
+            let record = Record::new(Arc::clone(&shape), blank, body.clone(), values);
             let value = Value::Object(record.clone().into_map());
             let mut written = Vec::new();
             record.write_json(&mut written);
@@ -505,13 +536,24 @@ mod tests {
     }
 
     #[test]
-    fn only_text_inside_the_body_is_sliced_from_it() {
-        let body = ByteString::from("abcdef");
-        let inside = Text::in_body(&body[1..4], Some(&body));
-        assert!(matches!(&inside, Text::Slice(s) if &**s == "bcd"));
+    fn only_text_inside_the_body_is_a_span_of_it() {
+        let body = ByteString::from("abcdéf");
+        let inside = Text::in_body(&body[1..4], &body);
+        assert!(matches!(inside, Text::Span { at: 1, len: 3 }));
+        assert_eq!(inside.as_str(&body), "bcd");
+        let to_the_end = Text::in_body(&body[3..], &body);
+        assert_eq!(to_the_end.as_str(&body), "déf");
         let elsewhere = String::from("bcd");
-        assert!(matches!(Text::in_body(&elsewhere, Some(&body)), Text::Owned(s) if s == "bcd"));
-        assert!(matches!(Text::in_body("bcd", None), Text::Owned(_)));
+        assert!(matches!(Text::in_body(&elsewhere, &body), Text::Owned(s) if s == "bcd"));
+        // Text right after the body, and text that starts inside it and runs past its end.
+        let longer = ByteString::from("abcdefgh");
+        let prefix = longer.slice_ref(&longer[..4]);
+        assert!(matches!(Text::in_body(&longer[4..6], &prefix), Text::Owned(s) if s == "ef"));
+        assert!(matches!(Text::in_body(&longer[2..6], &prefix), Text::Owned(s) if s == "cdef"));
+        assert!(matches!(
+            Text::in_body(&longer[..0], &prefix),
+            Text::Span { at: 0, len: 0 }
+        ));
     }
 
     #[test]
@@ -519,8 +561,9 @@ mod tests {
         let record = Record::new(
             shape(&["a", "b", "c", "status"]),
             0b0101,
+            ByteString::new(),
             vec![
-                Field::Json(json!(1)),
+                Field::Num(1.into()),
                 Field::Text(Text::Owned("sold".into())),
             ],
         );

@@ -45,19 +45,21 @@ pub(super) enum Node<'a> {
     Page(&'a SearchPage),
     Vehicles(&'a Vec<Vehicle>),
     Record(&'a Record),
-    /// The box, not the slice: an empty slice's address is no list's own (see `identity`).
+    /// The box, not the slice: an empty slice's address is no list's own (see `identity`);
+    /// and the record's body its spans are spans of.
     #[allow(clippy::borrowed_box)]
-    List(&'a Box<[Text]>),
+    List(&'a Box<[Text]>, &'a str),
     Str(&'a str),
     Num(&'a Number),
     Value(&'a Value),
 }
 
 impl<'a> Node<'a> {
-    fn of_field(field: &'a Field) -> Node<'a> {
+    fn of_field(field: &'a Field, body: &'a str) -> Node<'a> {
         match field {
-            Field::Text(t) => Node::Str(t.as_str()),
-            Field::List(items) => Node::List(items),
+            Field::Text(t) => Node::Str(t.as_str(body)),
+            Field::List(items) => Node::List(items, body),
+            Field::Num(n) => Node::Num(n),
             Field::Json(v) => Node::Value(v),
         }
     }
@@ -92,7 +94,7 @@ impl<'a> json::Node<'a, Page> for Node<'a> {
     fn as_array(&self) -> Option<Array<'a>> {
         match *self {
             Node::Vehicles(v) => Some(Array::Vehicles(v)),
-            Node::List(l) => Some(Array::List(l)),
+            Node::List(l, body) => Some(Array::List(l, body)),
             Node::Value(Value::Array(a)) => Some(Array::Values(a)),
             _ => None,
         }
@@ -127,7 +129,7 @@ impl<'a> json::Node<'a, Page> for Node<'a> {
     fn json_type(&self) -> JsonType {
         match *self {
             Node::Reply(_) | Node::Page(_) | Node::Record(_) => JsonType::Object,
-            Node::Vehicles(_) | Node::List(_) => JsonType::Array,
+            Node::Vehicles(_) | Node::List(..) => JsonType::Array,
             Node::Str(_) => JsonType::String,
             Node::Num(_) => JsonType::Number,
             Node::Value(v) => match v {
@@ -155,9 +157,9 @@ impl<'a> json::Node<'a, Page> for Node<'a> {
             Node::Page(p) => p.to_value(),
             Node::Vehicles(v) => Value::Array(v.iter().cloned().map(Vehicle::into_value).collect()),
             Node::Record(r) => Value::Object(r.clone().into_map()),
-            Node::List(l) => Value::Array(
+            Node::List(l, body) => Value::Array(
                 l.iter()
-                    .map(|t| Value::String(t.as_str().to_owned()))
+                    .map(|t| Value::String(t.as_str(body).to_owned()))
                     .collect(),
             ),
             Node::Str(s) => Value::String(s.to_owned()),
@@ -174,7 +176,7 @@ impl<'a> json::Node<'a, Page> for Node<'a> {
             Node::Page(p) => Node::address(p, 2),
             Node::Vehicles(v) => Node::address(v, 3),
             Node::Record(r) => Node::address(r, 4),
-            Node::List(l) => Node::address(l, 5),
+            Node::List(l, _) => Node::address(l, 5),
             Node::Value(v) => Node::address(v, 6),
             Node::Str(_) | Node::Num(_) => None,
         }
@@ -193,7 +195,7 @@ pub(super) enum Object<'a> {
 pub(super) enum MembersIter<'a> {
     Reply(&'a SearchPage, usize),
     Page(&'a SearchPage, usize),
-    Record(Members<'a>),
+    Record(Members<'a>, &'a str),
     Map(serde_json::map::Iter<'a>),
 }
 
@@ -219,7 +221,9 @@ impl<'a> Iterator for MembersIter<'a> {
                 *i += 1;
                 Some((key, node))
             }
-            MembersIter::Record(members) => members.next().map(|(k, v)| (k, Node::of_field(v))),
+            MembersIter::Record(members, body) => {
+                members.next().map(|(k, v)| (k, Node::of_field(v, body)))
+            }
             MembersIter::Map(members) => members.next().map(|(k, v)| (k.as_str(), Node::Value(v))),
         }
     }
@@ -242,7 +246,7 @@ impl<'a> json::Object<'a, Page> for Object<'a> {
     fn get(&self, key: &String) -> Option<Node<'a>> {
         match self {
             Object::Map(m) => m.get(key).map(Node::Value),
-            Object::Record(r) => r.get(key).map(Node::of_field),
+            Object::Record(r) => r.get(key).map(|v| Node::of_field(v, r.body())),
             _ => self.members().find(|(k, _)| k == key).map(|(_, v)| v),
         }
     }
@@ -251,7 +255,7 @@ impl<'a> json::Object<'a, Page> for Object<'a> {
         match *self {
             Object::Reply(p) => MembersIter::Reply(p, 0),
             Object::Page(p) => MembersIter::Page(p, 0),
-            Object::Record(r) => MembersIter::Record(r.members()),
+            Object::Record(r) => MembersIter::Record(r.members(), r.body()),
             Object::Map(m) => MembersIter::Map(m.iter()),
         }
     }
@@ -260,14 +264,14 @@ impl<'a> json::Object<'a, Page> for Object<'a> {
 /// An array of a search reply.
 pub(super) enum Array<'a> {
     Vehicles(&'a [Vehicle]),
-    List(&'a [Text]),
+    List(&'a [Text], &'a str),
     Values(&'a [Value]),
 }
 
 /// The items of an [`Array`].
 pub(super) enum Elements<'a> {
     Vehicles(std::slice::Iter<'a, Vehicle>),
-    List(std::slice::Iter<'a, Text>),
+    List(std::slice::Iter<'a, Text>, &'a str),
     Values(std::slice::Iter<'a, Value>),
 }
 
@@ -277,7 +281,7 @@ impl<'a> Iterator for Elements<'a> {
     fn next(&mut self) -> Option<Node<'a>> {
         match self {
             Elements::Vehicles(i) => i.next().map(Node::of_vehicle),
-            Elements::List(i) => i.next().map(|t| Node::Str(t.as_str())),
+            Elements::List(i, body) => i.next().map(|t| Node::Str(t.as_str(body))),
             Elements::Values(i) => i.next().map(Node::Value),
         }
     }
@@ -290,7 +294,7 @@ impl<'a> json::Array<'a, Page> for Array<'a> {
     fn len(&self) -> usize {
         match self {
             Array::Vehicles(v) => v.len(),
-            Array::List(l) => l.len(),
+            Array::List(l, _) => l.len(),
             Array::Values(v) => v.len(),
         }
     }
@@ -298,16 +302,16 @@ impl<'a> json::Array<'a, Page> for Array<'a> {
     fn elements(&self) -> Elements<'a> {
         match *self {
             Array::Vehicles(v) => Elements::Vehicles(v.iter()),
-            Array::List(l) => Elements::List(l.iter()),
+            Array::List(l, body) => Elements::List(l.iter(), body),
             Array::Values(v) => Elements::Values(v.iter()),
         }
     }
 
     fn is_unique(&self) -> bool {
         match *self {
-            Array::List(l) => {
+            Array::List(l, body) => {
                 let mut seen = HashSet::with_capacity(l.len());
-                l.iter().all(|t| seen.insert(t.as_str()))
+                l.iter().all(|t| seen.insert(t.as_str(body)))
             }
             Array::Values(v) => json::unique::is_unique(v),
             Array::Vehicles(v) => {
@@ -337,18 +341,52 @@ mod tests {
         (schemas.search_pages.is_valid(Node::Reply(page)), as_json)
     }
 
-    /// A vehicle as a built record: strings and lists of strings as texts, the rest JSON.
+    /// A vehicle as a built record: strings and lists of strings as texts (in turn spans of
+    /// the record's body, shared strings and owned ones), numbers as numbers, the rest JSON.
     fn record(vehicle: &Map<String, Value>) -> Option<Vehicle> {
         let shape = Arc::new(Shape::new(vehicle.keys().cloned().collect())?);
-        let text = |s: &str| Text::Owned(s.to_owned());
-        let values = vehicle.values().map(|value| match value {
-            Value::String(s) => Field::Text(text(s)),
-            Value::Array(items) if items.iter().all(Value::is_string) => {
-                Field::List(items.iter().filter_map(Value::as_str).map(text).collect())
+        let mut strings = Vec::new();
+        for value in vehicle.values() {
+            match value {
+                Value::String(s) => strings.push(s.as_str()),
+                Value::Array(items) => strings.extend(items.iter().filter_map(Value::as_str)),
+                _ => {}
             }
-            other => Field::Json(other.clone()),
-        });
-        Some(Vehicle::Record(Record::new(shape, 0, values.collect())))
+        }
+        let body = bytestring::ByteString::from(strings.concat());
+        // The strings in order, each a span of the body, shared or owned in turn.
+        let (mut at, mut n) = (0, 0);
+        let mut text = |s: &str| {
+            let text = match n % 3 {
+                0 => Text::in_body(&body[at..at + s.len()], &body),
+                1 => Text::Shared(s.into()),
+                _ => Text::Owned(s.to_owned()),
+            };
+            at += s.len();
+            n += 1;
+            text
+        };
+        let mut values = Vec::new();
+        for value in vehicle.values() {
+            values.push(match value {
+                Value::String(s) => Field::Text(text(s)),
+                Value::Array(items) => {
+                    let texts: Vec<Text> = items
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(&mut text)
+                        .collect();
+                    if texts.len() == items.len() {
+                        Field::List(texts.into())
+                    } else {
+                        Field::Json(Box::new(value.clone()))
+                    }
+                }
+                Value::Number(n) => Field::Num(n.clone()),
+                other => Field::Json(Box::new(other.clone())),
+            });
+        }
+        Some(Vehicle::Record(Record::new(shape, 0, body.clone(), values)))
     }
 
     /// A page the gateway could build with the data of a search response, without what a built

@@ -599,6 +599,15 @@ fn val_to_json(v: &Val) -> Value {
     }
 }
 
+/// [`lossy`] as a record's text: valid UTF-8 shared, not copied.
+fn shared_text(bytes: bytes::Bytes) -> crate::protocol::vehicle::Text {
+    use crate::protocol::vehicle::Text;
+    match bytestring::ByteString::try_from(bytes.clone()) {
+        Ok(text) => Text::Shared(text),
+        Err(_) => Text::Owned(lossy(&bytes)),
+    }
+}
+
 /// The text of a jaq string: valid UTF-8 as is (checked the fast way), anything else lossily.
 fn lossy(bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {

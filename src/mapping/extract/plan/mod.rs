@@ -115,9 +115,9 @@ impl Plan {
         let record = self.record.as_ref()?;
         let entries = record_entries(&self.root)?;
         let body = input.body();
-        let text = |s: Cow<'_, str>| match s {
-            Cow::Borrowed(s) => Text::in_body(s, body),
-            Cow::Owned(s) => Text::Owned(s),
+        let text = |s: Cow<'_, str>| match (s, body) {
+            (Cow::Borrowed(s), Some(body)) => Text::in_body(s, body),
+            (s, _) => Text::Owned(s.into_owned()),
         };
         let mut values = Vec::with_capacity(entries.len());
         // Which fields `compact` drops (blank ones), one bit each (`Shape` holds at most 64).
@@ -143,9 +143,9 @@ impl Plan {
                         blank |= 1 << i;
                         continue;
                     }
-                    Field::Json(super::val_to_json(&super::compact(v)))
+                    field_of(super::compact(v))
                 }
-                Ok(text::Out::Val(v)) => Field::Json(super::val_to_json(&v)),
+                Ok(text::Out::Val(v)) => field_of(v),
                 Err(e) => return Some(Err(e)),
             };
             values.push(value);
@@ -153,6 +153,7 @@ impl Plan {
         Some(Ok(vehicle::Record::new(
             Arc::clone(&record.shape),
             blank,
+            body.cloned().unwrap_or_default(),
             values,
         )))
     }
@@ -181,6 +182,19 @@ impl Plan {
     /// Pushes the outputs of the program on `input` into `sink`, in jaq's order.
     pub(super) fn run(&self, input: &Val, env: &mut Env, sink: &mut Sink<'_>) -> Flow {
         self.root.run(input, env, sink)
+    }
+}
+
+/// A value of a record's field, as `val_to_json` makes it: strings (a table's, mostly) shared,
+/// not copied; numbers without a JSON value around them.
+fn field_of(v: Val) -> Field {
+    match v {
+        Val::TStr(b) | Val::BStr(b) => Field::Text(super::shared_text(*b)),
+        Val::Num(n) => match super::num_to_json(&n) {
+            serde_json::Value::Number(n) => Field::Num(n),
+            other => Field::Json(Box::new(other)),
+        },
+        other => Field::Json(Box::new(super::val_to_json(&other))),
     }
 }
 
