@@ -156,9 +156,22 @@ fn binary() -> String {
     std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
 }
 
+/// A free port that no server of this test process had before. A stopped server's port stays
+/// its own: a client riding out that server's outage reconnects by itself, and must find
+/// nothing there, not another test's server that the kernel gave the freed port to.
 fn free_port() -> u16 {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local addr").port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("local addr").port();
+        let mut given = GIVEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if given.insert(port) {
+            return port;
+        }
+    }
 }
 
 fn spawn(port: u16, extra: &[String]) -> io::Result<Child> {
