@@ -56,6 +56,10 @@ pub(super) fn record_shape(root: &Node) -> Option<Record> {
     Some(Record {
         shape: std::sync::Arc::new(shape),
         compact: !matches!(root.kind, Kind::Obj(_)),
+        straight: entries
+            .iter()
+            .map(|(_, value)| super::text::Straight::of(value))
+            .collect(),
     })
 }
 

@@ -71,6 +71,8 @@ struct Record {
     /// The keys, shared by every object built.
     shape: Arc<Shape>,
     compact: bool,
+    /// Each field's flattened form, where it has one ([`text::Straight`]).
+    straight: Box<[Option<text::Straight>]>,
 }
 
 /// Variable slots: the globals first (in [`GLOBAL_VARS`] order), then one slot per binding
@@ -122,8 +124,12 @@ impl Plan {
         let mut values = Vec::with_capacity(entries.len());
         // Which fields `compact` drops (blank ones), one bit each (`Shape` holds at most 64).
         let mut blank = 0u64;
-        for (i, (_, value)) in entries.iter().enumerate() {
-            let value = match value.eval_text(input, env) {
+        for (i, ((_, value), straight)) in entries.iter().zip(&record.straight).enumerate() {
+            let out = match straight.as_ref().and_then(|s| s.eval(input, env)) {
+                Some(out) => Ok(out),
+                None => value.eval_text(input, env),
+            };
+            let value = match out {
                 // Text is what `is_blank`, `compact` and `val_to_json` make of a string.
                 Ok(text::Out::Str(s)) if record.compact && s.is_empty() => {
                     blank |= 1 << i;

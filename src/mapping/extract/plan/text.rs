@@ -7,6 +7,8 @@
 //! a string, or any other term, runs as [`Node::eval1`] does. The helpers' text versions are the
 //! functions their value versions call on a string, so the outputs and errors are the same.
 
+use bytes::Bytes;
+
 use super::eval::is_literal;
 use super::*;
 use crate::mapping::extract::helpers::{
@@ -33,6 +35,128 @@ impl Out<'_> {
             Out::Val(v) => v,
         }
     }
+}
+
+/// A record's field of the commonest shape, `.Key | f | g …`: one key of the record, read off
+/// its tape, then helpers whose arguments do not read the input. Flattened at load, such a
+/// field costs the key's lookup and the helpers' calls instead of a walk down the term's tree
+/// (pipes, paths, calls) for each record. It gives what [`Node::eval_text`] gives, or `None`
+/// where that walk must run instead: a value that is not text (or not a list of texts, for a
+/// bare key), a helper that gives no text before the last, any error.
+pub(super) struct Straight {
+    key: Bytes,
+    hint: AtomicUsize,
+    steps: Box<[(Fun, Option<Node>)]>,
+}
+
+impl Straight {
+    /// The flattened form of a record's field, when it has that shape.
+    pub(super) fn of(value: &Node) -> Option<Straight> {
+        let mut terms = Vec::new();
+        pipeline(value, &mut terms);
+        let (first, rest) = terms.split_first()?;
+        let Kind::Path(f, parts, _) = &first.kind else {
+            return None;
+        };
+        let [
+            (
+                PathPart::Index(Node {
+                    kind: Kind::Lit(Val::TStr(key)),
+                    ..
+                }),
+                _,
+            ),
+        ] = &parts[..]
+        else {
+            return None;
+        };
+        if !matches!(f.kind, Kind::Id) {
+            return None;
+        }
+        let steps = rest
+            .iter()
+            .map(|term| match &term.kind {
+                Kind::Call(fun, args) if args.len() <= 1 => {
+                    let arg = match args.first() {
+                        Some(arg) => Some(copy_of_constant(arg)?),
+                        None => None,
+                    };
+                    Some((*fun, arg))
+                }
+                _ => None,
+            })
+            .collect::<Option<_>>()?;
+        Some(Straight {
+            key: Bytes::clone(key),
+            hint: AtomicUsize::new(0),
+            steps,
+        })
+    }
+
+    pub(super) fn eval<'i, I: Input + ?Sized>(
+        &self,
+        input: &'i I,
+        env: &mut Env,
+    ) -> Option<Out<'i>> {
+        let Some(Some(at)) = input.tape()?.get(&self.key, &self.hint) else {
+            return None;
+        };
+        let Some(text) = at.as_str() else {
+            return match self.steps.is_empty() {
+                true => texts(at).map(Out::List),
+                false => None,
+            };
+        };
+        let mut out = Out::Str(Cow::Borrowed(text));
+        for (fun, arg) in &self.steps {
+            let Out::Str(s) = out else {
+                return None;
+            };
+            // The argument would run on the text; it does not read it.
+            let arg = match arg {
+                Some(arg) => Some(arg.eval1(&Val::Null, env).ok()?),
+                None => None,
+            };
+            out = fun.call_text(s, arg).ok()?;
+        }
+        Some(out)
+    }
+}
+
+/// The terms of `l | r | …` in order.
+fn pipeline<'n>(node: &'n Node, out: &mut Vec<&'n Node>) {
+    match &node.kind {
+        Kind::Pipe(l, r) => {
+            pipeline(l, out);
+            pipeline(r, out);
+        }
+        _ => out.push(node),
+    }
+}
+
+/// A copy of a term that does not read its input ([`reads_no_input`]: a literal, a variable, a
+/// path of literal keys from one), with hints of its own.
+fn copy_of_constant(node: &Node) -> Option<Node> {
+    let kind = match &node.kind {
+        Kind::Lit(v) => Kind::Lit(v.clone()),
+        Kind::Var(slot) => Kind::Var(*slot),
+        Kind::Path(f, parts, _) if parts.iter().all(is_literal) => {
+            let parts: Box<[(PathPart, Opt)]> = parts
+                .iter()
+                .map(|(part, opt)| match part {
+                    PathPart::Index(key) => Some((PathPart::Index(copy_of_constant(key)?), *opt)),
+                    PathPart::Iter => None,
+                })
+                .collect::<Option<_>>()?;
+            let hints = parts.iter().map(|_| AtomicUsize::new(0)).collect();
+            Kind::Path(Box::new(copy_of_constant(f)?), parts, hints)
+        }
+        _ => return None,
+    };
+    Some(Node {
+        kind,
+        one: node.one,
+    })
 }
 
 /// The texts of an array on a tape whose items are all strings.
