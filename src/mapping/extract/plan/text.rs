@@ -40,9 +40,11 @@ impl Out<'_> {
 /// A record's field of the commonest shape, `.Key | f | g …`: one key of the record, read off
 /// its tape, then helpers whose arguments do not read the input. Flattened at load, such a
 /// field costs the key's lookup and the helpers' calls instead of a walk down the term's tree
-/// (pipes, paths, calls) for each record. It gives what [`Node::eval_text`] gives, or `None`
-/// where that walk must run instead: a value that is not text (or not a list of texts, for a
-/// bare key), a helper that gives no text before the last, any error.
+/// (pipes, paths, calls) for each record. Like that walk, it calls the helpers' text versions
+/// while the value is text and their value versions from the first value that is not (a
+/// number, a missing key's `null`, what `nonempty` makes of a blank). It gives what
+/// [`Node::eval_text`] gives, or `None` where that walk must run instead: an input that is not
+/// an object, and any error (the walk gives the same one).
 pub(super) struct Straight {
     key: Bytes,
     hint: AtomicUsize,
@@ -98,26 +100,25 @@ impl Straight {
         input: &'i I,
         env: &mut Env,
     ) -> Option<Out<'i>> {
-        let Some(Some(at)) = input.tape()?.get(&self.key, &self.hint) else {
-            return None;
+        // As `eval_text` reads a path of one key on a tape.
+        let mut out = match input.tape()?.get(&self.key, &self.hint)? {
+            Some(at) => match at.as_str() {
+                Some(text) => Out::Str(Cow::Borrowed(text)),
+                None => texts(at).map_or_else(|| Out::Val(at.to_val()), Out::List),
+            },
+            None => Out::Val(Val::Null),
         };
-        let Some(text) = at.as_str() else {
-            return match self.steps.is_empty() {
-                true => texts(at).map(Out::List),
-                false => None,
-            };
-        };
-        let mut out = Out::Str(Cow::Borrowed(text));
         for (fun, arg) in &self.steps {
-            let Out::Str(s) = out else {
-                return None;
-            };
-            // The argument would run on the text; it does not read it.
+            // The argument would run on the value; it does not read it.
             let arg = match arg {
                 Some(arg) => Some(arg.eval1(&Val::Null, env).ok()?),
                 None => None,
             };
-            out = fun.call_text(s, arg).ok()?;
+            // As `apply_text`: text while it is text, then the value path (`eval1_owned`).
+            out = match out {
+                Out::Str(s) => fun.call_text(s, arg).ok()?,
+                other => Out::Val(fun.call(other.into_val(), arg).ok()?),
+            };
         }
         Some(out)
     }
