@@ -715,6 +715,11 @@ fn property_programs() -> Vec<String> {
         ".a | split_list(\"\")".into(),
         ".a | split_list(1)".into(),
         ".Photos | split_list(\"|\")".into(),
+        // One value made a list: `[.Key | helper …]` as a record's field.
+        "{p: [.a | nonempty], q: [.Photos], r: [.x | split_list(\"|\")], s: [.b | int], \
+         t: [.VIN | nonempty | lower]} | compact"
+            .into(),
+        "{p: [.a | nonempty], q: [.Photos | nonempty]}".into(),
     ];
     programs.retain(|p| Jq::compile_interpreted(p).is_ok());
     programs

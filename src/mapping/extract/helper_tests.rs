@@ -262,18 +262,48 @@ fn local_rfc3339_writes_what_strtime_writes() {
                 next(60) as i8,
                 nanos,
             );
-            let Ok(zoned) = dt.to_zoned(zone.clone()) else {
+            let zoned = dt.to_zoned(zone.clone());
+            let want = zoned
+                .as_ref()
+                .ok()
+                .and_then(|zoned| jiff::fmt::strtime::format(LOCAL_RFC3339, zoned).ok());
+            assert_eq!(in_zone(dt, zone.clone()), want, "{dt} in {name}");
+            let Ok(zoned) = zoned else {
                 continue;
             };
-            assert_eq!(
-                local_rfc3339(&zoned),
-                jiff::fmt::strtime::format(LOCAL_RFC3339, &zoned).ok(),
-                "{dt} in {name}"
-            );
+            assert_eq!(local_rfc3339(&zoned), want, "{dt} in {name}");
             checked += 1;
         }
     }
     assert!(checked > 3900, "{checked}");
+    // Wall clocks a zone skips or passes twice are settled as `to_zoned` settles them.
+    for (name, at) in [
+        ("America/Los_Angeles", "2026-03-08T02:30:00"),
+        ("America/Los_Angeles", "2026-11-01T01:30:00"),
+        ("Europe/Amsterdam", "2026-03-29T02:15:00.5"),
+        ("Europe/Amsterdam", "2026-10-25T02:45:00"),
+        ("Australia/Lord_Howe", "2026-10-04T02:15:00"),
+        ("Australia/Lord_Howe", "2026-04-05T01:45:00"),
+        ("UTC", "9999-12-31T23:59:59"),
+        ("Pacific/Chatham", "9999-12-31T23:59:59"),
+        ("Asia/Kolkata", "0001-01-01T00:00:00"),
+    ] {
+        let zone = zone_named(name).expect(name);
+        let dt: jiff::civil::DateTime = at.parse().expect(at);
+        let want = dt
+            .to_zoned(zone.clone())
+            .ok()
+            .and_then(|zoned| jiff::fmt::strtime::format(LOCAL_RFC3339, &zoned).ok());
+        assert_eq!(in_zone(dt, zone), want, "{dt} in {name}");
+    }
+    assert_eq!(
+        in_zone(
+            "2026-03-08T02:30:00".parse().expect("wall clock"),
+            zone_named("America/Los_Angeles").expect("zone")
+        )
+        .as_deref(),
+        Some("2026-03-08T03:30:00-07:00")
+    );
     // An offset with seconds: Amsterdam kept +00:19:32 until 1937.
     let zoned = jiff::civil::date(1920, 6, 1)
         .at(12, 0, 0, 0)

@@ -561,10 +561,23 @@ pub(super) fn legacy_datetime_str(
         let rest = rest.strip_prefix(['T', 't', ' '])?.trim_start();
         Some(DateTime::from_parts(date, time_of_day(rest)?))
     });
-    let formatted = wall_clock
-        .and_then(|dt| dt.to_zoned(zone).ok())
-        .and_then(|zoned| local_rfc3339(&zoned));
-    Ok(formatted)
+    Ok(wall_clock.and_then(|dt| in_zone(dt, zone)))
+}
+
+/// A wall-clock time in `zone`, as `LOCAL_RFC3339` writes it (what `legacy_datetime` gives).
+/// A time the zone passes once — all but an hour or two a year — is written with the zone's
+/// offset straight away; one in a gap or a fold, and the far years, take `Zoned`'s way, which
+/// settles it as `to_zoned` does ("compatible") and costs twice as much.
+pub(super) fn in_zone(dt: DateTime, zone: jiff::tz::TimeZone) -> Option<String> {
+    if (1..=9998).contains(&dt.year())
+        && let jiff::tz::AmbiguousOffset::Unambiguous { offset } =
+            zone.to_ambiguous_timestamp(dt).offset()
+    {
+        return write_rfc3339(dt, offset);
+    }
+    dt.to_zoned(zone)
+        .ok()
+        .and_then(|zoned| local_rfc3339(&zoned))
 }
 
 /// The format `legacy_datetime` writes, as jiff's `strtime` writes it.
@@ -575,9 +588,17 @@ pub(super) const LOCAL_RFC3339: &str = "%Y-%m-%dT%H:%M:%S%.f%:z";
 /// Written by hand because `strtime` interprets its format per call, half the cost of the
 /// helper; years outside 0–9999 (which no legacy text spells) go through `strtime` itself.
 pub(super) fn local_rfc3339(zoned: &jiff::Zoned) -> Option<String> {
-    let year = zoned.year();
-    if !(0..=9999).contains(&year) {
+    if !(0..=9999).contains(&zoned.year()) {
         return jiff::fmt::strtime::format(LOCAL_RFC3339, zoned).ok();
+    }
+    write_rfc3339(zoned.datetime(), zoned.offset())
+}
+
+/// [`local_rfc3339`] of a wall clock and its offset, for years 0–9999.
+fn write_rfc3339(dt: DateTime, offset: jiff::tz::Offset) -> Option<String> {
+    let year = dt.year();
+    if !(0..=9999).contains(&year) {
+        return None;
     }
     fn digits(out: &mut String, n: u32, width: u32) {
         for place in (0..width).rev() {
@@ -588,16 +609,16 @@ pub(super) fn local_rfc3339(zoned: &jiff::Zoned) -> Option<String> {
     let mut out = String::with_capacity(35);
     digits(&mut out, year.unsigned_abs().into(), 4);
     out.push('-');
-    digits(&mut out, part(zoned.month()), 2);
+    digits(&mut out, part(dt.month()), 2);
     out.push('-');
-    digits(&mut out, part(zoned.day()), 2);
+    digits(&mut out, part(dt.day()), 2);
     out.push('T');
-    digits(&mut out, part(zoned.hour()), 2);
+    digits(&mut out, part(dt.hour()), 2);
     out.push(':');
-    digits(&mut out, part(zoned.minute()), 2);
+    digits(&mut out, part(dt.minute()), 2);
     out.push(':');
-    digits(&mut out, part(zoned.second()), 2);
-    let mut nanos = zoned.subsec_nanosecond().unsigned_abs();
+    digits(&mut out, part(dt.second()), 2);
+    let mut nanos = dt.subsec_nanosecond().unsigned_abs();
     if nanos != 0 {
         let mut width = 9;
         while nanos.is_multiple_of(10) {
@@ -607,7 +628,7 @@ pub(super) fn local_rfc3339(zoned: &jiff::Zoned) -> Option<String> {
         out.push('.');
         digits(&mut out, nanos, width);
     }
-    let offset = zoned.offset().seconds();
+    let offset = offset.seconds();
     out.push(if offset < 0 { '-' } else { '+' });
     let offset = offset.unsigned_abs();
     digits(&mut out, offset / 3600, 2);

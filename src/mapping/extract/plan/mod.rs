@@ -125,7 +125,15 @@ impl Plan {
         // Which fields `compact` drops (blank ones), one bit each (`Shape` holds at most 64).
         let mut blank = 0u64;
         for (i, ((_, value), straight)) in entries.iter().zip(&record.straight).enumerate() {
-            let out = match straight.as_ref().and_then(|s| s.eval(input, env)) {
+            let straight = straight.as_ref();
+            if let Some(s) = straight.and_then(|s| s.span(input)) {
+                values.push(Field::Text(match body {
+                    Some(body) => Text::in_body(s, body),
+                    None => Text::Owned(s.to_owned()),
+                }));
+                continue;
+            }
+            let out = match straight.and_then(|s| s.eval(input, env)) {
                 Some(out) => Ok(out),
                 None => value.eval_text(input, env),
             };

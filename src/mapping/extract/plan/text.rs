@@ -45,15 +45,26 @@ impl Out<'_> {
 /// number, a missing key's `null`, what `nonempty` makes of a blank). It gives what
 /// [`Node::eval_text`] gives, or `None` where that walk must run instead: an input that is not
 /// an object, and any error (the walk gives the same one).
+///
+/// `[.Key | f | …]` (a DMS's one photo as a list of photos) is the same pipeline with its one
+/// output put in an array, as text while it is text.
 pub(super) struct Straight {
     key: Bytes,
     hint: AtomicUsize,
     steps: Box<[(Fun, Option<Node>)]>,
+    list: bool,
+    /// Every step is `nonempty`: a text stays a slice of the reply ([`Straight::span`]).
+    trims: bool,
 }
 
 impl Straight {
     /// The flattened form of a record's field, when it has that shape.
     pub(super) fn of(value: &Node) -> Option<Straight> {
+        // `[f]` is an array of all of `f`'s outputs; a pipeline of this shape gives one.
+        let (value, list) = match &value.kind {
+            Kind::Arr(Some(inner)) => (&**inner, true),
+            _ => (value, false),
+        };
         let mut terms = Vec::new();
         pipeline(value, &mut terms);
         let (first, rest) = terms.split_first()?;
@@ -75,7 +86,7 @@ impl Straight {
         if !matches!(f.kind, Kind::Id) {
             return None;
         }
-        let steps = rest
+        let steps: Box<[(Fun, Option<Node>)]> = rest
             .iter()
             .map(|term| match &term.kind {
                 Kind::Call(fun, args) if args.len() <= 1 => {
@@ -88,11 +99,31 @@ impl Straight {
                 _ => None,
             })
             .collect::<Option<_>>()?;
+        let trims = steps.iter().all(|(fun, _)| matches!(fun, Fun::Nonempty));
         Some(Straight {
             key: Bytes::clone(key),
             hint: AtomicUsize::new(0),
             steps,
+            list,
+            trims,
         })
+    }
+
+    /// The commonest field of all, `.Key` or `.Key | nonempty`, when the key holds text that is
+    /// not blank: the text, trimmed, as [`Straight::eval`] would give it. Apart from `eval` so
+    /// that the text stays in registers on its way into the record; `None` where `eval` must run.
+    #[inline]
+    pub(super) fn span<'i, I: Input + ?Sized>(&self, input: &'i I) -> Option<&'i str> {
+        if !self.trims || self.list {
+            return None;
+        }
+        let text = input.tape()?.get(&self.key, &self.hint)??.as_str()?;
+        let text = if self.steps.is_empty() {
+            text
+        } else {
+            text.trim()
+        };
+        (!text.is_empty()).then_some(text)
     }
 
     pub(super) fn eval<'i, I: Input + ?Sized>(
@@ -118,6 +149,12 @@ impl Straight {
             out = match out {
                 Out::Str(s) => fun.call_text(s, arg).ok()?,
                 other => Out::Val(fun.call(other.into_val(), arg).ok()?),
+            };
+        }
+        if self.list {
+            out = match out {
+                Out::Str(s) => Out::List(vec![s]),
+                other => Out::Val(std::iter::once(other.into_val()).collect()),
             };
         }
         Some(out)
@@ -228,10 +265,7 @@ impl Fun {
         let null = Val::Null;
         let given = arg.as_ref().unwrap_or(&null);
         Ok(match self {
-            Fun::Nonempty => match trim(s) {
-                t if t.is_empty() => Out::Val(Val::Null),
-                t => Out::Str(t),
-            },
+            Fun::Nonempty => nonempty_text(s),
             Fun::Lower => Out::Str(Cow::Owned(s.to_lowercase())),
             Fun::Upper => Out::Str(Cow::Owned(s.to_uppercase())),
             Fun::Title => Out::Str(Cow::Owned(title(&s))),
@@ -250,6 +284,14 @@ impl Fun {
             },
             other => Out::Val(other_call(other, s, arg)?),
         })
+    }
+}
+
+/// `nonempty` on a string: trimmed, and `null` when nothing is left.
+fn nonempty_text(s: Cow<'_, str>) -> Out<'_> {
+    match trim(s) {
+        t if t.is_empty() => Out::Val(Val::Null),
+        t => Out::Str(t),
     }
 }
 
