@@ -567,7 +567,8 @@ pub(super) fn legacy_datetime_str(
 /// A wall-clock time in `zone`, as `LOCAL_RFC3339` writes it (what `legacy_datetime` gives).
 /// A time the zone passes once — all but an hour or two a year — is written with the zone's
 /// offset straight away; one in a gap or a fold, and the far years, take `Zoned`'s way, which
-/// settles it as `to_zoned` does ("compatible") and costs twice as much.
+/// settles it as `to_zoned` does ("compatible") but clones the zone and computes the instant and
+/// then the wall clock back from it.
 pub(super) fn in_zone(dt: DateTime, zone: jiff::tz::TimeZone) -> Option<String> {
     if (1..=9998).contains(&dt.year())
         && let jiff::tz::AmbiguousOffset::Unambiguous { offset } =
