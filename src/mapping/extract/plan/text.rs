@@ -53,7 +53,8 @@ pub(super) struct Straight {
     hint: AtomicUsize,
     steps: Box<[(Fun, Option<Node>)]>,
     list: bool,
-    /// Every step is `nonempty`: a text stays a slice of the reply ([`Straight::span`]).
+    /// Not a list, and every step is `nonempty`: a text stays a slice of the reply
+    /// ([`Straight::span`]).
     trims: bool,
 }
 
@@ -99,7 +100,7 @@ impl Straight {
                 _ => None,
             })
             .collect::<Option<_>>()?;
-        let trims = steps.iter().all(|(fun, _)| matches!(fun, Fun::Nonempty));
+        let trims = !list && steps.iter().all(|(fun, _)| matches!(fun, Fun::Nonempty));
         Some(Straight {
             key: Bytes::clone(key),
             hint: AtomicUsize::new(0),
@@ -114,7 +115,7 @@ impl Straight {
     /// that the text stays in registers on its way into the record; `None` where `eval` must run.
     #[inline]
     pub(super) fn span<'i, I: Input + ?Sized>(&self, input: &'i I) -> Option<&'i str> {
-        if !self.trims || self.list {
+        if !self.trims {
             return None;
         }
         let text = input.tape()?.get(&self.key, &self.hint)??.as_str()?;
@@ -265,7 +266,10 @@ impl Fun {
         let null = Val::Null;
         let given = arg.as_ref().unwrap_or(&null);
         Ok(match self {
-            Fun::Nonempty => nonempty_text(s),
+            Fun::Nonempty => match trim(s) {
+                t if t.is_empty() => Out::Val(Val::Null),
+                t => Out::Str(t),
+            },
             Fun::Lower => Out::Str(Cow::Owned(s.to_lowercase())),
             Fun::Upper => Out::Str(Cow::Owned(s.to_uppercase())),
             Fun::Title => Out::Str(Cow::Owned(title(&s))),
@@ -284,14 +288,6 @@ impl Fun {
             },
             other => Out::Val(other_call(other, s, arg)?),
         })
-    }
-}
-
-/// `nonempty` on a string: trimmed, and `null` when nothing is left.
-fn nonempty_text(s: Cow<'_, str>) -> Out<'_> {
-    match trim(s) {
-        t if t.is_empty() => Out::Val(Val::Null),
-        t => Out::Str(t),
     }
 }
 
