@@ -108,8 +108,10 @@ impl<'a> Building<'a> {
             by_stock,
             by_id,
             stats,
-            ..
+            seen_vins,
         } = self;
+        // Only `add` needed it (one string per VIN): gone before the orders are sorted.
+        drop(seen_vins);
         // As the mapping (`threads`): a first load sorts on every core, a refresh on one.
         let threads = threads(previous);
         let mut lookups = [by_vin, by_stock, by_id];
