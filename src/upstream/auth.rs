@@ -60,7 +60,7 @@ impl Auth {
     pub(crate) fn new(
         upstream: &str,
         settings: Option<AuthSettings>,
-        client: reqwest::Client,
+        client: super::http_client::HttpClient,
         timeout: Duration,
     ) -> Auth {
         match settings {
@@ -119,7 +119,7 @@ struct Token {
 pub(crate) struct TokenSource {
     upstream: String,
     settings: OAuth2Settings,
-    client: reqwest::Client,
+    client: super::http_client::HttpClient,
     timeout: Duration,
     /// The current token; a plain mutex, held for a clone only.
     cached: Mutex<Cache>,
@@ -215,10 +215,15 @@ impl TokenSource {
         if let Some(audience) = &s.audience {
             form.push(("audience", audience));
         }
-        let mut request = self
-            .client
-            .post(s.token_url.clone())
-            .header(http::header::ACCEPT, "application/json");
+        let mut headers = http::HeaderMap::with_capacity(3);
+        headers.insert(
+            http::header::ACCEPT,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-www-form-urlencoded"),
+        );
         match s.client_auth {
             FileClientAuth::Body => {
                 form.push(("client_id", &s.client_id));
@@ -236,20 +241,25 @@ impl TokenSource {
                 ))
                 .map_err(|_| UpstreamError::Auth("invalid client credentials".to_owned()))?;
                 value.set_sensitive(true);
-                request = request.header(http::header::AUTHORIZATION, value);
+                headers.insert(http::header::AUTHORIZATION, value);
             }
         }
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(&form)
+            .finish();
+        let uri = http::Uri::try_from(s.token_url.as_str())
+            .map_err(|e| UpstreamError::Auth(format!("token request failed: token_url: {e}")))?;
         let started = Instant::now();
-        let mut response = request.form(&form).send().await.map_err(|e| {
-            UpstreamError::Auth(format!(
-                "token request failed: {}",
-                super::error_chain(&e.without_url())
-            ))
-        })?;
-        let status = response.status();
+        let response = self
+            .client
+            .send(http::Method::POST, uri, headers, Some(body.into()))
+            .await
+            .map_err(|e| UpstreamError::Auth(format!("token request failed: {e}")))?;
+        let (parts, mut reply) = response.into_parts();
+        let status = parts.status;
         let mut body = Vec::new();
         loop {
-            match response.chunk().await {
+            match reply.chunk().await {
                 Ok(Some(chunk)) => {
                     if body.len() + chunk.len() > MAX_TOKEN_RESPONSE_BYTES {
                         return Err(UpstreamError::Auth(format!(
@@ -261,8 +271,7 @@ impl TokenSource {
                 Ok(None) => break,
                 Err(e) => {
                     return Err(UpstreamError::Auth(format!(
-                        "reading the token reply failed: {}",
-                        super::error_chain(&e.without_url())
+                        "reading the token reply failed: {e}"
                     )));
                 }
             }

@@ -16,21 +16,21 @@
 //!
 //! Non-2xx replies are returned as replies: the mapping's error rules decide what they mean.
 
-use std::error::Error as StdError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Method, StatusCode};
-use reqwest::Url;
 use tokio::sync::Semaphore;
 use tracing::Instrument as _;
+use url::Url;
 
 use super::auth::{Auth, Credential};
 use super::breaker::{Breaker, BreakerState};
 use super::config::{FileUpstream, RESERVED_HEADERS, UpstreamConfigProblem, UpstreamSettings};
+use super::http_client::{CallError, ClientSettings, HttpClient, ReplyBody};
 use super::retry::{RetryBudget, backoff};
-use super::{UpstreamError, UpstreamRequest, UpstreamResponse, error_chain};
+use super::{UpstreamError, UpstreamRequest, UpstreamResponse};
 
 /// The breaker's (and the error metric's) report of a 5xx reply, left to the caller, who knows
 /// what the reply means: a SOAP 1.1 fault arrives as HTTP 500 and may mean "no such unit".
@@ -65,9 +65,6 @@ impl Drop for Verdict {
 /// keep-alive connections after 5–60 s; closing ours first avoids sending on a dead one.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// The `User-Agent` sent unless `headers` names another (and on mail).
-pub(crate) const USER_AGENT: &str = concat!("aap-gateway/", env!("CARGO_PKG_VERSION"));
-
 /// One upstream system, ready to call. Cheap to clone (shared state: the connection pool, the
 /// breaker, the retry budget, the concurrency slots and the token cache).
 #[derive(Debug, Clone)]
@@ -82,7 +79,7 @@ struct Inner {
     path_prefix: String,
     base_url: Url,
     settings: UpstreamSettings,
-    client: reqwest::Client,
+    client: HttpClient,
     slots: Semaphore,
     breaker: Breaker,
     budget: RetryBudget,
@@ -156,7 +153,7 @@ impl Upstream {
 /// never shared.
 #[derive(Debug, Default)]
 pub struct HttpClients {
-    built: std::sync::Mutex<std::collections::HashMap<ClientKey, reqwest::Client>>,
+    built: std::sync::Mutex<std::collections::HashMap<ClientKey, HttpClient>>,
     /// Clients built through this cache, shared or not.
     builds: std::sync::atomic::AtomicUsize,
 }
@@ -180,10 +177,7 @@ impl HttpClients {
         self.len() == 0
     }
 
-    fn build(
-        &self,
-        settings: &UpstreamSettings,
-    ) -> Result<reqwest::Client, Vec<UpstreamConfigProblem>> {
+    fn build(&self, settings: &UpstreamSettings) -> Result<HttpClient, Vec<UpstreamConfigProblem>> {
         self.builds
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         build_client(settings)
@@ -192,7 +186,7 @@ impl HttpClients {
     fn client(
         &self,
         settings: &UpstreamSettings,
-    ) -> Result<reqwest::Client, Vec<UpstreamConfigProblem>> {
+    ) -> Result<HttpClient, Vec<UpstreamConfigProblem>> {
         if !settings.ca_certificates.is_empty() {
             return self.build(settings);
         }
@@ -216,7 +210,7 @@ impl HttpClients {
 /// The body of a streamed 2xx reply ([`Upstream::call_streaming`]), read as it arrives.
 #[derive(Debug)]
 pub struct BodyStream<'a> {
-    response: reqwest::Response,
+    body: ReplyBody,
     upstream: &'a Upstream,
     limit: usize,
     read: usize,
@@ -231,10 +225,10 @@ impl BodyStream<'_> {
     /// or `timeouts.request` it fails, and the body is to be dropped.
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, UpstreamError> {
         let after = self.upstream.inner.settings.request_timeout;
-        let chunk = tokio::time::timeout_at(self.deadline, self.response.chunk())
+        let chunk = tokio::time::timeout_at(self.deadline, self.body.chunk())
             .await
             .map_err(|_| UpstreamError::Timeout { after })?
-            .map_err(|e| self.upstream.classify(e))?;
+            .map_err(|e| self.upstream.classify(&e))?;
         if let Some(chunk) = &chunk {
             self.read += chunk.len();
             if self.read > self.limit {
@@ -246,29 +240,18 @@ impl BodyStream<'_> {
 }
 
 /// A client for `settings`.
-fn build_client(
-    settings: &UpstreamSettings,
-) -> Result<reqwest::Client, Vec<UpstreamConfigProblem>> {
-    let mut builder = reqwest::Client::builder()
-        .connect_timeout(settings.connect_timeout)
-        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-        .pool_max_idle_per_host(settings.max_concurrency)
-        .tcp_nodelay(true)
-        // A redirect from a back-office API is an answer for the mapping, and following it
-        // could carry credentials to another host.
-        .redirect(reqwest::redirect::Policy::none())
-        // Some legacy HTTP/1 stacks match header names case-sensitively.
-        .http1_title_case_headers()
-        .gzip(true)
-        .user_agent(USER_AGENT)
-        .danger_accept_invalid_certs(settings.insecure_skip_verify);
-    for cert in &settings.ca_certificates {
-        builder = builder.add_root_certificate(cert.clone());
-    }
-    builder.build().map_err(|e| {
+fn build_client(settings: &UpstreamSettings) -> Result<HttpClient, Vec<UpstreamConfigProblem>> {
+    HttpClient::new(&ClientSettings {
+        connect_timeout: settings.connect_timeout,
+        pool_idle_timeout: POOL_IDLE_TIMEOUT,
+        max_idle_per_host: settings.max_concurrency,
+        insecure_skip_verify: settings.insecure_skip_verify,
+        ca_certificates: &settings.ca_certificates,
+    })
+    .map_err(|message| {
         vec![UpstreamConfigProblem {
             pointer: "/tls".to_owned(),
-            message: format!("cannot build the HTTP client: {}", error_chain(&e)),
+            message: format!("cannot build the HTTP client: {message}"),
         }]
     })
 }
@@ -509,7 +492,7 @@ impl Upstream {
                 // Only a 2xx is streamed, and a 2xx is never retried.
                 let after = inner.settings.request_timeout;
                 let stream = BodyStream {
-                    response,
+                    body: response,
                     upstream: self,
                     limit: inner.settings.max_response_bytes,
                     read: 0,
@@ -602,7 +585,7 @@ impl Upstream {
         req: &UpstreamRequest,
         credential: Option<&Credential>,
         stream: bool,
-    ) -> Result<(StatusCode, HeaderMap, Bytes, Option<reqwest::Response>), UpstreamError> {
+    ) -> Result<(StatusCode, HeaderMap, Bytes, Option<ReplyBody>), UpstreamError> {
         let inner = &*self.inner;
         let limit = inner.settings.max_response_bytes;
         let work = async {
@@ -620,38 +603,48 @@ impl Upstream {
             if let Some(credential) = credential {
                 headers.insert(credential.name.clone(), credential.value.clone());
             }
-            let mut builder = inner
+            // The URL was built from a parsed base URL and a checked path: it is a valid URI.
+            let uri = http::Uri::try_from(url.as_str())
+                .map_err(|e| UpstreamError::InvalidRequest(format!("request URL: {e}")))?;
+            let reply = inner
                 .client
-                .request(req.method.clone(), url.clone())
-                .headers(headers);
-            if let Some(body) = &req.body {
-                builder = builder.body(body.clone());
-            }
-            let mut response = builder.send().await.map_err(|e| self.classify(e))?;
-
-            if response
-                .content_length()
-                .is_some_and(|len| len > limit as u64)
-            {
+                .send(req.method.clone(), uri, headers, req.body.clone())
+                .await
+                .map_err(|e| self.classify(&e))?;
+            let (parts, mut body) = reply.into_parts();
+            let declared = body.exact_len();
+            if declared.is_some_and(|len| len > limit as u64) {
                 return Err(UpstreamError::TooLarge { limit });
             }
-            let status = response.status();
-            let headers = std::mem::take(response.headers_mut());
+            let status = parts.status;
             if stream && status.is_success() {
-                return Ok((status, headers, Bytes::new(), Some(response)));
+                return Ok((status, parts.headers, Bytes::new(), Some(body)));
             }
-            let capacity = response
-                .content_length()
-                .map_or(8 * 1024, |len| len as usize);
-            let mut body = BytesMut::with_capacity(capacity.min(limit));
-            // Chunks arrive decompressed, so the limit also holds for gzip bombs.
-            while let Some(chunk) = response.chunk().await.map_err(|e| self.classify(e))? {
-                if body.len() + chunk.len() > limit {
+            // Chunks arrive decompressed, so the limit also holds for gzip bombs. A body that
+            // arrives in one piece (most replies) is kept as it is, not copied.
+            let first = body.chunk().await.map_err(|e| self.classify(&e))?;
+            let Some(first) = first else {
+                return Ok((status, parts.headers, Bytes::new(), None));
+            };
+            if first.len() > limit {
+                return Err(UpstreamError::TooLarge { limit });
+            }
+            let Some(second) = body.chunk().await.map_err(|e| self.classify(&e))? else {
+                return Ok((status, parts.headers, first, None));
+            };
+            let capacity = declared.map_or(8 * 1024, |len| len as usize);
+            let mut all =
+                BytesMut::with_capacity(capacity.clamp(first.len() + second.len(), limit));
+            let mut next = Some(second);
+            all.extend_from_slice(&first);
+            while let Some(chunk) = next {
+                if all.len() + chunk.len() > limit {
                     return Err(UpstreamError::TooLarge { limit });
                 }
-                body.extend_from_slice(&chunk);
+                all.extend_from_slice(&chunk);
+                next = body.chunk().await.map_err(|e| self.classify(&e))?;
             }
-            Ok((status, headers, body.freeze(), None))
+            Ok((status, parts.headers, all.freeze(), None))
         };
         let after = inner.settings.request_timeout;
         tokio::time::timeout(after, work)
@@ -659,44 +652,21 @@ impl Upstream {
             .unwrap_or(Err(UpstreamError::Timeout { after }))
     }
 
-    fn classify(&self, error: reqwest::Error) -> UpstreamError {
-        // Without the URL: its query string may carry personal data and ends up in logs.
-        let error = error.without_url();
-        let chain = error_chain(&error);
-        if is_tls_handshake_error(&error) {
-            UpstreamError::Protocol(format!("TLS: {chain}"))
-        } else if error.is_connect() && error.is_timeout() {
-            UpstreamError::Connect(format!(
+    /// What a call that got no reply means for the caller (and the breaker). Messages never
+    /// carry the URL: its query string may carry personal data and ends up in logs.
+    fn classify(&self, error: &CallError) -> UpstreamError {
+        if error.is_tls_handshake() {
+            return UpstreamError::Protocol(format!("TLS: {error}"));
+        }
+        match error {
+            CallError::ConnectTimeout => UpstreamError::Connect(format!(
                 "no connection within {}",
                 humantime::format_duration(self.inner.settings.connect_timeout)
-            ))
-        } else if error.is_connect() {
-            UpstreamError::Connect(chain)
-        } else if error.is_timeout() {
-            UpstreamError::Timeout {
-                after: self.inner.settings.request_timeout,
-            }
-        } else {
-            UpstreamError::Protocol(chain)
+            )),
+            CallError::Connect(_) => UpstreamError::Connect(error.to_string()),
+            CallError::Send(_) | CallError::Body(_) => UpstreamError::Protocol(error.to_string()),
         }
     }
-}
-
-/// A failed TLS handshake: rustls reports it as an `io::Error` of kind `InvalidData`, possibly
-/// wrapped in another `io::Error` (whose `source()` skips the inner one, hence `get_ref`).
-fn is_tls_handshake_error(error: &reqwest::Error) -> bool {
-    if !error.is_connect() {
-        return false;
-    }
-    let mut source: Option<&(dyn StdError + 'static)> = Some(error);
-    while let Some(e) = source {
-        source = match e.downcast_ref::<std::io::Error>() {
-            Some(io) if io.kind() == std::io::ErrorKind::InvalidData => return true,
-            Some(io) => io.get_ref().map(|inner| inner as &(dyn StdError + 'static)),
-            None => e.source(),
-        };
-    }
-    false
 }
 
 #[cfg(test)]

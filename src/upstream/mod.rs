@@ -48,6 +48,7 @@ mod auth;
 mod breaker;
 mod client;
 pub mod config;
+mod http_client;
 mod retry;
 pub mod smtp;
 pub mod soap;

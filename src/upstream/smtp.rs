@@ -53,9 +53,9 @@ use tracing::Instrument as _;
 
 use super::UpstreamError;
 use super::breaker::{Breaker, BreakerState};
-use super::client::USER_AGENT;
 use super::config::{EndpointSettings, FileUpstream, SmtpSettings, SmtpTls, UpstreamConfigProblem};
 use super::error_chain;
+use super::http_client::USER_AGENT;
 
 /// Idle pooled connections are closed after this long: mail servers drop idle sessions
 /// (RFC 5321 lets them after 5 minutes, many do much sooner), and a dead one costs a `NOOP`.

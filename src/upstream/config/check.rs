@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
 use lettre::message::Mailbox;
-use reqwest::Url;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject as _;
+use url::Url;
 
 use super::file::{FileSoap, FileSoapVersion, FileTls, Secret};
 use super::limits::{MAX_DURATION, RESERVED_HEADERS, SMTPS_PORT, SUBMISSION_PORT};
@@ -220,10 +222,10 @@ impl Check {
     pub(super) fn ca_file(
         &mut self,
         tls: &FileTls,
-    ) -> Option<(Vec<u8>, Vec<reqwest::Certificate>)> {
+    ) -> Option<(Vec<u8>, Vec<CertificateDer<'static>>)> {
         let path = tls.ca_file.as_ref()?;
         match std::fs::read(path) {
-            Ok(pem) => match reqwest::Certificate::from_pem_bundle(&pem) {
+            Ok(pem) => match read_certificates(&pem) {
                 Ok(certs) if certs.is_empty() => {
                     self.problem(
                         "/tls/ca_file",
@@ -333,4 +335,17 @@ pub(super) struct SmtpEndpoint {
     pub(super) port: u16,
     /// `smtps://`: TLS from the first byte.
     pub(super) implicit_tls: bool,
+}
+
+/// The certificates of a PEM bundle, each one a trust anchor the TLS library accepts.
+fn read_certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    for (n, cert) in certs.iter().enumerate() {
+        rustls::RootCertStore::empty()
+            .add(cert.clone())
+            .map_err(|e| format!("certificate {} of the bundle: {e}", n + 1))?;
+    }
+    Ok(certs)
 }

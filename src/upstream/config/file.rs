@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
-use reqwest::Url;
 use serde::Deserialize;
+use url::Url;
 
 /// A secret string: deserialized as-is, never shown by `Debug`.
 #[derive(Clone, Default, Deserialize, PartialEq, Eq, schemars::JsonSchema)]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
 use lettre::message::Mailbox;
-use reqwest::Url;
+use url::Url;
 
 use super::file::{FileClientAuth, Secret};
 
@@ -52,7 +52,7 @@ pub struct UpstreamSettings {
     pub max_concurrency: usize,
     pub max_response_bytes: usize,
     /// Parsed PEM certificates of `tls.ca_file`.
-    pub ca_certificates: Vec<reqwest::Certificate>,
+    pub ca_certificates: Vec<rustls::pki_types::CertificateDer<'static>>,
     pub insecure_skip_verify: bool,
     pub headers: Vec<(HeaderName, HeaderValue)>,
     pub auth: Option<AuthSettings>,

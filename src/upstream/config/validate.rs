@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use reqwest::Url;
+use url::Url;
 
 use super::check::{Check, SmtpEndpoint, UpstreamConfigProblem};
 use super::file::{
@@ -25,7 +25,7 @@ struct Common {
     breaker_cool_down: Option<Duration>,
     max_concurrency: Option<usize>,
     /// `tls.ca_file`, parsed.
-    ca: Option<(Vec<u8>, Vec<reqwest::Certificate>)>,
+    ca: Option<(Vec<u8>, Vec<rustls::pki_types::CertificateDer<'static>>)>,
 }
 
 impl FileUpstream {
