@@ -249,6 +249,9 @@ async fn success_against_the_dms_with_the_base_path_as_prefix() {
             .as_str()
             .is_some_and(|ua| ua.starts_with("aap-gateway/"))
     );
+    // What any HTTP client sends unless told otherwise: some legacy servers pick XML without it.
+    assert_eq!(received[0]["headers"]["accept"], "*/*");
+    assert_eq!(received[0]["headers"]["accept-encoding"], "gzip");
 }
 
 #[tokio::test]
@@ -656,6 +659,33 @@ async fn twice_too_large() -> (TestServer, Upstream) {
     .await;
     let up = upstream(&server.url(), json!({ "max_response_bytes": MIB }));
     (server, up)
+}
+
+#[tokio::test]
+async fn a_body_that_passes_the_limit_in_its_second_piece_is_refused() {
+    // Each piece alone is under `max_response_bytes`, the two together over it.
+    let server = TestServer::start(|_| async {
+        Response::new(ChunkBody {
+            chunks: VecDeque::from([Bytes::from(vec![b'x'; 600]), Bytes::from(vec![b'y'; 600])]),
+            exact: false,
+            stall: false,
+        })
+    })
+    .await;
+    let up = upstream(&server.url(), json!({ "max_response_bytes": 1024 }));
+    let error = up
+        .call(UpstreamRequest::get("/x"))
+        .await
+        .expect_err("too large");
+    assert!(
+        matches!(error, UpstreamError::TooLarge { limit: 1024 }),
+        "{error:?}"
+    );
+    // And in pieces that fit, the whole body arrives.
+    let up = upstream(&server.url(), json!({ "max_response_bytes": 1200 }));
+    let reply = up.call(UpstreamRequest::get("/x")).await.expect("fits");
+    assert_eq!(reply.body.len(), 1200);
+    assert_eq!(&reply.body[595..605], b"xxxxxyyyyy");
 }
 
 #[tokio::test]

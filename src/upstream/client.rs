@@ -632,11 +632,11 @@ impl Upstream {
             let Some(second) = body.chunk().await.map_err(|e| self.classify(&e))? else {
                 return Ok((status, parts.headers, first, None));
             };
-            let capacity = declared.map_or(8 * 1024, |len| len as usize);
-            let mut all =
-                BytesMut::with_capacity(capacity.clamp(first.len() + second.len(), limit));
-            let mut next = Some(second);
+            // Room for the declared length (never past the limit), else for the two pieces.
+            let room = declared.map_or(first.len() + second.len(), |len| len as usize);
+            let mut all = BytesMut::with_capacity(room.min(limit));
             all.extend_from_slice(&first);
+            let mut next = Some(second);
             while let Some(chunk) = next {
                 if all.len() + chunk.len() > limit {
                     return Err(UpstreamError::TooLarge { limit });
