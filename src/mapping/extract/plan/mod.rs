@@ -127,10 +127,7 @@ impl Plan {
         for (i, ((_, value), straight)) in entries.iter().zip(&record.straight).enumerate() {
             let straight = straight.as_ref();
             if let Some(s) = straight.and_then(|s| s.span(input)) {
-                values.push(Field::Text(match body {
-                    Some(body) => Text::in_body(s, body),
-                    None => Text::Owned(s.to_owned()),
-                }));
+                values.push(Field::Text(text(Cow::Borrowed(s))));
                 continue;
             }
             let out = match straight.and_then(|s| s.eval(input, env)) {
