@@ -1203,38 +1203,50 @@ fn serve_and_probe(
     settings: &Settings,
     probes: &BTreeMap<&'static str, String>,
 ) {
-    let (public, admin) = (free_port(), free_port());
-    let log = tempfile::NamedTempFile::new().expect("log file");
-    let child = Command::new(BIN)
-        .args(["serve", "--config"])
-        .arg(config)
-        .env_clear()
-        .envs(env)
-        .env("AAP_GATEWAY__LISTEN", format!("127.0.0.1:{public}"))
-        .env("AAP_GATEWAY__ADMIN_LISTEN", format!("127.0.0.1:{admin}"))
-        .stdout(Stdio::null())
-        .stderr(log.reopen().expect("log"))
-        .spawn()
-        .expect("aap-gateway serve starts");
-    let mut child = Running(child);
-    let logs = || std::fs::read_to_string(log.path()).unwrap_or_default();
+    // A port picked free a moment before may be taken by another test in between: a `serve`
+    // that exits on an address in use is started again on fresh ports.
+    let (public, admin, _log, _child) = 'start: {
+        for _attempt in 0..5 {
+            let (public, admin) = (free_port(), free_port());
+            let log = tempfile::NamedTempFile::new().expect("log file");
+            let child = Command::new(BIN)
+                .args(["serve", "--config"])
+                .arg(config)
+                .env_clear()
+                .envs(env)
+                .env("AAP_GATEWAY__LISTEN", format!("127.0.0.1:{public}"))
+                .env("AAP_GATEWAY__ADMIN_LISTEN", format!("127.0.0.1:{admin}"))
+                .stdout(Stdio::null())
+                .stderr(log.reopen().expect("log"))
+                .spawn()
+                .expect("aap-gateway serve starts");
+            let mut child = Running(child);
+            let logs = || std::fs::read_to_string(log.path()).unwrap_or_default();
 
-    let ready = &probes["readinessProbe"];
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok((200, _)) = get(admin, ready, "localhost") {
-            break;
+            let ready = &probes["readinessProbe"];
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if let Ok((200, _)) = get(admin, ready, "localhost") {
+                    break 'start (public, admin, log, child);
+                }
+                if let Ok(Some(status)) = child.0.try_wait() {
+                    let logs = logs();
+                    assert!(
+                        logs.contains("Address already in use"),
+                        "{name}: serve exited ({status}):\n{logs}"
+                    );
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{name}: {ready} never answered 200:\n{}",
+                    logs()
+                );
+                pause(Duration::from_millis(50));
+            }
         }
-        if let Ok(Some(status)) = child.0.try_wait() {
-            panic!("{name}: serve exited ({status}):\n{}", logs());
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name}: {ready} never answered 200:\n{}",
-            logs()
-        );
-        pause(Duration::from_millis(50));
-    }
+        panic!("{name}: five starts in a row found a port taken");
+    };
     for path in probes.values() {
         let (status, _) = get(admin, path, "localhost").expect("admin listener");
         assert_eq!(status, 200, "{name}: GET {path} on the admin listener");

@@ -101,45 +101,65 @@ fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// Starts a replica on two ports picked free a moment before. Another test of this process may
+/// take such a port in between (its clients' ephemeral ports come from the same range): a replica
+/// that exits because its address is in use is started again on fresh ports. Any other early exit,
+/// or no health within 30 s, fails the test with the replica's log.
 async fn replica(config: &std::path::Path, vars: &HashMap<String, String>) -> Replica {
-    let (port, admin_port) = (free_port(), free_port());
-    let log = tempfile::NamedTempFile::new().expect("log file");
-    let child = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-        .args(["--log-format", "json", "serve", "--config"])
-        .arg(config)
-        .envs(vars)
-        .env("AAP_GATEWAY__LISTEN", format!("127.0.0.1:{port}"))
-        .env(
-            "AAP_GATEWAY__ADMIN_LISTEN",
-            format!("127.0.0.1:{admin_port}"),
-        )
-        .stdout(Stdio::null())
-        .stderr(log.reopen().expect("log"))
-        .spawn()
-        .expect("the binary starts");
-    let replica = Replica {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-        admin: format!("http://127.0.0.1:{admin_port}"),
-        _log: log,
-    };
     let client = reqwest::Client::builder()
         .no_proxy()
         .build()
         .expect("client");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let up = client
-            .get(format!("{}/healthz", replica.admin))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success());
-        if up {
-            return replica;
+    for _attempt in 0..5 {
+        let (port, admin_port) = (free_port(), free_port());
+        let log = tempfile::NamedTempFile::new().expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+            .args(["--log-format", "json", "serve", "--config"])
+            .arg(config)
+            .envs(vars)
+            .env("AAP_GATEWAY__LISTEN", format!("127.0.0.1:{port}"))
+            .env(
+                "AAP_GATEWAY__ADMIN_LISTEN",
+                format!("127.0.0.1:{admin_port}"),
+            )
+            .stdout(Stdio::null())
+            .stderr(log.reopen().expect("log"))
+            .spawn()
+            .expect("the binary starts");
+        let mut replica = Replica {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            admin: format!("http://127.0.0.1:{admin_port}"),
+            _log: log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let up = client
+                .get(format!("{}/healthz", replica.admin))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if up {
+                return replica;
+            }
+            let log = || std::fs::read_to_string(replica._log.path()).unwrap_or_default();
+            if let Some(status) = replica.child.try_wait().expect("wait") {
+                let log = log();
+                assert!(
+                    log.contains("Address already in use"),
+                    "the replica exited ({status}) before it was healthy:\n{log}"
+                );
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica was not healthy within 30 s:\n{}",
+                log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert!(Instant::now() < deadline, "the replica did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    panic!("five replicas in a row found a port taken");
 }
 
 /// The demo, made quick to fail: short CRM and mail timeouts, a 3 s request deadline, keys in
