@@ -7,8 +7,9 @@
 //! program reads become jaq values, and only a program outside the plan's paths needs the whole
 //! record as a value ([`At::to_val`]).
 //!
-//! The tape is built by `serde_json` (same grammar, numbers, escapes, nesting limit and errors as
-//! [`super::json::parse`]) and [`At::to_val`] gives exactly the value that function builds: a key
+//! The tape is built by a quick reader ([`scan`]) for the JSON it reads, and by `serde_json` for
+//! everything it leaves (same grammar, numbers, escapes, nesting limit and errors as
+//! [`super::json::parse`]); [`At::to_val`] gives exactly the value that function builds: a key
 //! read twice keeps its first position and its last value, and a lookup finds the last one.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,6 +18,8 @@ use bytes::Bytes;
 use bytestring::ByteString;
 use jaq_json::{Map, Num, Rc, Val};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+mod scan;
 
 /// A JSON text as a flat sequence of nodes; containers are followed by their contents.
 pub(crate) struct Tape {
@@ -105,9 +108,14 @@ impl Tape {
         // ASCII and the reader checks every string, so such a body never reads.
         let text = match ByteString::try_from(body.clone()) {
             Ok(text) => {
-                let mut de = serde_json::Deserializer::from_str(&text);
-                Seed(&mut build).deserialize(&mut de)?;
-                de.end()?; // trailing characters are an error, as in `from_slice`
+                if scan::read(&mut build, &text).is_none() {
+                    // Left to `serde_json`: it gives the same tape, or the error.
+                    build.nodes.clear();
+                    build.owned.clear();
+                    let mut de = serde_json::Deserializer::from_str(&text);
+                    Seed(&mut build).deserialize(&mut de)?;
+                    de.end()?; // trailing characters are an error, as in `from_slice`
+                }
                 text
             }
             Err(_) => {
@@ -395,9 +403,7 @@ impl<'de> Visitor<'de> for Seed<'_, '_> {
         let build = self.0;
         let at = build.push(Node::Null);
         let mut len = 0u32;
-        // Which (length, first byte) pairs the keys so far had, as bits: a key whose bit is
-        // set is compared with the earlier keys, so a repeated key is always seen.
-        let mut seen = 0u64;
+        let mut seen = KeySet::default();
         let mut dup = false;
         loop {
             build.key_of = Some(at);
@@ -411,11 +417,9 @@ impl<'de> Visitor<'de> for Seed<'_, '_> {
                 let Node::Key { text, .. } = build.nodes[key_at as usize] else {
                     unreachable!("a key was just read");
                 };
-                let bit = key_bit(build.text_of(text));
-                if seen & bit != 0 {
+                if seen.insert(build.text_of(text)) {
                     dup = build.repeats_a_key(at, key_at);
                 }
-                seen |= bit;
             }
             entries.next_value_seed(Seed(build))?;
             len += 1;
@@ -454,14 +458,26 @@ impl Build<'_> {
     }
 }
 
-/// One of 64 bits for a key, from its length and first and last bytes.
-fn key_bit(key: &[u8]) -> u64 {
-    let (first, last) = (
-        key.first().copied().unwrap_or(0),
-        key.last().copied().unwrap_or(0),
-    );
-    let mix = key.len() as u64 * 31 + u64::from(first) * 7 + u64::from(last);
-    1 << (mix % 64)
+/// The keys of an object being read, as one bit each of 256 (from a key's length and first and
+/// last bytes): a key whose bit is already set may be a repeat and is compared with the earlier
+/// keys; any other is not one. The records of a legacy reply have 30–60 keys, which in 64 bits
+/// sent every third key to that comparison.
+#[derive(Default)]
+struct KeySet([u64; 4]);
+
+impl KeySet {
+    /// Sets the key's bit; whether it was set already.
+    fn insert(&mut self, key: &[u8]) -> bool {
+        let (first, last) = (
+            key.first().copied().unwrap_or(0),
+            key.last().copied().unwrap_or(0),
+        );
+        let mix = key.len() * 31 + usize::from(first) * 7 + usize::from(last);
+        let (word, bit) = ((mix / 64) % 4, 1u64 << (mix % 64));
+        let was = self.0[word] & bit != 0;
+        self.0[word] |= bit;
+        was
+    }
 }
 
 #[cfg(test)]
