@@ -91,6 +91,9 @@ fn int() {
             (json!("abc"), Value::Null),
             (json!("20 22"), Value::Null),
             (json!("99999999999999999999"), Value::Null),
+            (json!("9223372036854775807"), json!(9223372036854775807i64)),
+            (json!("9,223,372,036,854,775,808"), Value::Null),
+            (json!("007"), json!(7)),
             (Value::Null, Value::Null),
             (json!(false), Value::Null),
         ],
@@ -154,6 +157,17 @@ fn split_list() {
             (json!([" A ", "", null, "B"]), json!(["A", "B"])),
             (json!(5), json!([5])),
         ],
+    );
+    check(
+        r#"split_list("•")"#,
+        &[(
+            json!("Sunroof•Heated Seats • Navigation"),
+            json!(["Sunroof", "Heated Seats", "Navigation"]),
+        )],
+    );
+    check(
+        r#"split_list("|")"#,
+        &[(json!("Café|Crème brûlée|"), json!(["Café", "Crème brûlée"]))],
     );
     check(
         r#"split_list(", ")"#,
@@ -487,4 +501,12 @@ fn lookup() {
         .map(|e| e.0)
         .unwrap_or_default();
     assert!(err.contains("the table is null"), "{err}");
+}
+
+proptest::proptest! {
+    /// The quick answer for printable ends is `str::trim`'s, whatever the text.
+    #[test]
+    fn trim_str_is_str_trim(s in "[ \\t\\n\\x0b\\x0c\\r\\x00-\\x7f\u{85}\u{a0}\u{2003}\u{3000}é€a-z]{0,12}") {
+        proptest::prop_assert_eq!(trim_str(&s), s.trim());
+    }
 }

@@ -4,6 +4,18 @@
 
 use super::*;
 
+/// `str::trim`, answered at once for the commonest text: one that starts and ends with a
+/// printable ASCII character (a search page trims each of its 600 values once or more).
+#[inline]
+pub(super) fn trim_str(s: &str) -> &str {
+    let printable = |b: Option<&u8>| b.is_some_and(|b| (0x21..0x7f).contains(b));
+    if printable(s.as_bytes().first()) && printable(s.as_bytes().last()) {
+        s
+    } else {
+        s.trim()
+    }
+}
+
 pub(super) fn as_str(v: &Val) -> Option<&str> {
     match v {
         Val::TStr(b) | Val::BStr(b) => std::str::from_utf8(b).ok(),
@@ -25,55 +37,60 @@ pub(super) fn float_to_int(f: f64, round: fn(f64) -> f64) -> Val {
     }
 }
 
-/// A number written as text: sign, integer digits (separators removed) and fraction digits.
+/// A number written as text: sign, integer digits and fraction digits.
 pub(super) struct Decimal<'s> {
     negative: bool,
-    int: String,
+    /// The integer digits as written, `,` between groups of three where the text had them
+    /// (prices mostly do): read in place, not copied without them.
+    int: &'s str,
     frac: &'s str,
 }
 
 impl Decimal<'_> {
     /// `[+-]digits[.digits]`, with optional `,` separating groups of three integer digits.
     fn parse(s: &str) -> Option<Decimal<'_>> {
-        let s = s.trim();
+        let s = trim_str(s);
         let (negative, s) = match s.strip_prefix('-') {
             Some(rest) => (true, rest),
             None => (false, s.strip_prefix('+').unwrap_or(s)),
         };
-        let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+        // A byte search: `split_once('.')` costs more than the few bytes it looks through.
+        let (int, frac) = match s.bytes().position(|b| b == b'.') {
+            Some(dot) => (&s[..dot], &s[dot + 1..]),
+            None => (s, ""),
+        };
         let digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
         if !digits(frac) {
             return None;
         }
-        let mut groups = int.split(',');
-        let first = groups.next().unwrap_or("");
-        let mut clean = String::with_capacity(int.len());
-        clean.push_str(first);
-        let mut grouped = false;
-        for group in groups {
-            if group.len() != 3 || !digits(group) {
+        if !digits(int) {
+            let mut groups = int.split(',');
+            let first = groups.next().unwrap_or("");
+            if first.is_empty() || first.len() > 3 || !digits(first) {
                 return None;
             }
-            grouped = true;
-            clean.push_str(group);
+            if !groups.all(|group| group.len() == 3 && digits(group)) {
+                return None;
+            }
         }
-        let first_ok = digits(first) && !(grouped && (first.is_empty() || first.len() > 3));
-        if !first_ok || (clean.is_empty() && frac.is_empty()) {
+        if int.is_empty() && frac.is_empty() {
             return None;
         }
         Some(Decimal {
             negative,
-            int: clean,
+            int,
             frac,
         })
     }
 
+    /// The integer digits' value; `None` past `i64`.
     fn magnitude(&self) -> Option<i64> {
-        if self.int.is_empty() {
-            Some(0)
-        } else {
-            self.int.parse().ok()
-        }
+        self.int
+            .bytes()
+            .filter(|&b| b != b',')
+            .try_fold(0i64, |m, d| {
+                m.checked_mul(10)?.checked_add(i64::from(d - b'0'))
+            })
     }
 
     fn signed(&self, magnitude: i64) -> Val {
@@ -103,7 +120,11 @@ impl Decimal<'_> {
             return self.signed(m);
         }
         let sign = if self.negative { "-" } else { "" };
-        let int = if self.int.is_empty() { "0" } else { &self.int };
+        let int = if self.int.is_empty() {
+            "0".into()
+        } else {
+            self.int.replace(',', "")
+        };
         let frac = if self.frac.is_empty() { "0" } else { self.frac };
         format!("{sign}{int}.{frac}")
             .parse::<f64>()
@@ -137,9 +158,9 @@ pub(super) fn dollars(v: &Val) -> Val {
 }
 
 pub(super) fn parse_dollars(s: &str) -> Option<Val> {
-    let mut s = s.trim();
-    s = strip_prefix_ci(s, "USD").unwrap_or(s).trim();
-    s = strip_suffix_ci(s, "USD").unwrap_or(s).trim();
+    let mut s = trim_str(s);
+    s = trim_str(strip_prefix_ci(s, "USD").unwrap_or(s));
+    s = trim_str(strip_suffix_ci(s, "USD").unwrap_or(s));
     let negative = match s.strip_prefix('-') {
         Some(rest) => {
             s = rest.trim_start();
@@ -172,7 +193,7 @@ pub(super) fn miles(v: &Val) -> Val {
 
 /// `miles` of a string.
 pub(super) fn miles_str(s: &str) -> Val {
-    let s = s.trim();
+    let s = trim_str(s);
     let s = ["miles", "mile", "mi.", "mi"]
         .iter()
         .find_map(|unit| strip_suffix_ci(s, unit))
@@ -294,7 +315,7 @@ pub(super) fn lookup_str(s: &str, table: &Val) -> jaq_core::ValR<Val> {
     let Val::Obj(entries) = table else {
         return lookup(Val::Null, table.clone()); // its error
     };
-    let key = s.trim();
+    let key = trim_str(s);
     if entries.len() > 16 {
         return Ok(entries
             .get(&Val::from(key.to_owned()))
@@ -377,18 +398,26 @@ pub(super) fn split_list(v: Val, sep: Val) -> jaq_core::ValR<Val> {
 }
 
 /// `split_list`'s pieces of a string, in order: cut at each `sep` (a one-character one, nearly
-/// always, searched for as a `char`), trimmed, blank ones dropped. The value version and the
+/// always), trimmed, blank ones dropped. The value version and the
 /// plans' text version both cut here.
 pub(super) fn split_pieces<'s>(s: &'s str, sep: &str, mut piece: impl FnMut(&'s str)) {
     let mut keep = |p: &'s str| {
-        let p = p.trim();
+        let p = trim_str(p);
         if !p.is_empty() {
             piece(p);
         }
     };
-    let mut one = sep.chars();
-    match (one.next(), one.next()) {
-        (Some(c), None) => s.split(c).for_each(&mut keep),
+    match sep.as_bytes() {
+        // An ASCII separator is cut at as a byte (UTF-8 never holds one inside a character):
+        // `split(char)` sets up a search per piece that costs more than the piece.
+        &[b] if b.is_ascii() => {
+            let mut rest = s;
+            while let Some(at) = rest.bytes().position(|c| c == b) {
+                keep(&rest[..at]);
+                rest = &rest[at + 1..];
+            }
+            keep(rest);
+        }
         _ => s.split(sep).for_each(keep),
     }
 }
@@ -499,7 +528,7 @@ pub(super) fn legacy_date(v: &Val) -> Val {
 
 /// `legacy_date` of a string; `None` is `null`.
 pub(super) fn legacy_date_str(s: &str) -> Option<String> {
-    let (date, rest) = date_prefix(s.trim())?;
+    let (date, rest) = date_prefix(trim_str(s))?;
     let time_follows = rest
         .strip_prefix(['T', 't', ' '])
         .is_some_and(|t| t.trim_start().starts_with(|c: char| c.is_ascii_digit()));
@@ -551,7 +580,7 @@ pub(super) fn legacy_datetime_str(
     let zone = zone_named(name).ok_or_else(|| {
         jaq_core::Error::str(format_args!("legacy_datetime: unknown time zone {tz}"))
     })?;
-    let Some(s) = s.map(str::trim) else {
+    let Some(s) = s.map(trim_str) else {
         return Ok(None);
     };
     if may_have_offset(s) && !s.contains('[') && s.parse::<jiff::Timestamp>().is_ok() {

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use super::eval::is_literal;
 use super::*;
 use crate::mapping::extract::helpers::{
-    as_str, int_str, legacy_date_str, legacy_datetime_str, lookup_str, miles_str, num_str,
+    self, as_str, int_str, legacy_date_str, legacy_datetime_str, lookup_str, miles_str, num_str,
     parse_dollars, split_pieces, title,
 };
 
@@ -122,7 +122,7 @@ impl Straight {
         let text = if self.steps.is_empty() {
             text
         } else {
-            text.trim()
+            helpers::trim_str(text)
         };
         (!text.is_empty()).then_some(text)
     }
@@ -313,8 +313,8 @@ fn text_or_null<'i>(s: Option<String>) -> Out<'i> {
 /// from valid UTF-8).
 fn trim(s: Cow<'_, str>) -> Cow<'_, str> {
     match s {
-        Cow::Borrowed(b) => Cow::Borrowed(b.trim()),
-        Cow::Owned(o) if o.trim().len() == o.len() => Cow::Owned(o),
+        Cow::Borrowed(b) => Cow::Borrowed(helpers::trim_str(b)),
+        Cow::Owned(o) if helpers::trim_str(&o).len() == o.len() => Cow::Owned(o),
         Cow::Owned(o) => Cow::Owned(o.trim().to_owned()),
     }
 }

@@ -29,6 +29,8 @@ pub(crate) struct Tape {
     nodes: Vec<Node>,
     /// Strings with escapes, decoded.
     owned: Vec<ByteString>,
+    /// Each object's keys (their node indices) side by side, in order (`Node::Obj::keys`).
+    keys: Vec<u32>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -45,20 +47,19 @@ enum Node {
     },
     /// A string with escapes, decoded into `Tape::owned`.
     Owned(u32),
-    /// An object key (a string, as above) and the index of its object.
-    Key {
-        text: Text,
-        object: u32,
-    },
+    /// An object key (a string, as above).
+    Key(Text),
     /// `len` items; `end` is the index after the last node inside.
     Arr {
         len: u32,
         end: u32,
     },
-    /// `len` entries (each a `Key` and its value); `dup` when some key is given twice.
+    /// `len` entries (each a `Key` and its value); their keys' indices are at `keys` in
+    /// `Tape::keys`; `dup` when some key is given twice.
     Obj {
         len: u32,
         end: u32,
+        keys: u32,
         dup: bool,
     },
 }
@@ -100,7 +101,9 @@ impl Tape {
             body,
             nodes: Vec::with_capacity(body.len() / 8),
             owned: Vec::new(),
-            key_of: None,
+            keys: Vec::new(),
+            open_keys: Vec::new(),
+            in_key: false,
         };
         // A body that is UTF-8 throughout (nearly every one) is checked once here, so that
         // neither the reader nor the tape's readers check a string again. Any other is read as
@@ -112,6 +115,8 @@ impl Tape {
                     // Left to `serde_json`: it gives the same tape, or the error.
                     build.nodes.clear();
                     build.owned.clear();
+                    build.keys.clear();
+                    build.open_keys.clear();
                     let mut de = serde_json::Deserializer::from_str(&text);
                     Seed(&mut build).deserialize(&mut de)?;
                     de.end()?; // trailing characters are an error, as in `from_slice`
@@ -129,6 +134,7 @@ impl Tape {
             body: text,
             nodes: build.nodes,
             owned: build.owned,
+            keys: build.keys,
         })
     }
 
@@ -139,6 +145,14 @@ impl Tape {
 
     fn text(&self, t: Text) -> &[u8] {
         t.in_(self.body.as_bytes(), &self.owned)
+    }
+
+    /// The text of the key at node `k`.
+    fn key_text(&self, k: u32) -> &[u8] {
+        match self.nodes[k as usize] {
+            Node::Key(text) => self.text(text),
+            _ => unreachable!("an object's keys are keys"),
+        }
     }
 
     fn text_val(&self, t: Text) -> Val {
@@ -204,46 +218,37 @@ impl<'t> At<'t> {
     }
 
     /// `.[key]` of an object: the value of the last entry with that key, if any; `None` when
-    /// this is not an object. `hint` holds where the key was found in the last object asked (as
-    /// an offset from the object): the records of a list are alike, so that is nearly always
-    /// where it is now, and the walk through the entries is spared.
+    /// this is not an object. `hint` holds which entry (by position) had the key in the last
+    /// object asked: the records of a list are alike, so that is nearly always where it is now,
+    /// and the search through the keys is spared. (A position among the entries, not among the
+    /// nodes: a record's lists of features or photos differ in length, and move the nodes of
+    /// every entry after them.)
     pub(crate) fn get(self, key: &[u8], hint: &AtomicUsize) -> Option<Option<At<'t>>> {
-        let Node::Obj { end, dup, .. } = self.node() else {
+        let Node::Obj { len, keys, dup, .. } = self.node() else {
             return None;
         };
-        let nodes = &self.tape.nodes;
-        let guess = self.i as usize + hint.load(Ordering::Relaxed);
+        let tape = self.tape;
+        let keys = &tape.keys[keys as usize..(keys + len) as usize];
+        let found = |k: u32| {
+            Some(Some(At {
+                tape,
+                i: k + 1, // the value follows its key
+            }))
+        };
         if !dup
-            && guess < end as usize
-            && let Node::Key { text, object } = nodes[guess]
-            && object == self.i
-            && self.tape.text(text) == key
+            && let Some(&k) = keys.get(hint.load(Ordering::Relaxed))
+            && same(tape.key_text(k), key)
         {
-            return Some(Some(At {
-                tape: self.tape,
-                i: guess as u32 + 1,
-            }));
+            return found(k);
         }
-        let mut found = None;
-        let mut i = self.i + 1;
-        while i < end {
-            let Node::Key { text, .. } = nodes[i as usize] else {
-                unreachable!("an object's entries start with a key");
-            };
-            let value = At {
-                tape: self.tape,
-                i: i + 1,
-            };
-            if self.tape.text(text) == key {
-                hint.store((i - self.i) as usize, Ordering::Relaxed);
-                found = Some(value);
-                if !dup {
-                    break;
-                }
+        // From the end: of a key given twice, the last entry counts.
+        match keys.iter().rposition(|&k| same(tape.key_text(k), key)) {
+            Some(entry) => {
+                hint.store(entry, Ordering::Relaxed);
+                found(keys[entry])
             }
-            i = value.next();
+            None => Some(None),
         }
-        Some(found)
     }
 
     /// The value, as [`super::json::parse`] builds it.
@@ -257,7 +262,7 @@ impl<'t> At<'t> {
             Node::Float(f) => Val::Num(Num::Float(f)),
             Node::Str { at, len } => tape.text_val(Text::Span { at, len }),
             Node::Owned(k) => tape.text_val(Text::Owned(k)),
-            Node::Key { text, .. } => tape.text_val(text),
+            Node::Key(text) => tape.text_val(text),
             Node::Arr { .. } => {
                 let items = self.items().into_iter().flatten().map(At::to_val);
                 Val::Arr(Rc::new(items.collect()))
@@ -281,8 +286,69 @@ struct Build<'b> {
     body: &'b Bytes,
     nodes: Vec<Node>,
     owned: Vec<ByteString>,
-    /// Set while the next string read is the key of the object at this index.
-    key_of: Option<u32>,
+    keys: Vec<u32>,
+    /// The keys of the objects still being read, innermost last (see [`Object`]), each with
+    /// its hash ([`key_hash`]).
+    open_keys: Vec<(u32, u32)>,
+    /// Set while the next string read is a key.
+    in_key: bool,
+}
+
+/// An object being read: its node, where its keys start in `Build::open_keys`, and which keys
+/// it has so far. Its keys move to `Build::keys` when it ends, side by side.
+struct Object {
+    at: u32,
+    open_keys: usize,
+    seen: KeySet,
+    dup: bool,
+    len: u32,
+}
+
+impl Build<'_> {
+    fn open_object(&mut self) -> Object {
+        Object {
+            at: self.push(Node::Null),
+            open_keys: self.open_keys.len(),
+            seen: KeySet::default(),
+            dup: false,
+            len: 0,
+        }
+    }
+
+    /// Adds the key just read (the last node) to `object`.
+    fn add_key(&mut self, object: &mut Object) {
+        let key = self.nodes.len() as u32 - 1;
+        let text = self.key_text(key);
+        let hash = key_hash(text);
+        if !object.dup && object.seen.insert(hash) {
+            // Maybe a repeat: compared with the earlier keys of the same hash.
+            let earlier = &self.open_keys[object.open_keys..];
+            object.dup = earlier
+                .iter()
+                .any(|&(k, h)| h == hash && self.key_text(k) == text);
+        }
+        self.open_keys.push((key, hash));
+        object.len += 1;
+    }
+
+    fn close_object(&mut self, object: Object) {
+        let keys = self.keys.len() as u32;
+        let open = self.open_keys.drain(object.open_keys..);
+        self.keys.extend(open.map(|(k, _)| k));
+        self.nodes[object.at as usize] = Node::Obj {
+            len: object.len,
+            end: self.nodes.len() as u32,
+            keys,
+            dup: object.dup,
+        };
+    }
+
+    fn key_text(&self, k: u32) -> &[u8] {
+        match self.nodes[k as usize] {
+            Node::Key(text) => text.in_(self.body, &self.owned),
+            _ => unreachable!("an object's keys are keys"),
+        }
+    }
 }
 
 impl Build<'_> {
@@ -312,10 +378,10 @@ impl Build<'_> {
     }
 
     fn string(&mut self, text: Text) {
-        let node = match (self.key_of.take(), text) {
-            (Some(object), text) => Node::Key { text, object },
-            (None, Text::Span { at, len }) => Node::Str { at, len },
-            (None, Text::Owned(k)) => Node::Owned(k),
+        let node = match (std::mem::take(&mut self.in_key), text) {
+            (true, text) => Node::Key(text),
+            (false, Text::Span { at, len }) => Node::Str { at, len },
+            (false, Text::Owned(k)) => Node::Owned(k),
         };
         self.push(node);
     }
@@ -401,79 +467,69 @@ impl<'de> Visitor<'de> for Seed<'_, '_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<(), A::Error> {
         let build = self.0;
-        let at = build.push(Node::Null);
-        let mut len = 0u32;
-        let mut seen = KeySet::default();
-        let mut dup = false;
+        let mut object = build.open_object();
         loop {
-            build.key_of = Some(at);
+            build.in_key = true;
             let more = entries.next_key_seed(Seed(build))?;
-            build.key_of = None;
+            build.in_key = false;
             if more.is_none() {
                 break;
             }
-            let key_at = build.nodes.len() as u32 - 1;
-            if !dup {
-                let Node::Key { text, .. } = build.nodes[key_at as usize] else {
-                    unreachable!("a key was just read");
-                };
-                if seen.insert(build.text_of(text)) {
-                    dup = build.repeats_a_key(at, key_at);
-                }
-            }
+            build.add_key(&mut object);
             entries.next_value_seed(Seed(build))?;
-            len += 1;
         }
-        let end = build.nodes.len() as u32;
-        build.nodes[at as usize] = Node::Obj { len, end, dup };
+        build.close_object(object);
         Ok(())
     }
 }
 
-impl Build<'_> {
-    fn text_of(&self, t: Text) -> &[u8] {
-        t.in_(self.body, &self.owned)
+/// `a == b` for the short keys of legacy records (most under 16 bytes), in two or four loads of
+/// each instead of a call to `memcmp`: a search page compares a key per field it reads.
+#[inline]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    fn word<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
+        s[at..at + N].try_into().expect("N bytes")
     }
-
-    /// Whether the key at `key` (of the object at `object`, still being read) is one of the
-    /// object's earlier keys.
-    fn repeats_a_key(&self, object: u32, key: u32) -> bool {
-        let text = |i: u32| match self.nodes[i as usize] {
-            Node::Key { text, .. } => self.text_of(text),
-            _ => unreachable!("an object's entries start with a key"),
-        };
-        let wanted = text(key);
-        let mut i = object + 1;
-        while i < key {
-            if text(i) == wanted {
-                return true;
-            }
-            // The earlier values are complete: their containers know where they end.
-            i = match self.nodes[i as usize + 1] {
-                Node::Arr { end, .. } | Node::Obj { end, .. } => end,
-                _ => i + 2,
-            };
+    let len = a.len();
+    if len != b.len() {
+        return false;
+    }
+    match len {
+        0 => true,
+        1..4 => a[0] == b[0] && a[len / 2] == b[len / 2] && a[len - 1] == b[len - 1],
+        4..8 => {
+            word::<4>(a, 0) == word::<4>(b, 0) && word::<4>(a, len - 4) == word::<4>(b, len - 4)
         }
-        false
+        8..=16 => {
+            word::<8>(a, 0) == word::<8>(b, 0) && word::<8>(a, len - 8) == word::<8>(b, len - 8)
+        }
+        _ => a == b,
     }
 }
 
-/// The keys of an object being read, as one bit each of 256 (from a key's length and first and
-/// last bytes): a key whose bit is already set may be a repeat and is compared with the earlier
-/// keys; any other is not one. The records of a legacy reply have 30–60 keys, which in 64 bits
-/// sent every third key to that comparison.
+/// A hash of a key's length and first, second, second-to-last and last bytes.
+fn key_hash(key: &[u8]) -> u32 {
+    let at = |i: usize| u64::from(key.get(i).copied().unwrap_or(0));
+    let len = key.len();
+    let mix = len as u64
+        ^ (at(0) << 8)
+        ^ (at(1) << 16)
+        ^ (at(len.wrapping_sub(2)) << 24)
+        ^ (at(len.wrapping_sub(1)) << 32);
+    (mix.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32
+}
+
+/// The keys of an object being read, as one bit each of 256 (by [`key_hash`]): a key whose bit
+/// is already set may be a repeat, and is compared with the earlier keys of the same hash; any
+/// other is not one.
 #[derive(Default)]
 struct KeySet([u64; 4]);
 
 impl KeySet {
-    /// Sets the key's bit; whether it was set already.
-    fn insert(&mut self, key: &[u8]) -> bool {
-        let (first, last) = (
-            key.first().copied().unwrap_or(0),
-            key.last().copied().unwrap_or(0),
-        );
-        let mix = key.len() * 31 + usize::from(first) * 7 + usize::from(last);
-        let (word, bit) = ((mix / 64) % 4, 1u64 << (mix % 64));
+    /// Sets the hash's bit; whether it was set already.
+    fn insert(&mut self, hash: u32) -> bool {
+        let h = (hash >> 24) as usize;
+        let (word, bit) = (h / 64, 1u64 << (h % 64));
         let was = self.0[word] & bit != 0;
         self.0[word] |= bit;
         was
@@ -583,6 +639,20 @@ mod tests {
         let inner = items[1].get(b"a", &hint).expect("object").expect("found");
         let got: Vec<Val> = inner.items().expect("array").map(At::to_val).collect();
         assert_eq!(got, vec![Val::from(2isize), Val::from(3isize)]);
+    }
+
+    #[test]
+    fn keys_are_the_same_only_when_every_byte_is() {
+        for len in 0..40 {
+            let key: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+            assert!(same(&key, &key.clone()), "{len}");
+            for at in 0..len {
+                let mut other = key.clone();
+                other[at] = b'#';
+                assert!(!same(&key, &other), "{len} bytes, byte {at} differs");
+            }
+            assert!(!same(&key, &key[..len.saturating_sub(1)]) || len == 0);
+        }
     }
 
     #[test]

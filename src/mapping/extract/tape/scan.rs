@@ -13,7 +13,7 @@
 //! than non-negative integers of up to 19 digits (read by `serde_json`'s own number parser, so
 //! floats round as before), deep nesting. Strings with escapes are decoded by `serde_json`.
 
-use super::{Build, KeySet, Node, Text};
+use super::{Build, Node, Text};
 
 /// Deeper than this is left to `serde_json` (whose own limit is 128).
 const MAX_DEPTH: u32 = 100;
@@ -203,10 +203,7 @@ impl Scan<'_, '_, '_> {
             return None;
         }
         self.i += 1; // `{`
-        let at = self.build.push(Node::Null);
-        let mut len = 0;
-        let mut seen = KeySet::default();
-        let mut dup = false;
+        let mut object = self.build.open_object();
         if self.peek()? == b'}' {
             self.i += 1;
         } else {
@@ -215,16 +212,13 @@ impl Scan<'_, '_, '_> {
                     return None;
                 }
                 let text = self.string()?;
-                let key_at = self.build.push(Node::Key { text, object: at });
-                if !dup && seen.insert(self.build.text_of(text)) {
-                    dup = self.build.repeats_a_key(at, key_at);
-                }
+                self.build.push(Node::Key(text));
+                self.build.add_key(&mut object);
                 if self.peek()? != b':' {
                     return None;
                 }
                 self.i += 1;
                 self.value(depth)?;
-                len += 1;
                 match self.peek()? {
                     b',' => self.i += 1,
                     b'}' => {
@@ -235,8 +229,7 @@ impl Scan<'_, '_, '_> {
                 }
             }
         }
-        let end = self.build.nodes.len() as u32;
-        self.build.nodes[at as usize] = Node::Obj { len, end, dup };
+        self.build.close_object(object);
         Some(())
     }
 }
@@ -255,7 +248,7 @@ mod tests {
 
     fn made(build: Build<'_>) -> (String, Vec<String>) {
         let owned = build.owned.iter().map(ToString::to_string).collect();
-        (format!("{:?}", build.nodes), owned)
+        (format!("{:?} {:?}", build.nodes, build.keys), owned)
     }
 
     fn build(body: &Bytes) -> Build<'_> {
@@ -263,7 +256,9 @@ mod tests {
             body,
             nodes: Vec::new(),
             owned: Vec::new(),
-            key_of: None,
+            keys: Vec::new(),
+            open_keys: Vec::new(),
+            in_key: false,
         }
     }
 
