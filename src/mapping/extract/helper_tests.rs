@@ -510,3 +510,31 @@ proptest::proptest! {
         proptest::prop_assert_eq!(trim_str(&s), s.trim());
     }
 }
+
+/// `int` of a text of digits and commas, as the helper's documentation says it: digits, or
+/// groups of three after a first group of one to three, separated by `,`.
+fn int_oracle(s: &str) -> Option<i64> {
+    let groups: Vec<&str> = s.split(',').collect();
+    let digits = |g: &str| g.bytes().all(|b| b.is_ascii_digit());
+    let valid = match groups.as_slice() {
+        [one] => !one.is_empty() && digits(one),
+        [first, rest @ ..] => {
+            (1..=3).contains(&first.len())
+                && digits(first)
+                && rest.iter().all(|g| g.len() == 3 && digits(g))
+        }
+        [] => false,
+    };
+    valid.then(|| groups.concat().parse().ok()).flatten()
+}
+
+proptest::proptest! {
+    #[test]
+    fn int_of_digits_and_commas_is_the_oracles(
+        s in proptest::prop_oneof!["[0-9,]{0,24}", ",?[0-9]{0,4}(,[0-9]{2,4}){0,6},?"],
+    ) {
+        let got = int_str(&s);
+        let want = int_oracle(&s).map_or(Val::Null, int_val);
+        proptest::prop_assert_eq!(got, want, "{:?}", s);
+    }
+}

@@ -63,15 +63,18 @@ impl Decimal<'_> {
         if !digits(frac) {
             return None;
         }
-        if !digits(int) {
-            let mut groups = int.split(',');
-            let first = groups.next().unwrap_or("");
-            if first.is_empty() || first.len() > 3 || !digits(first) {
-                return None;
-            }
-            if !groups.all(|group| group.len() == 3 && digits(group)) {
-                return None;
-            }
+        // Else `d{1,3}(,ddd)+`: from the end, every fourth byte a `,` and the rest digits.
+        let grouped = || {
+            let b = int.as_bytes();
+            b.len() >= 5
+                && b[0] != b','
+                && b.iter().rev().enumerate().all(|(at, &c)| match at % 4 {
+                    3 => c == b',',
+                    _ => c.is_ascii_digit(),
+                })
+        };
+        if !digits(int) && !grouped() {
+            return None;
         }
         if int.is_empty() && frac.is_empty() {
             return None;

@@ -53,13 +53,16 @@ pub(super) fn record_shape(root: &Node) -> Option<Record> {
     // A repeated key, or more than one bit per field in `Plan::eval_record` can count, keeps
     // the general path too.
     let shape = Shape::new(keys)?;
+    let mut consts = 0;
+    let straight = entries
+        .iter()
+        .map(|(_, value)| super::text::Straight::of(value, &mut consts))
+        .collect();
     Some(Record {
         shape: std::sync::Arc::new(shape),
         compact: !matches!(root.kind, Kind::Obj(_)),
-        straight: entries
-            .iter()
-            .map(|(_, value)| super::text::Straight::of(value))
-            .collect(),
+        straight,
+        consts,
     })
 }
 

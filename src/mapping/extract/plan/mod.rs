@@ -73,6 +73,8 @@ struct Record {
     compact: bool,
     /// Each field's flattened form, where it has one ([`text::Straight`]).
     straight: Box<[Option<text::Straight>]>,
+    /// How many constant arguments the flattened fields keep in `Env::consts`.
+    consts: usize,
 }
 
 /// Variable slots: the globals first (in [`GLOBAL_VARS`] order), then one slot per binding
@@ -80,6 +82,9 @@ struct Record {
 /// sink called from inside a binding can run terms that bind the same slot.
 pub(super) struct Env {
     vars: Vec<Val>,
+    /// The values of a record's constant helper arguments (`lookup($tables.fuel_in)`), each
+    /// worked out for the first record and kept for the rest ([`text::Straight`]).
+    consts: Vec<Option<Val>>,
 }
 
 impl Plan {
@@ -88,7 +93,11 @@ impl Plan {
         let mut vars = Vec::with_capacity(self.slots);
         vars.extend(globals);
         vars.resize(self.slots.max(GLOBAL_VARS.len()), Val::Null);
-        Env { vars }
+        let consts = self.record.as_ref().map_or(0, |r| r.consts);
+        Env {
+            vars,
+            consts: vec![None; consts],
+        }
     }
 
     /// Whether the root is a [`Record`].

@@ -51,7 +51,7 @@ impl Out<'_> {
 pub(super) struct Straight {
     key: Bytes,
     hint: AtomicUsize,
-    steps: Box<[(Fun, Option<Node>)]>,
+    steps: Box<[(Fun, Option<Arg>)]>,
     list: bool,
     /// Not a list, and every step is `nonempty`: a text stays a slice of the reply
     /// ([`Straight::span`]).
@@ -59,8 +59,9 @@ pub(super) struct Straight {
 }
 
 impl Straight {
-    /// The flattened form of a record's field, when it has that shape.
-    pub(super) fn of(value: &Node) -> Option<Straight> {
+    /// The flattened form of a record's field, when it has that shape. Its arguments that read
+    /// only literals and global variables take the next slots of `consts`.
+    pub(super) fn of(value: &Node, consts: &mut usize) -> Option<Straight> {
         // `[f]` is an array of all of `f`'s outputs; a pipeline of this shape gives one.
         let (value, list) = match &value.kind {
             Kind::Arr(Some(inner)) => (&**inner, true),
@@ -87,7 +88,7 @@ impl Straight {
         if !matches!(f.kind, Kind::Id) {
             return None;
         }
-        let steps: Box<[(Fun, Option<Node>)]> = rest
+        let steps: Vec<(Fun, Option<Node>)> = rest
             .iter()
             .map(|term| match &term.kind {
                 Kind::Call(fun, args) if args.len() <= 1 => {
@@ -100,6 +101,19 @@ impl Straight {
                 _ => None,
             })
             .collect::<Option<_>>()?;
+        let steps: Box<[(Fun, Option<Arg>)]> = steps
+            .into_iter()
+            .map(|(fun, arg)| {
+                let arg = arg.map(|node| {
+                    let slot = reads_only_globals(&node).then(|| {
+                        *consts += 1;
+                        *consts - 1
+                    });
+                    Arg { node, slot }
+                });
+                (fun, arg)
+            })
+            .collect();
         let trims = !list && steps.iter().all(|(fun, _)| matches!(fun, Fun::Nonempty));
         Some(Straight {
             key: Bytes::clone(key),
@@ -143,13 +157,13 @@ impl Straight {
         for (fun, arg) in &self.steps {
             // The argument would run on the value; it does not read it.
             let arg = match arg {
-                Some(arg) => Some(arg.eval1(&Val::Null, env).ok()?),
+                Some(arg) => Some(arg.value(env)?),
                 None => None,
             };
             // As `apply_text`: text while it is text, then the value path (`eval1_owned`).
             out = match out {
-                Out::Str(s) => fun.call_text(s, arg).ok()?,
-                other => Out::Val(fun.call(other.into_val(), arg).ok()?),
+                Out::Str(s) => fun.call_text(s, arg.as_deref()).ok()?,
+                other => Out::Val(fun.call(other.into_val(), arg.map(Cow::into_owned)).ok()?),
             };
         }
         if self.list {
@@ -159,6 +173,45 @@ impl Straight {
             };
         }
         Some(out)
+    }
+}
+
+/// A helper's argument in a [`Straight`] field, and its slot in `Env::consts` when its value
+/// is the same for every record (it reads only literals and the global variables).
+struct Arg {
+    node: Node,
+    slot: Option<usize>,
+}
+
+impl Arg {
+    /// The argument's value (`None` on an error: the field's walk gives it); a constant one
+    /// worked out once per page.
+    fn value<'e>(&self, env: &'e mut Env) -> Option<Cow<'e, Val>> {
+        let Some(slot) = self.slot else {
+            return self.node.eval1(&Val::Null, env).ok().map(Cow::Owned);
+        };
+        if env.consts[slot].is_none() {
+            let value = self.node.eval1(&Val::Null, env).ok()?;
+            env.consts[slot] = Some(value);
+        }
+        env.consts[slot].as_ref().map(Cow::Borrowed)
+    }
+}
+
+/// Whether a term that reads no input ([`copy_of_constant`]) reads no binding either: only
+/// literals and the global variables, the same for every record of a page.
+fn reads_only_globals(node: &Node) -> bool {
+    match &node.kind {
+        Kind::Lit(_) => true,
+        Kind::Var(slot) => *slot < GLOBAL_VARS.len(),
+        Kind::Path(f, parts, _) => {
+            reads_only_globals(f)
+                && parts.iter().all(|(part, _)| match part {
+                    PathPart::Index(key) => reads_only_globals(key),
+                    PathPart::Iter => false,
+                })
+        }
+        _ => false,
     }
 }
 
@@ -249,7 +302,7 @@ impl Node {
                     Some(a) => Some(a.eval1(&Val::Null, env)?),
                     None => None,
                 };
-                fun.call_text(s, arg)
+                fun.call_text(s, arg.as_ref())
             }
             Kind::Pipe(a, b) => {
                 let y = a.apply_text(Out::Str(s), env)?;
@@ -262,9 +315,9 @@ impl Node {
 
 impl Fun {
     /// [`Fun::call`] on a string.
-    fn call_text(self, s: Cow<'_, str>, arg: Option<Val>) -> Result<Out<'_>, Error> {
+    fn call_text<'s>(self, s: Cow<'s, str>, arg: Option<&Val>) -> Result<Out<'s>, Error> {
         let null = Val::Null;
-        let given = arg.as_ref().unwrap_or(&null);
+        let given = arg.unwrap_or(&null);
         Ok(match self {
             Fun::Nonempty => match trim(s) {
                 t if t.is_empty() => Out::Val(Val::Null),
@@ -284,9 +337,9 @@ impl Fun {
             // error there.
             Fun::SplitList => match as_str(given).filter(|sep| !sep.is_empty()) {
                 Some(sep) => Out::List(split_text(&s, sep)),
-                None => Out::Val(other_call(self, s, arg)?),
+                None => Out::Val(other_call(self, s, arg.cloned())?),
             },
-            other => Out::Val(other_call(other, s, arg)?),
+            other => Out::Val(other_call(other, s, arg.cloned())?),
         })
     }
 }
