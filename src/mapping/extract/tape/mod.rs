@@ -317,11 +317,16 @@ impl Build<'_> {
 
     /// Adds the key just read (the last node) to `object`.
     fn add_key(&mut self, object: &mut Object) {
+        let hash = key_hash(self.key_text(self.nodes.len() as u32 - 1));
+        self.add_hashed_key(object, hash);
+    }
+
+    /// [`Build::add_key`] for a key whose [`key_hash`] the reader has at hand.
+    fn add_hashed_key(&mut self, object: &mut Object, hash: u32) {
         let key = self.nodes.len() as u32 - 1;
-        let text = self.key_text(key);
-        let hash = key_hash(text);
         if !object.dup && object.seen.insert(hash) {
             // Maybe a repeat: compared with the earlier keys of the same hash.
+            let text = self.key_text(key);
             let earlier = &self.open_keys[object.open_keys..];
             object.dup = earlier
                 .iter()

@@ -13,7 +13,7 @@
 //! than non-negative integers of up to 19 digits (read by `serde_json`'s own number parser, so
 //! floats round as before), deep nesting. Strings with escapes are decoded by `serde_json`.
 
-use super::{Build, Node, Text};
+use super::{Build, Node, Text, key_hash};
 
 /// Deeper than this is left to `serde_json` (whose own limit is 128).
 const MAX_DEPTH: u32 = 100;
@@ -212,8 +212,12 @@ impl Scan<'_, '_, '_> {
                     return None;
                 }
                 let text = self.string()?;
+                let hash = key_hash(match text {
+                    Text::Span { at, len } => &self.s[at as usize..(at + len) as usize],
+                    Text::Owned(k) => self.build.owned[k as usize].as_bytes(),
+                });
                 self.build.push(Node::Key(text));
-                self.build.add_key(&mut object);
+                self.build.add_hashed_key(&mut object, hash);
                 if self.peek()? != b':' {
                     return None;
                 }
