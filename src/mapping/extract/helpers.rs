@@ -4,16 +4,24 @@
 
 use super::*;
 
-/// `str::trim`, answered at once for the commonest text: one that starts and ends with a
-/// printable ASCII character (a search page trims each of its 600 values once or more).
+/// `str::trim`, answered at once for the commonest text (see [`ends_need_no_trim`]): a search
+/// page trims each of its 600 values once or more.
 #[inline]
 pub(super) fn trim_str(s: &str) -> &str {
-    let printable = |b: Option<&u8>| b.is_some_and(|b| (0x21..0x7f).contains(b));
-    if printable(s.as_bytes().first()) && printable(s.as_bytes().last()) {
+    if ends_need_no_trim(s.as_bytes()) {
         s
     } else {
         s.trim()
     }
+}
+
+/// Whether a text starts and ends with a printable ASCII character, none of them `White_Space`:
+/// most values do, and have nothing to trim. (One range check per end; any other text is
+/// trimmed the long way, which also gets right what this leaves to it.)
+#[inline]
+fn ends_need_no_trim(bytes: &[u8]) -> bool {
+    let printable = |b: &u8| (0x21..0x7f).contains(b);
+    bytes.first().is_some_and(printable) && bytes.last().is_some_and(printable)
 }
 
 pub(super) fn as_str(v: &Val) -> Option<&str> {
@@ -240,10 +248,7 @@ pub(super) fn num_str(s: &str) -> Val {
 
 /// jq's `trim`: `White_Space` removed at both ends; bytes that are not UTF-8 stop it.
 pub(super) fn trim_white_space(bytes: &[u8]) -> &[u8] {
-    // Most values start and end with a printable ASCII character: nothing to trim. (The ASCII
-    // characters with `White_Space` are U+0009..=U+000D and the space.)
-    let printable = |b: &u8| b.is_ascii() && !matches!(b, b'\t'..=b'\r' | b' ');
-    if bytes.first().is_some_and(printable) && bytes.last().is_some_and(printable) {
+    if ends_need_no_trim(bytes) {
         return bytes;
     }
     let mut start = 0;

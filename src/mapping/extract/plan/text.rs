@@ -88,12 +88,13 @@ impl Straight {
         if !matches!(f.kind, Kind::Id) {
             return None;
         }
-        let steps: Vec<(Fun, Option<Node>)> = rest
+        // (A field that turns out not to have this shape may leave slots unused: harmless.)
+        let steps: Box<[(Fun, Option<Arg>)]> = rest
             .iter()
             .map(|term| match &term.kind {
                 Kind::Call(fun, args) if args.len() <= 1 => {
                     let arg = match args.first() {
-                        Some(arg) => Some(copy_of_constant(arg)?),
+                        Some(arg) => Some(Arg::of(copy_of_constant(arg)?, consts)),
                         None => None,
                     };
                     Some((*fun, arg))
@@ -101,19 +102,6 @@ impl Straight {
                 _ => None,
             })
             .collect::<Option<_>>()?;
-        let steps: Box<[(Fun, Option<Arg>)]> = steps
-            .into_iter()
-            .map(|(fun, arg)| {
-                let arg = arg.map(|node| {
-                    let slot = reads_only_globals(&node).then(|| {
-                        *consts += 1;
-                        *consts - 1
-                    });
-                    Arg { node, slot }
-                });
-                (fun, arg)
-            })
-            .collect();
         let trims = !list && steps.iter().all(|(fun, _)| matches!(fun, Fun::Nonempty));
         Some(Straight {
             key: Bytes::clone(key),
@@ -184,6 +172,16 @@ struct Arg {
 }
 
 impl Arg {
+    /// A copy of a constant term, with the next slot of `consts` when it reads only literals
+    /// and global variables.
+    fn of(node: Node, consts: &mut usize) -> Arg {
+        let slot = reads_only_globals(&node).then(|| {
+            *consts += 1;
+            *consts - 1
+        });
+        Arg { node, slot }
+    }
+
     /// The argument's value (`None` on an error: the field's walk gives it); a constant one
     /// worked out once per page.
     fn value<'e>(&self, env: &'e mut Env) -> Option<Cow<'e, Val>> {
@@ -198,19 +196,14 @@ impl Arg {
     }
 }
 
-/// Whether a term that reads no input ([`copy_of_constant`]) reads no binding either: only
-/// literals and the global variables, the same for every record of a page.
+/// Whether a copy of a constant term ([`copy_of_constant`]: a literal, a variable, or a path of
+/// literal keys from one) reads no binding either: only literals and the global variables, the
+/// same for every record of a page.
 fn reads_only_globals(node: &Node) -> bool {
     match &node.kind {
         Kind::Lit(_) => true,
         Kind::Var(slot) => *slot < GLOBAL_VARS.len(),
-        Kind::Path(f, parts, _) => {
-            reads_only_globals(f)
-                && parts.iter().all(|(part, _)| match part {
-                    PathPart::Index(key) => reads_only_globals(key),
-                    PathPart::Iter => false,
-                })
-        }
+        Kind::Path(f, ..) => reads_only_globals(f), // its keys are literals
         _ => false,
     }
 }

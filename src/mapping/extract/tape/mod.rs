@@ -97,14 +97,7 @@ impl Tape {
             // Spans are 32-bit; bodies are limited far below this anyway.
             return Err(serde::de::Error::custom("body too large"));
         }
-        let mut build = Build {
-            body,
-            nodes: Vec::with_capacity(body.len() / 8),
-            owned: Vec::new(),
-            keys: Vec::new(),
-            open_keys: Vec::new(),
-            in_key: false,
-        };
+        let mut build = Build::new(body);
         // A body that is UTF-8 throughout (nearly every one) is checked once here, so that
         // neither the reader nor the tape's readers check a string again. Any other is read as
         // bytes, which gives `serde_json::from_slice`'s error for it: JSON outside strings is
@@ -113,10 +106,7 @@ impl Tape {
             Ok(text) => {
                 if scan::read(&mut build, &text).is_none() {
                     // Left to `serde_json`: it gives the same tape, or the error.
-                    build.nodes.clear();
-                    build.owned.clear();
-                    build.keys.clear();
-                    build.open_keys.clear();
+                    build = Build::new(body);
                     let mut de = serde_json::Deserializer::from_str(&text);
                     Seed(&mut build).deserialize(&mut de)?;
                     de.end()?; // trailing characters are an error, as in `from_slice`
@@ -143,16 +133,9 @@ impl Tape {
         At { tape: self, i: 0 }
     }
 
-    fn text(&self, t: Text) -> &[u8] {
-        t.in_(self.body.as_bytes(), &self.owned)
-    }
-
     /// The text of the key at node `k`.
     fn key_text(&self, k: u32) -> &[u8] {
-        match self.nodes[k as usize] {
-            Node::Key(text) => self.text(text),
-            _ => unreachable!("an object's keys are keys"),
-        }
+        key_text(&self.nodes, self.body.as_bytes(), &self.owned, k)
     }
 
     fn text_val(&self, t: Text) -> Val {
@@ -349,14 +332,31 @@ impl Build<'_> {
     }
 
     fn key_text(&self, k: u32) -> &[u8] {
-        match self.nodes[k as usize] {
-            Node::Key(text) => text.in_(self.body, &self.owned),
-            _ => unreachable!("an object's keys are keys"),
-        }
+        key_text(&self.nodes, self.body, &self.owned, k)
     }
 }
 
-impl Build<'_> {
+/// The text of the key at node `k` (of a tape, or of one being built).
+fn key_text<'a>(nodes: &[Node], body: &'a [u8], owned: &'a [ByteString], k: u32) -> &'a [u8] {
+    match nodes[k as usize] {
+        Node::Key(text) => text.in_(body, owned),
+        _ => unreachable!("an object's keys are keys"),
+    }
+}
+
+impl<'b> Build<'b> {
+    /// An empty tape for `body`.
+    fn new(body: &'b Bytes) -> Build<'b> {
+        Build {
+            body,
+            nodes: Vec::with_capacity(body.len() / 8),
+            owned: Vec::new(),
+            keys: Vec::new(),
+            open_keys: Vec::new(),
+            in_key: false,
+        }
+    }
+
     fn push(&mut self, node: Node) -> u32 {
         let at = self.nodes.len() as u32;
         self.nodes.push(node);

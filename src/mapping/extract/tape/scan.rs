@@ -177,22 +177,10 @@ impl Scan<'_, '_, '_> {
         self.i += 1; // `[`
         let at = self.build.push(Node::Null);
         let mut len = 0;
-        if self.peek()? == b']' {
-            self.i += 1;
-        } else {
-            loop {
-                self.value(depth)?;
-                len += 1;
-                match self.peek()? {
-                    b',' => self.i += 1,
-                    b']' => {
-                        self.i += 1;
-                        break;
-                    }
-                    _ => return None,
-                }
-            }
-        }
+        self.items(b']', |scan| {
+            len += 1;
+            scan.value(depth)
+        })?;
         let end = self.build.nodes.len() as u32;
         self.build.nodes[at as usize] = Node::Arr { len, end };
         Some(())
@@ -204,37 +192,45 @@ impl Scan<'_, '_, '_> {
         }
         self.i += 1; // `{`
         let mut object = self.build.open_object();
-        if self.peek()? == b'}' {
-            self.i += 1;
-        } else {
-            loop {
-                if self.peek()? != b'"' {
-                    return None;
-                }
-                let text = self.string()?;
-                let hash = key_hash(match text {
-                    Text::Span { at, len } => &self.s[at as usize..(at + len) as usize],
-                    Text::Owned(k) => self.build.owned[k as usize].as_bytes(),
-                });
-                self.build.push(Node::Key(text));
-                self.build.add_hashed_key(&mut object, hash);
-                if self.peek()? != b':' {
-                    return None;
-                }
-                self.i += 1;
-                self.value(depth)?;
-                match self.peek()? {
-                    b',' => self.i += 1,
-                    b'}' => {
-                        self.i += 1;
-                        break;
-                    }
-                    _ => return None,
-                }
+        self.items(b'}', |scan| {
+            if scan.peek()? != b'"' {
+                return None;
             }
-        }
+            let text = scan.string()?;
+            let hash = key_hash(match text {
+                Text::Span { at, len } => &scan.s[at as usize..(at + len) as usize],
+                Text::Owned(k) => scan.build.owned[k as usize].as_bytes(),
+            });
+            scan.build.push(Node::Key(text));
+            scan.build.add_hashed_key(&mut object, hash);
+            if scan.peek()? != b':' {
+                return None;
+            }
+            scan.i += 1;
+            scan.value(depth)
+        })?;
         self.build.close_object(object);
         Some(())
+    }
+
+    /// The items of an array or the entries of an object, its opening bracket just read, each
+    /// read by `item`, up to `close`: separated by commas, none after the last.
+    fn items(&mut self, close: u8, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        if self.peek()? == close {
+            self.i += 1;
+            return Some(());
+        }
+        loop {
+            item(self)?;
+            match self.peek()? {
+                b',' => self.i += 1,
+                c if c == close => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
     }
 }
 
@@ -255,21 +251,10 @@ mod tests {
         (format!("{:?} {:?}", build.nodes, build.keys), owned)
     }
 
-    fn build(body: &Bytes) -> Build<'_> {
-        Build {
-            body,
-            nodes: Vec::new(),
-            owned: Vec::new(),
-            keys: Vec::new(),
-            open_keys: Vec::new(),
-            in_key: false,
-        }
-    }
-
     /// The quick reader's tape, or `None` where it leaves the text to `serde_json`.
     fn quick(text: &str) -> Made {
         let body = Bytes::copy_from_slice(text.as_bytes());
-        let mut b = build(&body);
+        let mut b = Build::new(&body);
         let text = std::str::from_utf8(&body).expect("UTF-8");
         super::read(&mut b, text).map(|()| made(b))
     }
@@ -277,7 +262,7 @@ mod tests {
     /// The `serde_json` reader's tape, or `None` for a text it refuses.
     fn by_serde(text: &str) -> Made {
         let body = Bytes::copy_from_slice(text.as_bytes());
-        let mut b = build(&body);
+        let mut b = Build::new(&body);
         let text = std::str::from_utf8(&body).expect("UTF-8");
         let mut de = serde_json::Deserializer::from_str(text);
         Seed(&mut b).deserialize(&mut de).ok()?;
