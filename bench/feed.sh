@@ -190,8 +190,18 @@ run_oha() {
 }
 
 start_sampler() {
-    # start_sampler FILE → samples VmRSS of the gateway every 20 ms into FILE (kB, one a line)
-    ( while kill -0 "$GATEWAY_PID" 2>/dev/null; do rss_kb "$GATEWAY_PID" VmRSS; sleep 0.02; done ) >"$1" 2>/dev/null &
+    # start_sampler FILE → samples VmRSS of the gateway every 20 ms into FILE (kB, one a line).
+    # Bash builtins only: a sampler that forked `awk` and `sleep` fifty times a second ran only
+    # in the refresh run and put its own process starts into that run's latencies.
+    (
+        exec {tick}<> <(:) # an open pipe nobody writes to: `read -t` on it is a sleep
+        while [[ -r /proc/$GATEWAY_PID/status ]]; do
+            while read -r key value _; do
+                [[ $key == VmRSS: ]] && { echo "$value"; break; }
+            done <"/proc/$GATEWAY_PID/status"
+            read -r -t 0.02 -u "$tick" _ || true
+        done
+    ) >"$1" 2>/dev/null &
     SAMPLER_PID=$!
 }
 stop_sampler() { stop "$SAMPLER_PID"; SAMPLER_PID=; }
