@@ -538,3 +538,27 @@ proptest::proptest! {
         proptest::prop_assert_eq!(got, want, "{:?}", s);
     }
 }
+
+proptest::proptest! {
+    /// A date written by hand is what its `Display` writes, for every year a legacy text spells.
+    #[test]
+    fn write_date_is_dates_display(year in 0i16..=9999, month in 1i8..=12, day in 1i8..=31) {
+        if let Ok(date) = Date::new(year, month, day) {
+            proptest::prop_assert_eq!(write_date(date), date.to_string());
+        }
+    }
+
+    /// The digits at the start of a text, between `min` and `max` of them, as `str::parse`
+    /// reads them.
+    #[test]
+    fn take_digits_reads_what_parse_reads(
+        s in "[0-9]{0,6}[-/: a]{0,2}[0-9]{0,3}",
+        (min, max) in proptest::prop_oneof![proptest::strategy::Just((1, 2)), proptest::strategy::Just((2, 2)), proptest::strategy::Just((4, 4))],
+    ) {
+        let n = s.bytes().take_while(u8::is_ascii_digit).count();
+        let want = (min..=max)
+            .contains(&n)
+            .then(|| (s[..n].parse::<i16>().expect("digits"), &s[n..]));
+        proptest::prop_assert_eq!(take_digits(&s, min, max), want);
+    }
+}

@@ -114,13 +114,14 @@ impl Decimal<'_> {
         match self.magnitude() {
             Some(m) => m
                 .checked_add(i64::from(round_up))
-                .map_or(Val::Null, |m| self.signed(m)),
+                .map_or_else(|| Val::Null, |m| self.signed(m)),
             None => Val::Null,
         }
     }
 
     fn truncated(&self) -> Val {
-        self.magnitude().map_or(Val::Null, |m| self.signed(m))
+        self.magnitude()
+            .map_or_else(|| Val::Null, |m| self.signed(m))
     }
 
     /// An integer when the fraction is zero, else a float.
@@ -139,7 +140,7 @@ impl Decimal<'_> {
         let frac = if self.frac.is_empty() { "0" } else { self.frac };
         format!("{sign}{int}.{frac}")
             .parse::<f64>()
-            .map_or(Val::Null, Val::from)
+            .map_or_else(|_| Val::Null, Val::from)
     }
 }
 
@@ -163,7 +164,7 @@ pub(super) fn dollars(v: &Val) -> Val {
         Val::Num(_) if v.is_int() => v.clone(),
         Val::Num(_) => v
             .as_f64()
-            .map_or(Val::Null, |f| float_to_int(f, f64::round)),
+            .map_or_else(|| Val::Null, |f| float_to_int(f, f64::round)),
         _ => as_str(v).and_then(parse_dollars).unwrap_or(Val::Null),
     }
 }
@@ -196,8 +197,8 @@ pub(super) fn miles(v: &Val) -> Val {
         Val::Num(_) if v.is_int() => v.clone(),
         Val::Num(_) => v
             .as_f64()
-            .map_or(Val::Null, |f| float_to_int(f, f64::round)),
-        _ => return as_str(v).map_or(Val::Null, miles_str),
+            .map_or_else(|| Val::Null, |f| float_to_int(f, f64::round)),
+        _ => return as_str(v).map_or_else(|| Val::Null, miles_str),
     };
     not_negative(value)
 }
@@ -209,7 +210,7 @@ pub(super) fn miles_str(s: &str) -> Val {
         .iter()
         .find_map(|unit| strip_suffix_ci(s, unit))
         .unwrap_or(s);
-    not_negative(Decimal::parse(s).map_or(Val::Null, |d| d.rounded()))
+    not_negative(Decimal::parse(s).map_or_else(|| Val::Null, |d| d.rounded()))
 }
 
 fn not_negative(value: Val) -> Val {
@@ -224,26 +225,26 @@ pub(super) fn int(v: &Val) -> Val {
         Val::Num(_) if v.is_int() => v.clone(),
         Val::Num(_) => v
             .as_f64()
-            .map_or(Val::Null, |f| float_to_int(f, f64::trunc)),
-        _ => as_str(v).map_or(Val::Null, int_str),
+            .map_or_else(|| Val::Null, |f| float_to_int(f, f64::trunc)),
+        _ => as_str(v).map_or_else(|| Val::Null, int_str),
     }
 }
 
 /// `int` of a string.
 pub(super) fn int_str(s: &str) -> Val {
-    Decimal::parse(s).map_or(Val::Null, |d| d.truncated())
+    Decimal::parse(s).map_or_else(|| Val::Null, |d| d.truncated())
 }
 
 pub(super) fn num(v: &Val) -> Val {
     match v {
         Val::Num(_) => v.clone(),
-        _ => as_str(v).map_or(Val::Null, num_str),
+        _ => as_str(v).map_or_else(|| Val::Null, num_str),
     }
 }
 
 /// `num` of a string.
 pub(super) fn num_str(s: &str) -> Val {
-    Decimal::parse(s).map_or(Val::Null, |d| d.number())
+    Decimal::parse(s).map_or_else(|| Val::Null, |d| d.number())
 }
 
 /// jq's `trim`: `White_Space` removed at both ends; bytes that are not UTF-8 stop it.
@@ -334,7 +335,7 @@ pub(super) fn lookup_str(s: &str, table: &Val) -> jaq_core::ValR<Val> {
         Val::TStr(text) => **text == key.as_bytes(),
         other => *other == Val::from(key.to_owned()),
     });
-    Ok(found.map_or(Val::Null, |(_, v)| v.clone()))
+    Ok(found.map_or_else(|| Val::Null, |(_, v)| v.clone()))
 }
 
 /// `null`, `""` and `[]`: what `compact` drops.
@@ -475,7 +476,12 @@ pub(super) fn take_digits(s: &str, min: usize, max: usize) -> Option<(i16, &str)
         return None;
     }
     let (digits, rest) = s.split_at_checked(n)?;
-    Some((digits.parse().ok()?, rest))
+    // At most four digits (every caller's `max`): no overflow, and no `str::parse` per field.
+    debug_assert!(max <= 4);
+    let value = digits
+        .bytes()
+        .fold(0i16, |n, d| n * 10 + i16::from(d - b'0'));
+    Some((value, rest))
 }
 
 /// `YYYY-MM-DD` or `M/D/YYYY` at the start of `s`, and the rest.
@@ -531,7 +537,7 @@ pub(super) fn time_of_day(s: &str) -> Option<Time> {
 pub(super) fn legacy_date(v: &Val) -> Val {
     as_str(v)
         .and_then(legacy_date_str)
-        .map_or(Val::Null, Val::from)
+        .map_or_else(|| Val::Null, Val::from)
 }
 
 /// `legacy_date` of a string; `None` is `null`.
@@ -540,7 +546,27 @@ pub(super) fn legacy_date_str(s: &str) -> Option<String> {
     let time_follows = rest
         .strip_prefix(['T', 't', ' '])
         .is_some_and(|t| t.trim_start().starts_with(|c: char| c.is_ascii_digit()));
-    (rest.is_empty() || time_follows).then(|| date.to_string())
+    (rest.is_empty() || time_follows).then(|| write_date(date))
+}
+
+/// `date` as `YYYY-MM-DD`, what its `Display` writes for the years [`date_prefix`] reads
+/// (0000–9999), without the formatting machinery.
+pub(super) fn write_date(date: Date) -> String {
+    let mut out = String::with_capacity(10);
+    let part = |n: i8| n.unsigned_abs().into();
+    write_digits(&mut out, date.year().unsigned_abs().into(), 4);
+    out.push('-');
+    write_digits(&mut out, part(date.month()), 2);
+    out.push('-');
+    write_digits(&mut out, part(date.day()), 2);
+    out
+}
+
+/// The last `width` decimal digits of `n`, zeros first.
+fn write_digits(out: &mut String, n: u32, width: u32) {
+    for place in (0..width).rev() {
+        out.push(char::from(b'0' + (n / 10_u32.pow(place) % 10) as u8));
+    }
 }
 
 /// The zone of that IANA name. A mapping names one zone for all its records: each thread keeps
@@ -571,7 +597,7 @@ pub(super) fn may_have_offset(s: &str) -> bool {
 }
 
 pub(super) fn legacy_datetime(v: Val, tz: Val) -> jaq_core::ValR<Val> {
-    Ok(legacy_datetime_str(as_str(&v), &tz)?.map_or(Val::Null, Val::from))
+    Ok(legacy_datetime_str(as_str(&v), &tz)?.map_or_else(|| Val::Null, Val::from))
 }
 
 /// `legacy_datetime` of `s` (`None`: not a string); `Ok(None)` is `null`. The zone is checked
@@ -638,11 +664,7 @@ fn write_rfc3339(dt: DateTime, offset: jiff::tz::Offset) -> Option<String> {
     if !(0..=9999).contains(&year) {
         return None;
     }
-    fn digits(out: &mut String, n: u32, width: u32) {
-        for place in (0..width).rev() {
-            out.push(char::from(b'0' + (n / 10_u32.pow(place) % 10) as u8));
-        }
-    }
+    let digits = write_digits;
     let part = |n: i8| n.unsigned_abs().into();
     let mut out = String::with_capacity(35);
     digits(&mut out, year.unsigned_abs().into(), 4);

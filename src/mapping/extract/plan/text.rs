@@ -309,15 +309,32 @@ impl Node {
 impl Fun {
     /// [`Fun::call`] on a string.
     fn call_text<'s>(self, s: Cow<'s, str>, arg: Option<&Val>) -> Result<Out<'s>, Error> {
-        let null = Val::Null;
-        let given = arg.unwrap_or(&null);
+        // (A `null` made only for a call without its argument: dropping one per call showed.)
+        let null;
+        let given = match arg {
+            Some(arg) => arg,
+            None => {
+                null = Val::Null;
+                &null
+            }
+        };
         Ok(match self {
             Fun::Nonempty => match trim(s) {
                 t if t.is_empty() => Out::Val(Val::Null),
                 t => Out::Str(t),
             },
-            Fun::Lower => Out::Str(Cow::Owned(s.to_lowercase())),
-            Fun::Upper => Out::Str(Cow::Owned(s.to_uppercase())),
+            Fun::Lower => Out::Str(ascii_or(
+                s,
+                u8::is_ascii_uppercase,
+                str::make_ascii_lowercase,
+                str::to_lowercase,
+            )),
+            Fun::Upper => Out::Str(ascii_or(
+                s,
+                u8::is_ascii_lowercase,
+                str::make_ascii_uppercase,
+                str::to_uppercase,
+            )),
             Fun::Title => Out::Str(Cow::Owned(title(&s))),
             Fun::Dollars => Out::Val(parse_dollars(&s).unwrap_or(Val::Null)),
             Fun::Miles => Out::Val(miles_str(&s)),
@@ -335,6 +352,26 @@ impl Fun {
             other => Out::Val(other_call(other, s, arg.cloned())?),
         })
     }
+}
+
+/// `s` changed by `full` (`str::to_lowercase`), or for ASCII text the same done in place by
+/// `ascii`, and not at all (not even copied) when no byte is `changes`.
+#[inline]
+pub(super) fn ascii_or<'s>(
+    s: Cow<'s, str>,
+    changes: impl Fn(&u8) -> bool,
+    ascii: impl FnOnce(&mut str),
+    full: impl FnOnce(&str) -> String,
+) -> Cow<'s, str> {
+    if !s.is_ascii() {
+        return Cow::Owned(full(&s));
+    }
+    if !s.bytes().any(|b| changes(&b)) {
+        return s;
+    }
+    let mut s = s.into_owned();
+    ascii(&mut s);
+    Cow::Owned(s)
 }
 
 fn other_call(fun: Fun, s: Cow<'_, str>, arg: Option<Val>) -> Result<Val, Error> {

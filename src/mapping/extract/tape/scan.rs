@@ -32,17 +32,16 @@ pub(super) fn read(build: &mut Build<'_>, text: &str) -> Option<()> {
     (scan.i == scan.s.len()).then_some(())
 }
 
-/// Where in `s` the first `"`, `\\` or control character is: eight bytes at a time, as
-/// `serde_json` looks for the end of a string (most strings of a reply are a few words: a
-/// `memchr` call costs more than it saves).
-fn stop(s: &[u8]) -> Option<usize> {
+/// Where in `s` the first `"`, `\\` or control character is, and which it is: eight bytes at a
+/// time, as `serde_json` looks for the end of a string (most strings of a reply are a few
+/// words: a `memchr` call costs more than it saves).
+#[inline]
+fn stop(s: &[u8]) -> Option<(usize, u8)> {
     const ONES: u64 = u64::from_ne_bytes([1; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-    let is = |b: &u8| matches!(b, b'"' | b'\\' | ..0x20);
-    let mut at = 0;
-    let mut words = s.chunks_exact(8);
-    for word in &mut words {
-        let w = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+    let (words, rest) = s.as_chunks::<8>();
+    for (n, word) in words.iter().enumerate() {
+        let w = u64::from_le_bytes(*word);
         // The high bit of each byte that is zero in `x`; exact for the lowest such byte,
         // which is the one wanted.
         let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
@@ -50,11 +49,14 @@ fn stop(s: &[u8]) -> Option<usize> {
             | zero(w ^ (ONES * u64::from(b'\\')))
             | (w.wrapping_sub(ONES * 0x20) & !w & HIGH);
         if found != 0 {
-            return Some(at + found.trailing_zeros() as usize / 8);
+            let byte = found.trailing_zeros() / 8;
+            return Some((n * 8 + byte as usize, (w >> (byte * 8)) as u8));
         }
-        at += 8;
     }
-    words.remainder().iter().position(is).map(|i| at + i)
+    let at = rest
+        .iter()
+        .position(|b| matches!(b, b'"' | b'\\' | ..0x20))?;
+    Some((words.len() * 8 + at, rest[at]))
 }
 
 struct Scan<'s, 'a, 'b> {
@@ -145,29 +147,39 @@ impl Scan<'_, '_, '_> {
 
     /// A string at the cursor (its opening quote): a span of the body when it has no escapes,
     /// else decoded by `serde_json`.
+    #[inline]
     fn string(&mut self) -> Option<Text> {
+        let start = self.i + 1;
+        let (len, byte) = stop(self.s.get(start..)?)?;
+        if byte != b'"' {
+            return self.unusual_string(start + len, byte);
+        }
+        self.i = start + len + 1;
+        Some(Text::Span {
+            at: start as u32,
+            len: len as u32,
+        })
+    }
+
+    /// [`Scan::string`] from its first escape or control character (`byte`, at `end`): kept
+    /// out of the common path, whose loop then needs no registers saved.
+    #[cold]
+    #[inline(never)]
+    fn unusual_string(&mut self, mut end: usize, mut byte: u8) -> Option<Text> {
         let open = self.i;
-        let start = open + 1;
-        let mut end = start + stop(&self.s[start..])?;
-        let escaped = self.s[end] == b'\\';
-        while self.s[end] != b'"' {
-            if self.s[end] != b'\\' {
+        while byte != b'"' {
+            if byte != b'\\' {
                 // A control character: `serde_json` refuses it, and gives the error.
                 return None;
             }
             // The escaped byte is skipped: `\"` and `\\` do not end the string.
             let next = end + 2;
-            end = next + stop(self.s.get(next..)?)?;
+            let (at, b) = stop(self.s.get(next..)?)?;
+            (end, byte) = (next + at, b);
         }
         self.i = end + 1;
-        if escaped {
-            let decoded: String = serde_json::from_slice(&self.s[open..=end]).ok()?;
-            return Some(self.build.owned(decoded.into()));
-        }
-        Some(Text::Span {
-            at: start as u32,
-            len: (end - start) as u32,
-        })
+        let decoded: String = serde_json::from_slice(self.s.get(open..=end)?).ok()?;
+        Some(self.build.owned(decoded.into()))
     }
 
     fn array(&mut self, depth: u32) -> Option<()> {
