@@ -66,6 +66,8 @@ pub struct Feed {
     attempted: AtomicBool,
     /// Where this feed's snapshots are built and freed.
     thread: Arc<FeedThread>,
+    /// The task handing the copy the last refresh replaced to `thread`, once no search reads it.
+    retiring: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// One fetched feed, ready to search.
@@ -128,6 +130,7 @@ impl Feed {
             background: AtomicBool::new(false),
             attempted: AtomicBool::new(false),
             thread: Arc::new(FeedThread::default()),
+            retiring: std::sync::Mutex::new(None),
         }
     }
 
@@ -161,9 +164,32 @@ impl Feed {
         );
         if let Some(old) = old {
             match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => drop(runtime.spawn(retire(old, Arc::clone(&self.thread)))),
+                Ok(runtime) => {
+                    let retiring = runtime.spawn(retire(old, Arc::clone(&self.thread)));
+                    *self
+                        .retiring
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(retiring);
+                }
                 Err(_) => drop(old),
             }
+        }
+    }
+
+    /// Waits until the copy the last refresh replaced has gone to the feed's thread to be freed
+    /// (at most [`thread::RETIRE_WAIT`]), so that the thread frees it before it builds the
+    /// next copy, not after. Without the wait, a refresh right after another (back to back, or
+    /// a search's background refresh) could queue its build while a search still read the copy
+    /// before last, and hold three copies at once until the build ended.
+    async fn retired(&self) {
+        let retiring = self
+            .retiring
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(retiring) = retiring {
+            // (A retirement that panicked has nothing left to wait for.)
+            let _ = retiring.await;
         }
     }
 
@@ -202,6 +228,7 @@ impl Feed {
         {
             return Ok(s);
         }
+        self.retired().await;
         let fetched = self.fetch(Transport::Live(&self.upstream)).await;
         self.attempted.store(true, Ordering::Release);
         match fetched {
@@ -231,6 +258,7 @@ impl Feed {
     /// Fetches and swaps in a new snapshot; keeps the old one on failure.
     pub async fn refresh_now(self: &Arc<Self>) {
         let _one_at_a_time = self.refreshing.lock().await;
+        self.retired().await;
         let fetched = self.fetch(Transport::Live(&self.upstream)).await;
         self.attempted.store(true, Ordering::Release);
         match fetched {

@@ -4,11 +4,20 @@ use super::*;
 
 /// The demo Honda feed mapping, loaded as the gateway loads it.
 fn demo_feed() -> Arc<Feed> {
+    demo_feed_from(None)
+}
+
+/// [`demo_feed`], fetching from `feed_url` (else the mapping's default address).
+fn demo_feed_from(feed_url: Option<&str>) -> Arc<Feed> {
+    let vars = |name: &str| match (name, feed_url) {
+        ("FEED_URL", Some(url)) => Some(url.to_owned()),
+        _ => None,
+    };
     let schemas = crate::schema::Schemas::load().expect("schemas");
     let metrics = crate::telemetry::metrics::Metrics::new();
     let ctx = super::super::load::LoadContext {
         schemas: &schemas,
-        vars: &|_| None,
+        vars: &vars,
         dealer_id: "demo_honda",
         dealer_name: "Demo Honda",
         metrics: &metrics,
@@ -189,4 +198,43 @@ fn a_lookup_finds_exact_keys_and_the_last_vehicle_of_a_repeated_one() {
     assert_eq!(lookup.get("b2"), None);
     assert_eq!(lookup.get("C"), None);
     assert_eq!(Lookup::default().get("A1"), None);
+}
+
+/// A refresh builds its copy only once the copy before last, which a search may still read, is
+/// on its way to be freed, so that the feed's thread frees it first: a dealer group's whole
+/// inventory is never held three times over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_waits_until_the_copy_before_last_is_freed() {
+    let sim = aap_sim::feed::start_feed().await.expect("feed simulator");
+    let feed = demo_feed_from(Some(&sim.base_url()));
+    feed.refresh_now().await;
+    let first = feed.current().expect("the first load");
+    let first_freed = Arc::downgrade(&first);
+    feed.refresh_now().await;
+    let second = feed.current().expect("a refreshed copy");
+    assert!(
+        !Arc::ptr_eq(&first, &second),
+        "the refresh replaced the copy"
+    );
+
+    // A search still reads the first copy: the next refresh waits for it.
+    let third = tokio::spawn({
+        let feed = Arc::clone(&feed);
+        async move { feed.refresh_now().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!third.is_finished(), "the next refresh went ahead");
+    let current = feed.current().expect("a copy");
+    assert!(Arc::ptr_eq(&current, &second), "a third copy was built");
+
+    // The search ends: the first copy is freed, then the third is built.
+    drop(first);
+    third.await.expect("the refresh");
+    assert!(
+        first_freed.upgrade().is_none(),
+        "the first copy was not freed first"
+    );
+    let current = feed.current().expect("a copy");
+    assert!(!Arc::ptr_eq(&current, &second), "the third copy is served");
+    sim.shutdown().await;
 }
