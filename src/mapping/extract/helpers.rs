@@ -664,20 +664,19 @@ fn write_rfc3339(dt: DateTime, offset: jiff::tz::Offset) -> Option<String> {
     if !(0..=9999).contains(&year) {
         return None;
     }
-    let digits = write_digits;
     let part = |n: i8| n.unsigned_abs().into();
     let mut out = String::with_capacity(35);
-    digits(&mut out, year.unsigned_abs().into(), 4);
+    write_digits(&mut out, year.unsigned_abs().into(), 4);
     out.push('-');
-    digits(&mut out, part(dt.month()), 2);
+    write_digits(&mut out, part(dt.month()), 2);
     out.push('-');
-    digits(&mut out, part(dt.day()), 2);
+    write_digits(&mut out, part(dt.day()), 2);
     out.push('T');
-    digits(&mut out, part(dt.hour()), 2);
+    write_digits(&mut out, part(dt.hour()), 2);
     out.push(':');
-    digits(&mut out, part(dt.minute()), 2);
+    write_digits(&mut out, part(dt.minute()), 2);
     out.push(':');
-    digits(&mut out, part(dt.second()), 2);
+    write_digits(&mut out, part(dt.second()), 2);
     let mut nanos = dt.subsec_nanosecond().unsigned_abs();
     if nanos != 0 {
         let mut width = 9;
@@ -686,17 +685,17 @@ fn write_rfc3339(dt: DateTime, offset: jiff::tz::Offset) -> Option<String> {
             width -= 1;
         }
         out.push('.');
-        digits(&mut out, nanos, width);
+        write_digits(&mut out, nanos, width);
     }
     let offset = offset.seconds();
     out.push(if offset < 0 { '-' } else { '+' });
     let offset = offset.unsigned_abs();
-    digits(&mut out, offset / 3600, 2);
+    write_digits(&mut out, offset / 3600, 2);
     out.push(':');
-    digits(&mut out, offset / 60 % 60, 2);
+    write_digits(&mut out, offset / 60 % 60, 2);
     if !offset.is_multiple_of(60) {
         out.push(':');
-        digits(&mut out, offset % 60, 2);
+        write_digits(&mut out, offset % 60, 2);
     }
     Some(out)
 }

@@ -323,18 +323,8 @@ impl Fun {
                 t if t.is_empty() => Out::Val(Val::Null),
                 t => Out::Str(t),
             },
-            Fun::Lower => Out::Str(ascii_or(
-                s,
-                u8::is_ascii_uppercase,
-                str::make_ascii_lowercase,
-                str::to_lowercase,
-            )),
-            Fun::Upper => Out::Str(ascii_or(
-                s,
-                u8::is_ascii_lowercase,
-                str::make_ascii_uppercase,
-                str::to_uppercase,
-            )),
+            Fun::Lower => Out::Str(lower(s)),
+            Fun::Upper => Out::Str(upper(s)),
             Fun::Title => Out::Str(Cow::Owned(title(&s))),
             Fun::Dollars => Out::Val(parse_dollars(&s).unwrap_or(Val::Null)),
             Fun::Miles => Out::Val(miles_str(&s)),
@@ -354,10 +344,32 @@ impl Fun {
     }
 }
 
+/// `lower` of a text: what `str::to_lowercase` gives.
+#[inline]
+pub(super) fn lower(s: Cow<'_, str>) -> Cow<'_, str> {
+    ascii_or(
+        s,
+        u8::is_ascii_uppercase,
+        str::make_ascii_lowercase,
+        str::to_lowercase,
+    )
+}
+
+/// `upper` of a text: what `str::to_uppercase` gives.
+#[inline]
+pub(super) fn upper(s: Cow<'_, str>) -> Cow<'_, str> {
+    ascii_or(
+        s,
+        u8::is_ascii_lowercase,
+        str::make_ascii_uppercase,
+        str::to_uppercase,
+    )
+}
+
 /// `s` changed by `full` (`str::to_lowercase`), or for ASCII text the same done in place by
 /// `ascii`, and not at all (not even copied) when no byte is `changes`.
 #[inline]
-pub(super) fn ascii_or<'s>(
+fn ascii_or<'s>(
     s: Cow<'s, str>,
     changes: impl Fn(&u8) -> bool,
     ascii: impl FnOnce(&mut str),
