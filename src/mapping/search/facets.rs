@@ -265,6 +265,18 @@ impl TermColumn {
         accepts.into_boxed_slice()
     }
 
+    /// Per id (the "no value" slot included): whether the group's key (a text column's
+    /// trimmed, lower-cased value) contains `term`.
+    pub(super) fn containing(&self, term: &str) -> Box<[bool]> {
+        let mut hits = vec![false; self.groups.len() + 1];
+        for (key, &id) in &self.index {
+            if let Some(hit) = hits.get_mut(id as usize) {
+                *hit = key.contains(term);
+            }
+        }
+        hits.into_boxed_slice()
+    }
+
     /// The value-ascending rank of listing `i`'s group (`None`: no value).
     pub(super) fn rank(&self, i: usize) -> Option<u32> {
         let id = *self.ids.get(i)?;

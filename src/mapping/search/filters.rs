@@ -117,29 +117,27 @@ impl Filters {
         }
     }
 
-    /// Whether `vin`, `stock` or `query` is set (the rules that read strings of the listing).
-    pub(super) fn reads_strings(&self) -> bool {
-        self.vin.is_some() || self.stock.is_some() || !self.query.is_empty()
+    /// Whether `vin` or `stock` is set (the rules that read a listing's identifiers).
+    pub(super) fn reads_identity(&self) -> bool {
+        self.vin.is_some() || self.stock.is_some()
+    }
+
+    /// The lower-cased `query` terms; a listing matches when each is in one of its texts.
+    pub(super) fn query(&self) -> &[Box<str>] {
+        &self.query
     }
 
     fn identity_and_query_accept(&self, k: &Keys) -> bool {
-        self.identity_and_query_accept_strs(k.slot(Slot::Vin), k.slot(Slot::Stock), k.haystack())
+        self.identity_accepts(k.slot(Slot::Vin), k.slot(Slot::Stock))
+            && self.query.iter().all(|term| k.has_query_term(term))
     }
 
-    /// The `vin`, `stock` and `query` rules on a listing's trimmed upper-case VIN, stock as
-    /// given and `query` haystack.
-    pub(super) fn identity_and_query_accept_strs(
-        &self,
-        vin: Option<&str>,
-        stock: Option<&str>,
-        haystack: &str,
-    ) -> bool {
+    /// The `vin` and `stock` rules on a listing's trimmed upper-case VIN and stock as given.
+    pub(super) fn identity_accepts(&self, vin: Option<&str>, stock: Option<&str>) -> bool {
         let one = |filter: &Option<Box<str>>, value: Option<&str>| {
             filter.as_deref().is_none_or(|f| value == Some(f))
         };
-        one(&self.vin, vin)
-            && one(&self.stock, stock)
-            && self.query.iter().all(|term| haystack.contains(&**term))
+        one(&self.vin, vin) && one(&self.stock, stock)
     }
 }
 

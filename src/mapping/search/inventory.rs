@@ -5,9 +5,10 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::super::packed::Packed;
+use super::columns::{Interned, InternedBuilder, StrColumn, room};
 use super::facets::{RANGE_FACETS, TERM_FACETS, TermBuilder, TermColumn, TermFacet};
 use super::filters::Filters;
-use super::keys::{Keys, Listing, NUMS, Num, Slot, Text};
+use super::keys::{Keys, Listing, NUMS, Num, QUERY_TEXTS, Slot, Text};
 use super::page::{DEFAULT_LIMIT, MAX_LIMIT, Page, whole};
 use super::sort::{SortField, f64_key, present_first, sort_all};
 
@@ -19,45 +20,6 @@ pub struct Prepared(Keys);
 impl Prepared {
     pub fn of(vehicle: &Value) -> Prepared {
         Prepared(Keys::of(vehicle))
-    }
-}
-
-/// One optional string per listing, all in one buffer (no allocation per listing).
-#[derive(Debug, Clone, Default)]
-struct StrColumn {
-    text: String,
-    /// Per listing: the byte range in `text`; [`StrColumn::ABSENT`] for none.
-    spans: Vec<(u32, u32)>,
-}
-
-impl StrColumn {
-    const ABSENT: (u32, u32) = (u32::MAX, u32::MAX);
-
-    /// Adds the next listing's string. (Past 4 GiB of text a string counts as absent: no feed
-    /// gets there under `max_response_bytes`.)
-    fn push(&mut self, s: Option<&str>) {
-        let span = s.and_then(|s| {
-            let start = u32::try_from(self.text.len()).ok()?;
-            let end = u32::try_from(self.text.len() + s.len())
-                .ok()
-                .filter(|&end| end < u32::MAX)?;
-            self.text.push_str(s);
-            Some((start, end))
-        });
-        self.spans.push(span.unwrap_or(Self::ABSENT));
-    }
-
-    fn get(&self, i: usize) -> Option<&str> {
-        let &(start, end) = self.spans.get(i)?;
-        if (start, end) == Self::ABSENT {
-            return None;
-        }
-        self.text.get(start as usize..end as usize)
-    }
-
-    fn shrink_to_fit(&mut self) {
-        self.text.shrink_to_fit();
-        self.spans.shrink_to_fit();
     }
 }
 
@@ -115,8 +77,9 @@ pub struct Inventory {
     vin: StrColumn,
     /// Stock numbers as given (`stock` filter).
     stock: StrColumn,
-    /// `query` haystacks.
-    haystack: StrColumn,
+    /// Per listing: its free text ([`Slot::FreeText`]), what `query` searches beyond the
+    /// term columns of [`QUERY_TEXTS`].
+    free_text: Interned,
 }
 
 /// Builds an [`Inventory`] one vehicle at a time, so that a feed's vehicles never have to be
@@ -132,7 +95,7 @@ pub struct InventoryBuilder {
     vin: StrColumn,
     stock: StrColumn,
     stock_key: StrColumn,
-    haystack: StrColumn,
+    free_text: InternedBuilder,
 }
 
 impl Default for InventoryBuilder {
@@ -153,7 +116,7 @@ impl InventoryBuilder {
             vin: StrColumn::default(),
             stock: StrColumn::default(),
             stock_key: StrColumn::default(),
-            haystack: StrColumn::default(),
+            free_text: InternedBuilder::default(),
         }
     }
 
@@ -161,12 +124,8 @@ impl InventoryBuilder {
     /// the columns are reserved once, with a little room, instead of grown by doubling, which
     /// would hold up to twice their size while the previous inventory is still in memory.
     pub fn sized_like(like: &Inventory) -> InventoryBuilder {
-        let room = |n: usize| n + n / 32;
         let n = room(like.len());
-        let column = |c: &StrColumn| StrColumn {
-            text: String::with_capacity(room(c.text.len())),
-            spans: Vec::with_capacity(n),
-        };
+        let column = |c: &StrColumn| StrColumn::sized_like(c, n);
         let mut terms: Vec<TermBuilder> =
             TERM_FACETS.iter().map(|&f| TermBuilder::new(f)).collect();
         for term in &mut terms {
@@ -182,7 +141,7 @@ impl InventoryBuilder {
             vin: column(&like.vin),
             stock: column(&like.stock),
             stock_key: column(&like.stock),
-            haystack: column(&like.haystack),
+            free_text: InternedBuilder::sized_like(&like.free_text, n),
         }
     }
 
@@ -214,7 +173,7 @@ impl InventoryBuilder {
         self.vin.push(k.slot(Slot::Vin));
         self.stock.push(k.slot(Slot::Stock));
         self.stock_key.push(k.slot(Slot::StockKey));
-        self.haystack.push(Some(k.haystack()));
+        self.free_text.push(k.free_text());
         self.vehicles.push(stored);
     }
 
@@ -246,7 +205,7 @@ impl InventoryBuilder {
             mut vin,
             mut stock,
             stock_key,
-            mut haystack,
+            free_text,
         } = self;
         let n = vehicles.len();
         let terms: Vec<TermColumn> = terms.into_iter().map(TermBuilder::finish).collect();
@@ -334,7 +293,6 @@ impl InventoryBuilder {
         let sorted = sort_all(&orders, threads, &sort);
         vin.shrink_to_fit();
         stock.shrink_to_fit();
-        haystack.shrink_to_fit();
         Inventory {
             vehicles: vehicles.into_boxed_slice(),
             excluded,
@@ -345,7 +303,7 @@ impl InventoryBuilder {
             dc_fast_charge: dc_fast_charge.into_boxed_slice(),
             vin,
             stock,
-            haystack,
+            free_text: free_text.finish(),
         }
     }
 }
@@ -520,16 +478,39 @@ impl Inventory {
                 *m &= (dc == 2) == want;
             }
         }
-        if filters.reads_strings() {
+        if filters.reads_identity() {
             for (i, m) in matched.iter_mut().enumerate() {
-                *m = *m
-                    && filters.identity_and_query_accept_strs(
-                        self.vin.get(i),
-                        self.stock.get(i),
-                        self.haystack.get(i).unwrap_or(""),
-                    );
+                *m = *m && filters.identity_accepts(self.vin.get(i), self.stock.get(i));
             }
         }
+        for term in filters.query() {
+            self.keep_containing(&mut matched, term);
+        }
         matched
+    }
+
+    /// Keeps the listings one of whose `query` texts contains `term`. Each distinct value is
+    /// searched once (a term column's groups, the interned free texts), then every listing
+    /// still in looks its values' answers up.
+    fn keep_containing(&self, matched: &mut [bool], term: &str) {
+        let columns: Vec<(&[u32], Box<[bool]>)> = QUERY_TEXTS
+            .iter()
+            .filter_map(|&text| {
+                let column = self.column(|f| matches!(f, TermFacet::Text(t, _) if t == text))?;
+                Some((&*column.ids, column.containing(term)))
+            })
+            .collect();
+        let free = self.free_text.containing(term);
+        let hit = |ids: &[u32], hits: &[bool], i: usize| {
+            ids.get(i)
+                .and_then(|&id| hits.get(id as usize))
+                .copied()
+                .unwrap_or(false)
+        };
+        for (i, m) in matched.iter_mut().enumerate() {
+            *m = *m
+                && (hit(self.free_text.ids(), &free, i)
+                    || columns.iter().any(|(ids, hits)| hit(ids, hits, i)));
+        }
     }
 }

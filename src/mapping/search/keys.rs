@@ -69,6 +69,19 @@ impl Text {
     }
 }
 
+/// The text fields a `query` term is looked for in, besides a listing's [free
+/// text](Slot::FreeText). A term never holds white space, so it is in a field exactly when it
+/// is in the field's trimmed, lower-cased key: these fields are searched through their
+/// interned groups instead of per listing.
+pub(super) const QUERY_TEXTS: [Text; 6] = [
+    Text::Make,
+    Text::Model,
+    Text::Trim,
+    Text::Body,
+    Text::ExteriorColor,
+    Text::Fuel,
+];
+
 /// Numeric fields used by range filters, sorting and range facets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Num {
@@ -134,8 +147,9 @@ pub(super) enum Slot {
     Stock,
     /// Trimmed, lower-cased, for sorting; absent when blank.
     StockKey,
-    /// Lower-cased `query` haystack, one field per line.
-    Haystack,
+    /// What `query` terms are looked for in beyond [`QUERY_TEXTS`]: the year, the features
+    /// and the description, lower-cased, one per line.
+    FreeText,
     /// As given.
     Status,
 }
@@ -177,7 +191,7 @@ impl Keys {
         put(Slot::Stock, str_of("stock"), Case::AsIs);
         put(Slot::StockKey, str_of("stock").map(str::trim), Case::Lower);
         put(Slot::Status, status, Case::AsIs);
-        keys.put_haystack(vehicle);
+        keys.put_free_text(vehicle);
         // Blank text keys count as absent (a blank stock is still a stock, exactly as given).
         for slot in (0..TEXTS).chain([Slot::Vin as usize, Slot::StockKey as usize]) {
             if keys.spans[slot].is_some_and(|(start, end)| start == end) {
@@ -216,9 +230,9 @@ impl Keys {
         }
     }
 
-    /// The text `query` terms are looked for in, lower-cased, one field per line so that a
-    /// term (which never contains whitespace) cannot match across two fields.
-    fn put_haystack(&mut self, vehicle: &Value) {
+    /// The [free text](Slot::FreeText), one field per line so that a term (which never holds
+    /// white space) cannot match across two fields.
+    fn put_free_text(&mut self, vehicle: &Value) {
         let mut text = String::new();
         let mut push = |part: &str| {
             if !text.is_empty() {
@@ -228,11 +242,6 @@ impl Keys {
         };
         if let Some(Value::Number(year)) = vehicle.get("year") {
             push(&year.to_string());
-        }
-        for key in ["make", "model", "trim", "body", "exterior_color", "fuel"] {
-            if let Some(s) = vehicle.get(key).and_then(Value::as_str) {
-                push(s);
-            }
         }
         if let Some(features) = vehicle.get("features").and_then(Value::as_array) {
             features
@@ -244,7 +253,7 @@ impl Keys {
             push(s);
         }
         // Lower-cased as a whole: `str::to_lowercase` reads context (a final sigma).
-        self.put(Slot::Haystack as usize, &text, Case::Lower);
+        self.put(Slot::FreeText as usize, &text, Case::Lower);
     }
 
     fn str(&self, slot: usize) -> Option<&str> {
@@ -269,8 +278,17 @@ impl Keys {
         self.slot(Slot::VehicleType).unwrap_or("car")
     }
 
-    pub(super) fn haystack(&self) -> &str {
-        self.slot(Slot::Haystack).unwrap_or("")
+    pub(super) fn free_text(&self) -> &str {
+        self.slot(Slot::FreeText).unwrap_or("")
+    }
+
+    /// Whether `term` (lower-cased, without white space) is in one of the texts `query`
+    /// searches.
+    pub(super) fn has_query_term(&self, term: &str) -> bool {
+        self.free_text().contains(term)
+            || QUERY_TEXTS
+                .iter()
+                .any(|&t| self.text(t).is_some_and(|s| s.contains(term)))
     }
 
     pub(super) fn num(&self, field: Num) -> Option<f64> {

@@ -11,14 +11,16 @@
 //! # Cost model
 //!
 //! For each vehicle the builder computes what a search reads (trimmed lower-case text, parsed
-//! numbers, the effective `vehicle_type`, the `updated_at` instant, the free-text haystack, all
-//! strings in one buffer), drops listings that may never be served, and files the rest into
-//! columns at once: term values interned into per-field id columns, numbers into dense columns,
-//! VIN / stock / haystack into one string buffer per column. No per-listing key survives the
+//! numbers, the effective `vehicle_type`, the `updated_at` instant, the free text `query` reads
+//! beyond the term fields, all strings in one buffer), drops listings that may never be served,
+//! and files the rest into columns at once: term values interned into per-field id columns,
+//! numbers into dense columns, VIN and stock into one string buffer per column, the free texts
+//! interned (listings with the same features share them). No per-listing key survives the
 //! build. [`InventoryBuilder::finish`] pre-sorts once for every sort field and order (19 `u32`
 //! index lists, sorted on integer keys after one tie-break ranking). A search then tests the
 //! filters column by column into one match bitmap (list filters are id look-ups, ranges two
-//! float comparisons; listing strings are read only for `vin`, `stock` and `query`), counts it,
+//! float comparisons; a `query` term is looked for once per distinct value, in the term groups
+//! and the interned free texts; listing strings are read only for `vin` and `stock`), counts it,
 //! and walks the pre-sorted list only until the page is full: no sorting, no per-listing
 //! allocation. Vehicles are kept shared (`Arc<Value>`, proxy pages) or packed (feeds, see
 //! [`Packed`]) and unpacked only for the page. Facets count the same bitmap over the id columns.
@@ -66,6 +68,7 @@
 //!
 //! [`Packed`]: super::packed::Packed
 
+mod columns;
 mod facets;
 mod filters;
 mod inventory;

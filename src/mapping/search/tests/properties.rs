@@ -41,7 +41,10 @@ prop_compose! {
         make in pick(&["Honda", "HONDA", " honda", "Toyota", "Ford", ""]),
         condition in pick(&["new", "used", "cpo"]),
         vehicle_type in pick(&["car", "motorcycle", "rv"]),
-        year in opt((2015i64..2026).prop_map(Value::from)),
+        year in opt(prop_oneof![
+            4 => (2015i64..2026).prop_map(Value::from),
+            1 => Just(Value::from(2019.5)),
+        ]),
         price in scaled(50, 1000),
         list_price in scaled(50, 1000),
         mileage in scaled(5, 10_000),
@@ -80,7 +83,11 @@ prop_compose! {
         erange_min in scaled(400, 1),
         dc in opt(any::<bool>().prop_map(Value::from)),
         body in picks(&["suv", "Sedan"], 1),
-        query in pick(&["honda", "suv 2020", "toy", ""]),
+        query in pick(&[
+            "honda", "suv 2020", "toy", "", "civic ex", "HYB", "blue", "sunroof carplay",
+            "heated", "οδος", "ΟΔΟΣ", "οδοσ", "σοφιας", "τζαμις", "σας", "leather", "2019.5",
+            "one owner", "touring 2020",
+        ]),
     ) -> Value {
         object(vec![
             ("make", make), ("condition", condition), ("vehicle_type", vehicle_type),
@@ -88,6 +95,33 @@ prop_compose! {
             ("mileage_max", mileage_max), ("electric_range_mi_min", erange_min),
             ("dc_fast_charge", dc), ("body", body), ("query", query),
         ])
+    }
+}
+
+prop_compose! {
+    /// A [`vehicle`] with the texts `query` searches: repeated across vehicles, in several
+    /// cases and spacings, Greek with a final sigma, blank.
+    fn described()(
+        base in vehicle(),
+        model in pick(&["Civic", " CIVIC ", "RAV4 Hybrid", "Odyssey"]),
+        trim in pick(&["EX", "Touring", "  ", "ΟΔΟΣ"]),
+        color in pick(&["Aegean Blue", "blue ", "ΣΟΦΙΑΣ Red"]),
+        fuel in pick(&["gas", "hybrid"]),
+        features in opt(prop::collection::vec(
+            prop::sample::select(vec!["Sunroof", "Apple CarPlay", "heated seats", "ΤΖΑΜΙΣ"]),
+            0..3,
+        ).prop_map(Value::from)),
+        description in pick(&["One owner, LEATHER seats.", "Λευκό ΣΑΣ", ""]),
+    ) -> Value {
+        let mut v = base;
+        let extra = object(vec![
+            ("model", model), ("trim", trim), ("exterior_color", color), ("fuel", fuel),
+            ("features", features), ("description", description),
+        ]);
+        if let (Some(v), Value::Object(extra)) = (v.as_object_mut(), extra) {
+            v.extend(extra);
+        }
+        v
     }
 }
 
@@ -136,7 +170,19 @@ fn oracle(filters: &Value, v: &Value) -> bool {
     ]
     .iter()
     .filter_map(|k| v.get(*k).and_then(Value::as_str).map(str::to_lowercase))
-    .chain(v.get("year").map(|y| y.to_string()))
+    .chain(
+        v.get("features")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_lowercase),
+    )
+    .chain(
+        v.get("year")
+            .filter(|y| y.is_number())
+            .map(|y| y.to_string()),
+    )
     .collect();
     let query_ok = filters
         .get("query")
@@ -204,7 +250,7 @@ const SORT_FIELDS: [&str; 8] = [
 proptest! {
     #[test]
     fn search_returns_exactly_the_matching_listings_in_order(
-        vehicles in prop::collection::vec(vehicle(), 0..40),
+        vehicles in prop::collection::vec(described(), 0..40),
         filters in filters(),
         field in prop::sample::select(SORT_FIELDS.to_vec()),
         descending in any::<bool>(),
@@ -212,6 +258,28 @@ proptest! {
         limit in 1usize..150,
     ) {
         check_search(&vehicles, &filters, field, descending, skip, limit)?;
+    }
+
+    /// `query` alone, over servable listings, so that most cases match some and miss others.
+    #[test]
+    fn query_finds_exactly_the_listings_with_every_term(
+        vehicles in prop::collection::vec(described(), 0..40),
+        terms in prop::collection::vec(prop::sample::select(vec![
+            "honda", "2020", "toy", "civic", " ex", "HYB", "blue", "sunroof", "carplay",
+            "heated", "οδος", "ΟΔΟΣ", "οδοσ", "σοφιας", "τζαμις", "σας", "leather", "2019.5",
+            "owner", "touring", "gas",
+        ]), 1..3),
+        field in prop::sample::select(SORT_FIELDS.to_vec()),
+    ) {
+        let servable: Vec<Value> = vehicles
+            .into_iter()
+            .map(|mut v| {
+                v["status"] = json!("available");
+                v
+            })
+            .collect();
+        let filters = json!({ "query": terms.join(" ") });
+        check_search(&servable, &filters, field, false, 0, 20)?;
     }
 }
 
