@@ -1,6 +1,9 @@
 //! A snapshot being built from mapped records, and its lookups by VIN, stock number and id.
 
+use std::hash::BuildHasher;
 use std::time::Instant;
+
+use hashbrown::HashTable;
 
 use super::parallel::threads;
 use super::{BuildStats, Snapshot};
@@ -10,7 +13,9 @@ use crate::mapping::search::{InventoryBuilder, Prepared, Stored};
 /// One record as the item mapping made it, ready to join the snapshot.
 pub(super) struct Mapped {
     pub(super) prepared: Prepared,
-    pub(super) packed: Packed,
+    /// The vehicle's [packed](Packed) encoding; the snapshot keeps its own copy only of a
+    /// vehicle that changed (see [`Building::add`]).
+    pub(super) encoded: Vec<u8>,
     /// Upper-cased.
     pub(super) vin: Option<String>,
     pub(super) stock: Option<String>,
@@ -25,7 +30,10 @@ pub(super) struct Building<'a> {
     by_vin: Lookup,
     by_stock: Lookup,
     by_id: Lookup,
-    seen_vins: std::collections::HashSet<String, foldhash::fast::RandomState>,
+    /// The VINs added so far, as indices of `by_vin`'s entries by the VIN's hash: a feed that
+    /// repeats a unit lists it once. (No copy of the VINs: those are in `by_vin`.)
+    seen_vins: HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
     pub(super) stats: BuildStats,
 }
 
@@ -42,10 +50,8 @@ impl<'a> Building<'a> {
             by_vin: Lookup::sized_like(previous.map(|p| &p.by_vin)),
             by_stock: Lookup::sized_like(previous.map(|p| &p.by_stock)),
             by_id: Lookup::sized_like(previous.map(|p| &p.by_id)),
-            seen_vins: std::collections::HashSet::with_capacity_and_hasher(
-                previous.map_or(0, Snapshot::len),
-                foldhash::fast::RandomState::default(),
-            ),
+            seen_vins: HashTable::with_capacity(previous.map_or(0, Snapshot::len)),
+            hasher: foldhash::fast::RandomState::default(),
             stats: BuildStats {
                 bytes,
                 ..BuildStats::default()
@@ -58,7 +64,7 @@ impl<'a> Building<'a> {
     pub(super) fn add(&mut self, mapped: Option<Mapped>) {
         let Some(Mapped {
             prepared,
-            packed,
+            encoded,
             vin,
             stock,
             id,
@@ -68,8 +74,15 @@ impl<'a> Building<'a> {
             return;
         };
         // A feed that repeats a unit lists it once (the first row wins).
-        if vin.as_ref().is_some_and(|vin| self.seen_vins.contains(vin)) {
-            return;
+        let vin_hash = vin.as_deref().map(|vin| self.hasher.hash_one(vin));
+        if let (Some(vin), Some(hash)) = (vin.as_deref(), vin_hash) {
+            let by_vin = &self.by_vin;
+            if (self.seen_vins)
+                .find(hash, |&entry| by_vin.key_at(entry) == Some(vin))
+                .is_some()
+            {
+                return;
+            }
         }
         let Ok(index) = u32::try_from(self.all.len()) else {
             self.stats.skipped += 1;
@@ -78,15 +91,21 @@ impl<'a> Building<'a> {
         let unchanged = vin.as_deref().and_then(|vin| {
             let previous = self.previous?;
             let kept = previous.all.get(previous.by_vin.get(vin)? as usize)?;
-            (kept.as_bytes() == packed.as_bytes()).then(|| kept.clone())
+            (kept.as_bytes() == encoded.as_slice()).then(|| kept.clone())
         });
         if unchanged.is_some() {
             self.stats.reused += 1;
         }
-        let packed = unchanged.unwrap_or(packed);
-        if let Some(vin) = vin {
-            self.by_vin.insert(&vin, index);
-            self.seen_vins.insert(vin);
+        // A refresh shares most vehicles with the copy it replaces: only a changed one needs
+        // an allocation of its own.
+        let packed = unchanged.unwrap_or_else(|| Packed::from_packed_bytes(&encoded));
+        if let (Some(vin), Some(hash)) = (vin, vin_hash)
+            && let Some(entry) = self.by_vin.insert(&vin, index)
+        {
+            let (by_vin, hasher) = (&self.by_vin, &self.hasher);
+            self.seen_vins.insert_unique(hash, entry, |&entry| {
+                hasher.hash_one(by_vin.key_at(entry).unwrap_or(""))
+            });
         }
         if let Some(stock) = &stock {
             self.by_stock.insert(stock, index);
@@ -109,8 +128,9 @@ impl<'a> Building<'a> {
             by_id,
             stats,
             seen_vins,
+            hasher: _,
         } = self;
-        // Only `add` needed it (one string per VIN): gone before the orders are sorted.
+        // Only `add` needed it: gone before the orders are sorted.
         drop(seen_vins);
         // As the mapping (`threads`): a first load sorts on every core, a refresh on one.
         let threads = threads(previous);
@@ -170,17 +190,20 @@ impl Lookup {
         })
     }
 
-    /// Adds a key. (Past 4 GiB of keys one is left out: no feed gets there under
-    /// `max_response_bytes`.)
-    pub(super) fn insert(&mut self, key: &str, vehicle: u32) {
-        let (Ok(start), Ok(end)) = (
-            u32::try_from(self.text.len()),
-            u32::try_from(self.text.len() + key.len()),
-        ) else {
-            return;
-        };
+    /// Adds a key; its entry's index until the lookup is sealed. (Past 4 GiB of keys, or
+    /// of entries, one is left out: no feed gets there under `max_response_bytes`.)
+    pub(super) fn insert(&mut self, key: &str, vehicle: u32) -> Option<u32> {
+        let start = u32::try_from(self.text.len()).ok()?;
+        let end = u32::try_from(self.text.len() + key.len()).ok()?;
+        let entry = u32::try_from(self.entries.len()).ok()?;
         self.text.push_str(key);
         self.entries.push((start, end, vehicle));
+        Some(entry)
+    }
+
+    /// The key of entry `entry` (as [`Lookup::insert`] numbered it).
+    fn key_at(&self, entry: u32) -> Option<&str> {
+        self.entries.get(entry as usize).map(|e| self.key(e))
     }
 
     pub(super) fn key(&self, &(start, end, _): &(u32, u32, u32)) -> &str {

@@ -86,6 +86,57 @@ fn a_refresh_shares_the_vehicles_that_did_not_change_and_answers_as_a_fresh_load
 }
 
 #[test]
+fn a_feed_that_repeats_a_unit_lists_it_once_as_its_first_row_says() {
+    let feed = demo_feed();
+    let body = String::from_utf8(example_csv()).expect("UTF-8");
+    let mut rows = body.lines();
+    let header = rows.next().expect("a header");
+    let civic = rows
+        .clone()
+        .find(|row| row.starts_with("1HGCY2F57RA000002,"))
+        .expect("the example's Civic");
+    // The same unit again, lower-cased VIN (VINs compare upper-cased), cheaper, another stock
+    // number; then again, unchanged; then a unit the feed has not listed yet.
+    let again = civic
+        .replacen("1HGCY2F57RA000002", "1hgcy2f57ra000002", 1)
+        .replacen("SJM10002", "SJM90002", 1)
+        .replacen("\"$24,990\"", "\"$19,990\"", 1);
+    let other = civic
+        .replacen("1HGCY2F57RA000002", "1HGCY2F57RA000099", 1)
+        .replacen("SJM10002", "SJM10099", 1);
+    let mut document = vec![header.to_owned()];
+    document.extend(rows.map(str::to_owned));
+    document.extend([again, civic.to_owned(), other]);
+    let document = bytes::Bytes::from(document.join("\r\n"));
+    let built = feed.build(&document, Declared::default()).expect("builds");
+    assert_eq!(built.len(), 4, "the three units, and the new one");
+    let price = |request: Value| {
+        built
+            .answer(Skill::InventoryVehicle, &request)
+            .map(|data| data.into_value()["price"].clone())
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(
+        price(serde_json::json!({ "vin": "1HGCY2F57RA000002" })),
+        Ok(24990.into())
+    );
+    assert!(
+        price(serde_json::json!({ "stock": "SJM90002" })).is_err(),
+        "not listed"
+    );
+    assert_eq!(
+        price(serde_json::json!({ "stock": "SJM10099" })),
+        Ok(24990.into())
+    );
+    // And a refresh of it reads the same.
+    let refreshed = feed
+        .build_after(&document, Declared::default(), Some(&built))
+        .expect("builds");
+    assert_eq!((refreshed.len(), refreshed.stats.reused), (4, 4));
+    assert_eq!(answers(&refreshed), answers(&built));
+}
+
+#[test]
 fn a_document_whose_connection_breaks_off_is_refused_not_taken_for_a_shorter_one() {
     let feed = demo_feed();
     let body = example_csv();
