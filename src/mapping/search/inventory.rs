@@ -253,7 +253,9 @@ impl InventoryBuilder {
             .iter()
             .flat_map(|&field| [false, true].map(|descending| (field, descending)))
             .collect();
-        let sort = |&(field, descending): &(SortField, bool)| -> Box<[u32]> {
+        let sort = |&(field, descending): &(SortField, bool),
+                    keyed: &mut Vec<(bool, u128, u32)>|
+         -> Box<[u32]> {
             // Per listing: its value as an unsigned key in ascending order, if it has one.
             let key = |i: usize| -> Option<u128> {
                 let num = |num: Num| {
@@ -276,18 +278,17 @@ impl InventoryBuilder {
                 }
             };
             // Present values first in both orders, then the tie-break.
-            let mut keyed: Vec<(bool, u128, u32)> = (0..n)
-                .map(|i| match key(i) {
-                    Some(k) if descending => (false, !k, tie[i]),
-                    Some(k) => (false, k, tie[i]),
-                    None => (true, 0, tie[i]),
-                })
-                .collect();
+            keyed.clear();
+            keyed.extend((0..n).map(|i| match key(i) {
+                Some(k) if descending => (false, !k, tie[i]),
+                Some(k) => (false, k, tie[i]),
+                None => (true, 0, tie[i]),
+            }));
             // `tie` is unique, so the keys are: an unstable sort gives the one order.
             keyed.sort_unstable();
             keyed
-                .into_iter()
-                .map(|(_, _, place)| default_order[place as usize])
+                .iter()
+                .map(|&(_, _, place)| default_order[place as usize])
                 .collect()
         };
         let sorted = sort_all(&orders, threads, &sort);
