@@ -66,12 +66,12 @@ pub(super) fn room(n: usize) -> usize {
 
 /// One text per listing, each distinct text stored once: listings that share a text (a trim's
 /// list of features, a description written from a template) share its bytes.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(super) struct Interned {
     /// The distinct texts; a text's id is its index.
     texts: StrColumn,
     /// Per listing: the id of its text.
-    ids: Box<[u32]>,
+    ids: Ids,
 }
 
 impl Interned {
@@ -85,7 +85,7 @@ impl Interned {
     }
 
     /// Per listing: the id of its text (an index into [`Interned::containing`]).
-    pub(super) fn ids(&self) -> &[u32] {
+    pub(super) fn ids(&self) -> &Ids {
         &self.ids
     }
 }
@@ -139,9 +139,177 @@ impl InternedBuilder {
     pub(super) fn finish(self) -> Interned {
         let InternedBuilder { mut texts, ids, .. } = self;
         texts.shrink_to_fit();
+        let max = u32::try_from(texts.len()).unwrap_or(u32::MAX);
         Interned {
             texts,
-            ids: ids.into_boxed_slice(),
+            ids: Ids::narrowest(ids, max),
+        }
+    }
+}
+
+/// Per listing, an id into some table, stored in the narrowest of `u8`, `u16` and `u32` that
+/// holds the largest: most term columns (makes, years, conditions, colours) have fewer than 256
+/// values, and a search reads a whole column per filter.
+#[derive(Debug, Clone)]
+pub(super) enum Ids {
+    U8(Box<[u8]>),
+    U16(Box<[u16]>),
+    U32(Box<[u32]>),
+}
+
+/// An id of one of [`Ids`]'s widths.
+trait Id: Copy {
+    fn index(self) -> usize;
+}
+
+impl Id for u8 {
+    fn index(self) -> usize {
+        usize::from(self)
+    }
+}
+
+impl Id for u16 {
+    fn index(self) -> usize {
+        usize::from(self)
+    }
+}
+
+impl Id for u32 {
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Calls `$f` with the ids as a slice of their own width (one loop compiled per width).
+macro_rules! each_width {
+    ($ids:expr, $f:ident ( $($arg:expr),* )) => {
+        match $ids {
+            Ids::U8(ids) => $f(ids, $($arg),*),
+            Ids::U16(ids) => $f(ids, $($arg),*),
+            Ids::U32(ids) => $f(ids, $($arg),*),
+        }
+    };
+}
+
+impl Ids {
+    /// `ids`, each at most `max`, in the narrowest width that holds `max`.
+    pub(super) fn narrowest(ids: Vec<u32>, max: u32) -> Ids {
+        if let Ok(max) = u8::try_from(max) {
+            Ids::U8(
+                ids.iter()
+                    .map(|&id| u8::try_from(id).unwrap_or(max))
+                    .collect(),
+            )
+        } else if let Ok(max) = u16::try_from(max) {
+            Ids::U16(
+                ids.iter()
+                    .map(|&id| u16::try_from(id).unwrap_or(max))
+                    .collect(),
+            )
+        } else {
+            Ids::U32(ids.into_boxed_slice())
+        }
+    }
+
+    /// Listing `i`'s id.
+    pub(super) fn get(&self, i: usize) -> Option<usize> {
+        match self {
+            Ids::U8(ids) => ids.get(i).map(|&id| id.index()),
+            Ids::U16(ids) => ids.get(i).map(|&id| id.index()),
+            Ids::U32(ids) => ids.get(i).map(|&id| id.index()),
+        }
+    }
+
+    /// `matched[i] &= table[id of i]` (an id past `table` is `false`).
+    pub(super) fn and_into(&self, matched: &mut [bool], table: &[bool]) {
+        fn and<T: Id>(ids: &[T], matched: &mut [bool], table: &[bool]) {
+            for (m, &id) in matched.iter_mut().zip(ids) {
+                *m &= table.get(id.index()).copied().unwrap_or(false);
+            }
+        }
+        each_width!(self, and(matched, table))
+    }
+
+    /// `any[i] |= table[id of i]` (an id past `table` is `false`).
+    pub(super) fn or_into(&self, any: &mut [bool], table: &[bool]) {
+        fn or<T: Id>(ids: &[T], any: &mut [bool], table: &[bool]) {
+            for (a, &id) in any.iter_mut().zip(ids) {
+                *a |= table.get(id.index()).copied().unwrap_or(false);
+            }
+        }
+        each_width!(self, or(any, table))
+    }
+
+    /// Per id below `slots`: how many listings with it are `matched`.
+    pub(super) fn count(&self, matched: &[bool], slots: usize) -> Vec<usize> {
+        fn count<T: Id>(ids: &[T], matched: &[bool], slots: usize) -> Vec<usize> {
+            // Four interleaved counter sets, so that runs of one value do not serialize on a
+            // single counter.
+            let mut lanes = vec![0usize; 4 * slots];
+            for (ids, matched) in ids.chunks_exact(4).zip(matched.chunks_exact(4)) {
+                for (lane, (&id, &m)) in ids.iter().zip(matched).enumerate() {
+                    if let Some(count) = lanes.get_mut(lane * slots + id.index()) {
+                        *count += usize::from(m);
+                    }
+                }
+            }
+            let rest = ids.len() - ids.len() % 4;
+            for (&id, &m) in ids.iter().zip(matched).skip(rest) {
+                if let Some(count) = lanes.get_mut(id.index()) {
+                    *count += usize::from(m);
+                }
+            }
+            (0..slots)
+                .map(|id| (0..4).map(|lane| lanes[lane * slots + id]).sum())
+                .collect()
+        }
+        each_width!(self, count(matched, slots))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The same ids held at each width answer every question as a plain `u32` list does.
+    #[test]
+    fn ids_answer_alike_at_every_width() {
+        let ids: Vec<u32> = [0u32, 3, 1, 3, 2, 0, 3, 1, 1].to_vec();
+        let table = [true, false, true, false];
+        let matched = [true, true, false, true, true, true, false, true, true];
+        let naive_and: Vec<bool> = ids
+            .iter()
+            .zip(matched)
+            .map(|(&id, m)| m && table[id as usize])
+            .collect();
+        let naive_count: Vec<usize> = (0..4)
+            .map(|slot| {
+                ids.iter()
+                    .zip(matched)
+                    .filter(|&(&id, m)| m && id == slot)
+                    .count()
+            })
+            .collect();
+        for (max, width) in [(3, "u8"), (255, "u8"), (256, "u16"), (70_000, "u32")] {
+            let held = Ids::narrowest(ids.clone(), max);
+            let kind = match held {
+                Ids::U8(_) => "u8",
+                Ids::U16(_) => "u16",
+                Ids::U32(_) => "u32",
+            };
+            assert_eq!(kind, width, "max {max}");
+            let got: Vec<u32> = (0..ids.len())
+                .filter_map(|i| held.get(i).map(|id| id as u32))
+                .collect();
+            assert_eq!(got, ids, "{width}");
+            let mut and = matched;
+            held.and_into(&mut and, &table);
+            assert_eq!(and.to_vec(), naive_and, "{width}");
+            let mut any = [false; 9];
+            held.or_into(&mut any, &table);
+            let naive_or: Vec<bool> = ids.iter().map(|&id| table[id as usize]).collect();
+            assert_eq!(any.to_vec(), naive_or, "{width}");
+            assert_eq!(held.count(&matched, 4), naive_count, "{width}");
         }
     }
 }

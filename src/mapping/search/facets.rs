@@ -2,6 +2,7 @@
 
 use serde_json::{Map, Value};
 
+use super::columns::Ids;
 use super::keys::{Keys, Num, Slot, Text};
 
 /// The interning maps of a build see every listing's values: a fast hash (seeded per process).
@@ -220,10 +221,12 @@ impl TermBuilder {
         };
         TermColumn {
             facet,
-            ids: ids
-                .into_iter()
-                .map(|id| if id == NO_GROUP { absent } else { id })
-                .collect(),
+            ids: Ids::narrowest(
+                ids.into_iter()
+                    .map(|id| if id == NO_GROUP { absent } else { id })
+                    .collect(),
+                absent,
+            ),
             groups: values
                 .into_iter()
                 .zip(ranks)
@@ -241,7 +244,7 @@ pub(super) struct TermColumn {
     pub(super) facet: TermFacet,
     /// Per listing: index into `groups`, or `groups.len()` when the listing has no value (so
     /// that filtering and counting index flat arrays without branching).
-    pub(super) ids: Box<[u32]>,
+    pub(super) ids: Ids,
     groups: Box<[Group]>,
     /// String group key → index into `groups`, to compile filters into ids.
     index: HashMap<Box<str>, u32>,
@@ -279,36 +282,18 @@ impl TermColumn {
 
     /// The value-ascending rank of listing `i`'s group (`None`: no value).
     pub(super) fn rank(&self, i: usize) -> Option<u32> {
-        let id = *self.ids.get(i)?;
-        self.groups.get(id as usize).map(|g| g.rank)
+        let id = self.ids.get(i)?;
+        self.groups.get(id).map(|g| g.rank)
     }
 
     /// `[{value, count}]` over the `matched` listings, count desc then value asc.
     pub(super) fn counts(&self, matched: &[bool]) -> Value {
-        // One slot per group plus the "no value" one, which is never emitted; four interleaved
-        // counter sets so that runs of one value do not serialize on a single counter.
-        let slots = self.groups.len() + 1;
-        let mut lanes = vec![0usize; 4 * slots];
-        let ids = self.ids.chunks_exact(4).zip(matched.chunks_exact(4));
-        for (ids, matched) in ids {
-            for (lane, (&id, &m)) in ids.iter().zip(matched).enumerate() {
-                if let Some(count) = lanes.get_mut(lane * slots + id as usize) {
-                    *count += usize::from(m);
-                }
-            }
-        }
-        let rest = self.ids.len() - self.ids.len() % 4;
-        for (&id, &m) in self.ids.iter().zip(matched).skip(rest) {
-            if let Some(count) = lanes.get_mut(id as usize) {
-                *count += usize::from(m);
-            }
-        }
-        let counts =
-            (0..slots).map(|id| (0..4).map(|lane| lanes[lane * slots + id]).sum::<usize>());
+        // One slot per group plus the "no value" one, which is never emitted.
+        let counts = self.ids.count(matched, self.groups.len() + 1);
         let mut entries: Vec<(&Group, usize)> = self
             .groups
             .iter()
-            .zip(counts)
+            .zip(counts.iter().copied())
             .filter(|&(_, count)| count > 0)
             .collect();
         entries.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.rank.cmp(&b.0.rank)));

@@ -441,10 +441,7 @@ impl Inventory {
         let mut matched = vec![true; self.vehicles.len()];
         let mut terms = |column: Option<&TermColumn>, values: &[Box<str>]| match column {
             Some(column) => {
-                let accepts = column.accepts(values);
-                for (m, &id) in matched.iter_mut().zip(column.ids.iter()) {
-                    *m &= accepts.get(id as usize).copied().unwrap_or(false);
-                }
+                column.ids.and_into(&mut matched, &column.accepts(values));
             }
             // No column: no listing has a value, so none matches.
             None => matched.fill(false),
@@ -494,24 +491,17 @@ impl Inventory {
     /// searched once (a term column's groups, the interned free texts), then every listing
     /// still in looks its values' answers up.
     fn keep_containing(&self, matched: &mut [bool], term: &str) {
-        let columns: Vec<(&[u32], Box<[bool]>)> = QUERY_TEXTS
-            .iter()
-            .filter_map(|&text| {
-                let column = self.column(|f| matches!(f, TermFacet::Text(t, _) if t == text))?;
-                Some((&*column.ids, column.containing(term)))
-            })
-            .collect();
-        let free = self.free_text.containing(term);
-        let hit = |ids: &[u32], hits: &[bool], i: usize| {
-            ids.get(i)
-                .and_then(|&id| hits.get(id as usize))
-                .copied()
-                .unwrap_or(false)
-        };
-        for (i, m) in matched.iter_mut().enumerate() {
-            *m = *m
-                && (hit(self.free_text.ids(), &free, i)
-                    || columns.iter().any(|(ids, hits)| hit(ids, hits, i)));
+        let mut any = vec![false; matched.len()];
+        self.free_text
+            .ids()
+            .or_into(&mut any, &self.free_text.containing(term));
+        for &text in &QUERY_TEXTS {
+            if let Some(column) = self.column(|f| matches!(f, TermFacet::Text(t, _) if t == text)) {
+                column.ids.or_into(&mut any, &column.containing(term));
+            }
+        }
+        for (m, a) in matched.iter_mut().zip(any) {
+            *m &= a;
         }
     }
 }
