@@ -43,9 +43,15 @@ const MAX_DEPTH: usize = 256;
 impl Packed {
     /// Packs `value`.
     pub fn pack(value: &Value) -> Packed {
+        Packed::from_packed_bytes(&Packed::encode(value))
+    }
+
+    /// The encoding of `value`, not yet shared (to compare with a packed value before making
+    /// one).
+    pub fn encode(value: &Value) -> Vec<u8> {
         let mut out = Vec::with_capacity(512);
         Packed::pack_into(value, &mut out);
-        Packed::from_packed_bytes(&out)
+        out
     }
 
     /// Appends the encoding of `value` to `out` (a buffer reused across values; see

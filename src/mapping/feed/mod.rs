@@ -511,14 +511,12 @@ impl Feed {
     fn map(&self, record: &JqValue, vars: &JqVars) -> Option<Mapped> {
         let vehicle = self.item.run_one_json(record, vars).ok()?;
         let key = |name: &str| vehicle.get(name).and_then(Value::as_str);
-        let mut encoded = Vec::with_capacity(512);
-        Packed::pack_into(&vehicle, &mut encoded);
         Some(Mapped {
             vin: key("vin").map(str::to_ascii_uppercase),
             stock: key("stock").map(str::to_owned),
             id: key("vehicle_id").map(str::to_owned),
             prepared: Prepared::of(&vehicle),
-            encoded,
+            encoded: Packed::encode(&vehicle),
         })
     }
 }

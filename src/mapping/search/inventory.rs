@@ -434,6 +434,11 @@ impl Inventory {
         self.terms.iter().find(|c| facet(c.facet))
     }
 
+    /// The term column of a text field.
+    fn text_column(&self, text: Text) -> Option<&TermColumn> {
+        self.column(|f| matches!(f, TermFacet::Text(t, _) if t == text))
+    }
+
     /// Which servable listings match, column by column over dense arrays (list filters become
     /// sets of interned ids), reading listing strings only for `vin`, `stock` and `query` and
     /// only for listings still in. Same rules as `Filters::accepts`.
@@ -447,8 +452,7 @@ impl Inventory {
             None => matched.fill(false),
         };
         for (text, values) in &filters.text {
-            let column = self.column(|f| matches!(f, TermFacet::Text(t, _) if t == *text));
-            terms(column, values);
+            terms(self.text_column(*text), values);
         }
         if let Some(values) = &filters.condition {
             terms(self.column(|f| f == TermFacet::Conditions), values);
@@ -496,7 +500,7 @@ impl Inventory {
             .ids()
             .or_into(&mut any, &self.free_text.containing(term));
         for &text in &QUERY_TEXTS {
-            if let Some(column) = self.column(|f| matches!(f, TermFacet::Text(t, _) if t == text)) {
+            if let Some(column) = self.text_column(text) {
                 column.ids.or_into(&mut any, &column.containing(term));
             }
         }
