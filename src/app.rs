@@ -241,7 +241,10 @@ impl App {
             .dealers
             .iter()
             .flat_map(|d| d.feeds.iter())
-            .map(|feed| tokio::spawn(Arc::clone(feed).keep_fresh()))
+            .map(|feed| {
+                feed.set_refresh_priority(self.settings.limits.feed_refresh_priority);
+                tokio::spawn(Arc::clone(feed).keep_fresh())
+            })
             .collect();
         // Leases of the replicas' claims on lead keys, and recovery after a Redis restart.
         tasks.push(tokio::spawn(Arc::clone(&self.idempotency).keep_shared()));

@@ -43,22 +43,23 @@ fn broken_config_reports_every_problem_with_its_location() {
         format!("{f}:7:3: must be between 1024 and 16777216"),
         format!("{f}:8:3: `soon` is not a duration like 15s or 500ms: expected number at 0"),
         format!("{f}:9:3: must be at least 1"),
-        format!("{f}:11:3: `xml` is not one of auto, json, text"),
+        format!("{f}:10:3: `low` is not one of idle, normal"),
+        format!("{f}:12:3: `xml` is not one of auto, json, text"),
         format!(
-            "{f}:14:5: `a2a/` must be a path like /a2a (leading `/`, no trailing `/`, no query)"
+            "{f}:15:5: `a2a/` must be a path like /a2a (leading `/`, no trailing `/`, no query)"
         ),
         format!(
-            "{f}:15:1: unknown key `colour`; expected one of listen, admin_listen, aap, bindings, limits, connections, telemetry, idempotency, rate_limit, auth, provider, dealers"
+            "{f}:16:1: unknown key `colour`; expected one of listen, admin_listen, aap, bindings, limits, connections, telemetry, idempotency, rate_limit, auth, provider, dealers"
         ),
-        format!("{f}:17:5: `bad id!` must be letters, digits, `_` or `-`"),
-        format!("{f}:18:13: `name` must not be empty"),
+        format!("{f}:18:5: `bad id!` must be letters, digits, `_` or `-`"),
+        format!("{f}:19:13: `name` must not be empty"),
         format!(
-            "{f}:25:7: unknown field `tagline`, expected one of `name`, `description`, `url`, `version`, `documentation_url`, `icon_url`, `provider`"
+            "{f}:26:7: unknown field `tagline`, expected one of `name`, `description`, `url`, `version`, `documentation_url`, `icon_url`, `provider`"
         ),
         format!(
-            "{f}:30:5: `/dealers/x/` must look like /dealers/my-dealer (leading `/`, no trailing `/`)"
+            "{f}:31:5: `/dealers/x/` must look like /dealers/my-dealer (leading `/`, no trailing `/`)"
         ),
-        "12 problem(s) found".to_owned(),
+        "13 problem(s) found".to_owned(),
     ];
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines, expected, "\n{stderr}");

@@ -1086,6 +1086,75 @@ async fn feed_never_loaded_is_a_retryable_internal_error() {
     }
 }
 
+/// The scheduling policy (`/proc/<pid>/task/<tid>/stat`, field 41) of each thread of process
+/// `pid` named `name`: 0 normal, 5 idle.
+#[cfg(target_os = "linux")]
+fn thread_policies(pid: u32, name: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process's threads");
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // After the name in parentheses, fields start at the third (state); policy is the 41st.
+        let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        if let Some(policy) = after_name.split_whitespace().nth(41 - 3) {
+            out.push(policy.parse().expect("a policy number"));
+        }
+    }
+    out
+}
+
+/// Refreshes build at the idle CPU priority (`SCHED_IDLE`), so that buyers' searches never wait
+/// for one; `limits.feed_refresh_priority: normal` keeps them at the normal one. The real
+/// binary, its feed refreshing every 200 ms; the policy read from the kernel.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread")]
+async fn feed_refreshes_run_at_the_configured_cpu_priority() {
+    const SCHED_OTHER: u32 = 0;
+    const SCHED_IDLE: u32 = 5;
+    let sims = Simulators::start().await.expect("simulators");
+    let folder = fixture_copy("200ms", "1h");
+    for (limits, want) in [
+        ("", SCHED_IDLE),
+        ("limits: { feed_refresh_priority: normal }\n", SCHED_OTHER),
+    ] {
+        let (dir, config) = config_dir(folder.path());
+        let yaml = std::fs::read_to_string(&config).expect("read config");
+        std::fs::write(&config, format!("{yaml}{limits}")).expect("write config");
+        let log = dir.path().join("gateway.log");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+            .args(["--log-format", "json", "serve", "--config"])
+            .arg(&config)
+            .env("FEED_URL", sims.feed.base_url())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("the binary starts");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let policies = loop {
+            let refreshed = std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .matches("\"feed refreshed\"")
+                .count();
+            // Past the first refresh (the thread is lowered when it starts one).
+            if refreshed >= 2 {
+                break thread_policies(child.id(), "feed-build");
+            }
+            assert!(
+                std::time::Instant::now() < deadline && child.try_wait().expect("wait").is_none(),
+                "{limits:?}: no refreshes; log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        common::process::terminate(&mut child, Duration::from_secs(10)).await;
+        assert_eq!(policies, [want], "{limits:?}: the feed's thread");
+    }
+}
+
 // =============================================================================================
 // The command line on a configuration using the folder
 

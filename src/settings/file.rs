@@ -121,6 +121,9 @@ pub struct FileLimits {
     pub max_concurrency: u64,
     /// How long a graceful shutdown waits for in-flight requests (e.g. `20s`).
     pub shutdown_grace: String,
+    /// CPU priority of feed refreshes: `idle` (they take only CPU that serving leaves, so
+    /// buyers never wait for them) or `normal` (they share the CPU with serving).
+    pub feed_refresh_priority: String,
 }
 
 impl Default for FileLimits {
@@ -131,6 +134,7 @@ impl Default for FileLimits {
             body_read_timeout: "5s".to_owned(),
             max_concurrency: 1024,
             shutdown_grace: "20s".to_owned(),
+            feed_refresh_priority: "idle".to_owned(),
         }
     }
 }

@@ -3,7 +3,9 @@
 use super::file::{DRAFT_EXTENSION_URI, FileAap, FileConnections, FileLimits, FileTelemetry};
 use super::load::Loader;
 use super::paths::{is_absolute_url, is_clean_path};
-use super::types::{AapSettings, ConnectionSettings, Limits, LogFormat, TelemetrySettings};
+use super::types::{
+    AapSettings, ConnectionSettings, Limits, LogFormat, RefreshPriority, TelemetrySettings,
+};
 
 impl Loader {
     pub(super) fn aap(&mut self, file: FileAap) -> Option<AapSettings> {
@@ -94,6 +96,17 @@ impl Loader {
             );
         }
         let shutdown_grace = self.duration("/limits/shutdown_grace", &file.shutdown_grace);
+        let feed_refresh_priority = match file.feed_refresh_priority.as_str() {
+            "idle" => Some(RefreshPriority::Idle),
+            "normal" => Some(RefreshPriority::Normal),
+            other => {
+                self.problem(
+                    "/limits/feed_refresh_priority",
+                    format!("`{other}` is not one of idle, normal"),
+                );
+                None
+            }
+        };
         const MAX_BODY: u64 = 16 * 1024 * 1024;
         let max_body_bytes = if (1024..=MAX_BODY).contains(&file.max_body_bytes) {
             usize::try_from(file.max_body_bytes).ok()
@@ -116,6 +129,7 @@ impl Loader {
             request_timeout: request_timeout?,
             max_concurrency: max_concurrency?,
             shutdown_grace: shutdown_grace?,
+            feed_refresh_priority: feed_refresh_priority?,
         })
     }
 

@@ -29,7 +29,7 @@ pub use paths::{base_dir, check_interface_url, is_loopback_host, resolve};
 pub use types::{
     AapSettings, ApiKey, AuthSettings, CardSettings, ClientIpHeader, ConnectionSettings,
     DealerSettings, IdempotencySettings, LimitBackend, Limits, LogFormat, OnAmbiguous,
-    OnBackendError, Provider, Quota, RateLimitSettings, Settings, TelemetrySettings,
-    redact_userinfo,
+    OnBackendError, Provider, Quota, RateLimitSettings, RefreshPriority, Settings,
+    TelemetrySettings, redact_userinfo,
 };
 pub use yaml::{Origin, Problem, SourceMap};

@@ -256,6 +256,17 @@ pub struct Limits {
     pub body_read_timeout: Duration,
     pub max_concurrency: usize,
     pub shutdown_grace: Duration,
+    pub feed_refresh_priority: RefreshPriority,
+}
+
+/// `limits.feed_refresh_priority`: the CPU priority a feed's refreshes build at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefreshPriority {
+    /// The operating system's idle class (Linux `SCHED_IDLE`): a refresh runs only on CPU
+    /// that no request wants, and gives it up the moment a request wakes.
+    Idle,
+    /// As the gateway's other threads.
+    Normal,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -34,6 +34,7 @@ use super::search::{Inventory, Prepared};
 use super::template::Scope;
 use crate::error::{AapCode, AapError};
 use crate::protocol::{Data, Skill};
+use crate::settings::RefreshPriority;
 use crate::telemetry::Escaped;
 use crate::upstream::Upstream;
 
@@ -68,6 +69,9 @@ pub struct Feed {
     thread: Arc<FeedThread>,
     /// The task handing the copy the last refresh replaced to `thread`, once no search reads it.
     retiring: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Refreshes build at the idle CPU priority (`limits.feed_refresh_priority`; set by the
+    /// server when it starts the feed's refresher).
+    idle_refreshes: AtomicBool,
 }
 
 /// One fetched feed, ready to search.
@@ -131,7 +135,14 @@ impl Feed {
             attempted: AtomicBool::new(false),
             thread: Arc::new(FeedThread::default()),
             retiring: std::sync::Mutex::new(None),
+            idle_refreshes: AtomicBool::new(false),
         }
+    }
+
+    /// The CPU priority this feed's refreshes build at from now on.
+    pub fn set_refresh_priority(&self, priority: RefreshPriority) {
+        let idle = priority == RefreshPriority::Idle;
+        self.idle_refreshes.store(idle, Ordering::Relaxed);
     }
 
     fn current(&self) -> Option<Arc<Snapshot>> {
@@ -298,10 +309,14 @@ impl Feed {
             .render(Scope::context(&values), None)
             .map_err(|e| AapError::Internal(format!("{}: {e}", self.file)))?;
         let previous = self.current();
+        // A refresh gives way to the searches of the copy it replaces; a first load is what
+        // readiness (or a buyer) waits for.
+        let idle = previous.is_some() && self.idle_refreshes.load(Ordering::Relaxed);
         let mut snapshot = match transport {
             // A CSV feed is read as it arrives: the document is never held whole.
             Transport::Live(upstream) if self.csv_rows && upstream.soap().is_none() => {
-                self.fetch_streaming(upstream, rendered, previous).await?
+                self.fetch_streaming(upstream, rendered, previous, idle)
+                    .await?
             }
             transport => {
                 let response = send(transport, &self.upstream, rendered, true).await?;
@@ -309,6 +324,9 @@ impl Feed {
                 let feed = Arc::clone(self);
                 self.thread
                     .run(move || {
+                        if idle {
+                            thread::lower_to_idle();
+                        }
                         let declared = Declared::reply(feed.charset, &response.headers);
                         feed.build_after(&response.body, declared, previous.as_deref())
                     })
@@ -333,6 +351,7 @@ impl Feed {
         upstream: &Upstream,
         rendered: super::request::Rendered,
         previous: Option<Arc<Snapshot>>,
+        idle: bool,
     ) -> Result<Snapshot, AapError> {
         let request = crate::upstream::UpstreamRequest {
             method: rendered.method,
@@ -350,6 +369,9 @@ impl Feed {
         let feed = Arc::clone(self);
         let headers = response.headers;
         let build = self.thread.run(move || {
+            if idle {
+                thread::lower_to_idle();
+            }
             let declared = Declared::reply(feed.charset, &headers);
             let bad = |cause: String| feed.bad_document(cause);
             let rows = decode::csv_stream(ChunkReader::new(reader), declared).map_err(bad)?;
