@@ -32,9 +32,10 @@ pub(super) async fn retire(mut old: Arc<Snapshot>, thread: Arc<FeedThread>) {
 /// runs only on CPU no other thread wants and yields it the moment one wakes (Linux
 /// `SCHED_IDLE`). Why: a refresh is close to a second of one core's work; at the same priority
 /// as the async workers, a search's worker woken next to it waited out the refresh's time
-/// slice, and the p99 of searches during refreshes rose to 1.2–2.4× what it was without them
-/// (1.0–1.1× at idle; `bench/README.md`). One way only: an unprivileged process cannot raise a
-/// thread's priority back, which is why only refreshes get here, never a first load.
+/// slice. The p99 of searches during back-to-back refreshes was 1.14–1.78× (median 1.42×) the
+/// p99 without them over seven runs at normal priority, 0.93–1.65× (median 1.12×) at idle
+/// (`bench/README.md`). One way only: an unprivileged process cannot raise a thread's priority
+/// back, which is why only refreshes get here, never a first load.
 pub(super) fn lower_to_idle() {
     thread_local! {
         static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
