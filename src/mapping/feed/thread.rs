@@ -47,17 +47,24 @@ pub(super) fn lower_to_idle() {
     {
         use thread_priority::unix::{
             NormalThreadSchedulePolicy, ThreadSchedulePolicy, set_thread_priority_and_policy,
-            thread_native_id,
+            thread_native_id, thread_schedule_policy,
         };
         let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
-        match set_thread_priority_and_policy(
+        let set = set_thread_priority_and_policy(
             thread_native_id(),
             thread_priority::ThreadPriority::Min,
             idle,
-        ) {
-            Ok(()) => tracing::debug!("feed refreshes run at idle priority"),
-            Err(e) => {
-                tracing::warn!(error = ?e, "feed refreshes cannot run at idle priority; they run at normal priority")
+        );
+        // The library also sets the nice value to 0 after the policy, which fails in a process
+        // started at a higher nice value: what counts is the policy.
+        match (set, thread_schedule_policy()) {
+            (_, Ok(now)) if now == idle => tracing::debug!("feed refreshes run at idle priority"),
+            (set, _) => {
+                let error = set.err().map(|e| format!("{e:?}"));
+                tracing::warn!(
+                    ?error,
+                    "feed refreshes cannot run at idle priority; they run at normal priority"
+                )
             }
         }
     }
