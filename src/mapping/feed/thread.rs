@@ -33,7 +33,7 @@ pub(super) async fn retire(mut old: Arc<Snapshot>, thread: Arc<FeedThread>) {
 /// `SCHED_IDLE`). Why: a refresh is close to a second of one core's work; at the same priority
 /// as the async workers, a search's worker woken next to it waited out the refresh's time
 /// slice. The p99 of searches during back-to-back refreshes was 1.14–1.78× (median 1.42×) the
-/// p99 without them over seven runs at normal priority, 0.93–1.65× (median 1.12×) at idle
+/// p99 without them over nine runs at normal priority, 0.93–1.65× (median 1.17×) at idle
 /// (`bench/README.md`). One way only: an unprivileged process cannot raise a thread's priority
 /// back, which is why only refreshes get here, never a first load.
 pub(super) fn lower_to_idle() {
