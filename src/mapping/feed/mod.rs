@@ -323,10 +323,7 @@ impl Feed {
                 self.check_status(response.status)?;
                 let feed = Arc::clone(self);
                 self.thread
-                    .run(move || {
-                        if idle {
-                            thread::lower_to_idle();
-                        }
+                    .run(idle, move || {
                         let declared = Declared::reply(feed.charset, &response.headers);
                         feed.build_after(&response.body, declared, previous.as_deref())
                     })
@@ -368,10 +365,7 @@ impl Feed {
         let (chunks, reader) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
         let feed = Arc::clone(self);
         let headers = response.headers;
-        let build = self.thread.run(move || {
-            if idle {
-                thread::lower_to_idle();
-            }
+        let build = self.thread.run(idle, move || {
             let declared = Declared::reply(feed.charset, &headers);
             let bad = |cause: String| feed.bad_document(cause);
             let rows = decode::csv_stream(ChunkReader::new(reader), declared).map_err(bad)?;

@@ -216,10 +216,10 @@ fn an_unreadable_document_stops_the_mapping_threads_with_its_error() {
 async fn a_panicking_build_is_an_error_and_the_feed_thread_goes_on() {
     let thread = FeedThread::default();
     let failed = thread
-        .run(|| -> u32 { panic!("a defect in a build") })
+        .run(false, || -> u32 { panic!("a defect in a build") })
         .await;
     assert_eq!(failed, Err("the build panicked".to_owned()));
-    let on = thread.run(|| std::thread::current().name().map(str::to_owned));
+    let on = thread.run(false, || std::thread::current().name().map(str::to_owned));
     assert_eq!(on.await, Ok(Some("feed-build".to_owned())));
 }
 
@@ -228,7 +228,7 @@ async fn feed_thread_work_starts_before_its_result_is_awaited() {
     // A streamed build must read while the caller pumps the connection into it.
     let thread = FeedThread::default();
     let (started, seen) = std::sync::mpsc::channel();
-    let pending = thread.run(move || started.send(()).is_ok());
+    let pending = thread.run(false, move || started.send(()).is_ok());
     seen.recv_timeout(Duration::from_secs(10))
         .expect("the work ran before anyone awaited it");
     assert_eq!(pending.await, Ok(true));

@@ -36,7 +36,7 @@ pub(super) async fn retire(mut old: Arc<Snapshot>, thread: Arc<FeedThread>) {
 /// p99 without them over nine runs at normal priority, 0.93–1.65× (median 1.17×) at idle
 /// (`bench/README.md`). One way only: an unprivileged process cannot raise a thread's priority
 /// back, which is why only refreshes get here, never a first load.
-pub(super) fn lower_to_idle() {
+fn lower_to_idle() {
     thread_local! {
         static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
@@ -110,11 +110,13 @@ impl FeedThread {
         Ok(())
     }
 
-    /// `work`'s result, computed on the thread; a panic is an error, and the thread lives on.
-    /// The work starts now, not when the result is awaited (a streamed build must read while
-    /// the connection is pumped).
+    /// `work`'s result, computed on the thread (moved to the idle priority first when
+    /// `at_idle`, see [`lower_to_idle`]); a panic is an error, and the thread lives on. The work
+    /// starts now, not when the result is awaited (a streamed build must read while the
+    /// connection is pumped).
     pub(super) fn run<T, W>(
         &self,
+        at_idle: bool,
         work: W,
     ) -> impl std::future::Future<Output = Result<T, String>> + use<T, W>
     where
@@ -123,6 +125,9 @@ impl FeedThread {
     {
         let (done, result) = tokio::sync::oneshot::channel();
         let sent = self.send(Box::new(move || {
+            if at_idle {
+                lower_to_idle();
+            }
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
             let _ = done.send(outcome);
         }));
