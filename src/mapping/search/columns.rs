@@ -194,18 +194,16 @@ macro_rules! each_width {
 impl Ids {
     /// `ids`, each at most `max`, in the narrowest width that holds `max`.
     pub(super) fn narrowest(ids: Vec<u32>, max: u32) -> Ids {
+        /// `ids` as `T`s (an id over `max`, which none is, as `max`).
+        fn narrowed<T: TryFrom<u32> + Copy>(ids: &[u32], max: T) -> Box<[T]> {
+            ids.iter()
+                .map(|&id| T::try_from(id).unwrap_or(max))
+                .collect()
+        }
         if let Ok(max) = u8::try_from(max) {
-            Ids::U8(
-                ids.iter()
-                    .map(|&id| u8::try_from(id).unwrap_or(max))
-                    .collect(),
-            )
+            Ids::U8(narrowed(&ids, max))
         } else if let Ok(max) = u16::try_from(max) {
-            Ids::U16(
-                ids.iter()
-                    .map(|&id| u16::try_from(id).unwrap_or(max))
-                    .collect(),
-            )
+            Ids::U16(narrowed(&ids, max))
         } else {
             Ids::U32(ids.into_boxed_slice())
         }
@@ -213,11 +211,10 @@ impl Ids {
 
     /// Listing `i`'s id.
     pub(super) fn get(&self, i: usize) -> Option<usize> {
-        match self {
-            Ids::U8(ids) => ids.get(i).map(|&id| id.index()),
-            Ids::U16(ids) => ids.get(i).map(|&id| id.index()),
-            Ids::U32(ids) => ids.get(i).map(|&id| id.index()),
+        fn get<T: Id>(ids: &[T], i: usize) -> Option<usize> {
+            ids.get(i).map(|&id| id.index())
         }
+        each_width!(self, get(i))
     }
 
     /// `matched[i] &= table[id of i]` (an id past `table` is `false`).

@@ -293,7 +293,7 @@ impl TermColumn {
         let mut entries: Vec<(&Group, usize)> = self
             .groups
             .iter()
-            .zip(counts.iter().copied())
+            .zip(counts)
             .filter(|&(_, count)| count > 0)
             .collect();
         entries.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.rank.cmp(&b.0.rank)));
