@@ -15,14 +15,13 @@ use std::time::Duration;
 use tracing::{Level, Metadata};
 use tracing_subscriber::fmt::MakeWriter;
 
+use super::request_line::REQUEST_TARGET;
+
 /// How long a request line may wait to be written.
 pub(super) const INTERVAL: Duration = Duration::from_millis(20);
 
 /// How many bytes of waiting lines are written at once, without waiting for [`INTERVAL`].
 pub(super) const CAPACITY: usize = 64 * 1024;
-
-/// The target of the per-request lines (`telemetry::request`).
-const REQUEST_TARGET: &str = "aap_gateway::request";
 
 /// Lines waiting to be written to `out`.
 pub(super) struct Batch<W> {

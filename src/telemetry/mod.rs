@@ -12,6 +12,7 @@
 mod batch;
 pub mod metrics;
 pub mod request;
+mod request_line;
 pub mod trace;
 
 use std::fmt::Write as _;
@@ -99,9 +100,7 @@ pub fn init(format: LogFormat, settings: Option<&TelemetrySettings>) -> Telemetr
         fmt::layer()
             .with_writer(writer)
             .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .with_span_list(false)
+            .event_format(request_line::Lines(request_line::json_format()))
             .with_filter(filter)
             .boxed()
     } else {
