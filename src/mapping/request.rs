@@ -104,7 +104,8 @@ pub struct RequestSpec {
     pub method: Method,
     /// Shared by the identical requests of one load (`load::LoadCache`).
     pub templates: std::sync::Arc<Templates>,
-    pub query: Vec<String>,
+    /// Each query parameter's name and its template's (`query.<name>`).
+    pub query: Vec<(String, String)>,
     pub headers: Vec<HeaderName>,
     pub body: Option<Context>,
     pub content_type: Option<&'static str>,
@@ -133,8 +134,11 @@ impl RequestSpec {
         // URL parsers collapse `.` and `..` segments (even percent-encoded), which would move
         // the call to another resource: such a value is never sent.
         if path.split('/').any(|seg| {
-            let seg = seg.to_ascii_lowercase().replace("%2e", ".");
-            seg == "." || seg == ".."
+            // Only a segment of dots and `%2e`s can be one; most have neither.
+            seg.contains(['.', '%']) && {
+                let seg = seg.to_ascii_lowercase().replace("%2e", ".");
+                seg == "." || seg == ".."
+            }
         }) {
             return Err(format!("{UNSENDABLE}a path segment would be `.` or `..`"));
         }
@@ -150,10 +154,8 @@ impl RequestSpec {
             ));
         }
         let mut query = String::new();
-        for name in &self.query {
-            let value = self
-                .templates
-                .render(&format!("query.{name}"), Context::Query, values)?;
+        for (name, template) in &self.query {
+            let value = self.templates.render(template, Context::Query, values)?;
             if !value.is_empty() {
                 push_param(&mut query, name, &value);
             }
@@ -251,7 +253,10 @@ mod tests {
         RequestSpec {
             method: Method::GET,
             templates: std::sync::Arc::new(templates),
-            query: query.iter().map(|(name, _)| name.to_string()).collect(),
+            query: query
+                .iter()
+                .map(|(name, _)| (name.to_string(), format!("query.{name}")))
+                .collect(),
             headers: Vec::new(),
             body: None,
             content_type: None,

@@ -30,6 +30,12 @@ pub enum Context {
     Text,
 }
 
+/// How many [`Context`]s there are (`Text` is the last).
+const CONTEXTS: usize = Context::Text as usize + 1;
+
+/// Templates rendered without minijinja, by name.
+type DirectMap = std::collections::HashMap<Box<str>, Direct, foldhash::fast::RandomState>;
+
 impl Context {
     fn suffix(self) -> &'static str {
         match self {
@@ -64,8 +70,9 @@ pub struct TemplateError {
 /// The templates of one mapping file.
 pub struct Templates {
     env: Environment<'static>,
-    /// The templates of a shape rendered without minijinja, by the same key as in `env`.
-    direct: std::collections::HashMap<String, Direct>,
+    /// The templates of a shape rendered without minijinja, by context and name (the key in
+    /// `env` is `name@suffix`): a render looks its template up without making that key.
+    direct: [DirectMap; CONTEXTS],
 }
 
 /// What a render reads: the skill request as JSON, from which the shapes in [`Direct`] render
@@ -346,7 +353,7 @@ impl Templates {
         env.add_filter("lookup", lookup);
         Templates {
             env,
-            direct: std::collections::HashMap::new(),
+            direct: Default::default(),
         }
     }
 
@@ -359,9 +366,10 @@ impl Templates {
                 line: e.line(),
                 message: describe(&e),
             })?;
+        let direct = &mut self.direct[context as usize];
         match Direct::of(source, context) {
-            Some(direct) => self.direct.insert(key, direct),
-            None => self.direct.remove(&key),
+            Some(shape) => direct.insert(name.into(), shape),
+            None => direct.remove(name),
         };
         Ok(())
     }
@@ -373,14 +381,15 @@ impl Templates {
         context: Context,
         values: Scope<'_>,
     ) -> Result<String, String> {
-        let key = format!("{name}@{}", context.suffix());
-        let out = match self
-            .direct
-            .get(&key)
+        let out = match self.direct[context as usize]
+            .get(name)
             .and_then(|direct| direct.render(values))
         {
             Some(out) => out,
-            None => self.render_minijinja(&key, context, values.full())?,
+            None => {
+                let key = format!("{name}@{}", context.suffix());
+                self.render_minijinja(&key, context, values.full())?
+            }
         };
         if context == Context::Header && out.contains(['\r', '\n', '\0']) {
             return Err(format!(
@@ -662,7 +671,7 @@ mod tests {
                 let direct = t.render("t", context, scope);
                 let minijinja = t.render("t", context, Scope::context(&full));
                 prop_assert_eq!(&direct, &minijinja, "{:?} over {}", source, request);
-                let shape = t.direct.get(&format!("t@{}", context.suffix()));
+                let shape = t.direct[context as usize].get("t");
                 // The shapes are recognised where they should be (the test is not vacuous).
                 if context == Context::Query
                     && source.trim_end().starts_with("{{ request.")
@@ -700,7 +709,7 @@ mod tests {
                 let request = json!({"filters": {"condition": condition}, "sort": {"field": field}});
                 let mut t = Templates::new();
                 t.add("t", &source, Context::Query).expect("compiles");
-                prop_assert!(t.direct.contains_key("t@query"), "{} is a direct shape", source);
+                prop_assert!(t.direct[Context::Query as usize].contains_key("t"), "{} is a direct shape", source);
                 let values = json!({"request": request, "tables": {"out": table}});
                 let full = TplValue::from(minijinja::value::Serde(&values));
                 let tables = full.get_attr("tables").expect("tables");

@@ -20,6 +20,32 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
     }
 }
 
+/// Appends `s`, which holds nothing JSON escapes, as a JSON string: no check, one copy.
+///
+/// For a span of an upstream's JSON reply as read: the reader decodes a string with an escape
+/// into a text of its own, and refuses a control character, so what is left in the reply's
+/// strings is written back as it stands.
+pub fn write_plain(out: &mut Vec<u8>, s: &str) {
+    debug_assert!(needs_no_escape(s.as_bytes()), "{s:?} needs an escape");
+    out.reserve(s.len() + 2);
+    out.push(b'"');
+    out.extend_from_slice(s.as_bytes());
+    out.push(b'"');
+}
+
+/// Appends a number as `serde_json` writes it; integers (nearly all of a reply's: prices,
+/// mileages, years) without a serializer around them.
+pub fn write_number(out: &mut Vec<u8>, n: &serde_json::Number) {
+    let mut digits = itoa::Buffer::new();
+    if let Some(u) = n.as_u64() {
+        out.extend_from_slice(digits.format(u).as_bytes());
+    } else if let Some(i) = n.as_i64() {
+        out.extend_from_slice(digits.format(i).as_bytes());
+    } else {
+        write_value(out, n);
+    }
+}
+
 /// Appends any serializable value as `serde_json` writes it.
 pub fn write_value<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     // Writing to a `Vec` cannot fail, and the values written here (JSON values, strings,
@@ -48,6 +74,28 @@ mod tests {
 
     /// Every character below 128 alone, inside text and at either end, and some beyond, is
     /// written as `serde_json` writes it.
+    #[test]
+    fn numbers_are_written_as_serde_json_writes_them() {
+        let numbers: Vec<serde_json::Number> = [
+            serde_json::json!(0),
+            serde_json::json!(24_990),
+            serde_json::json!(-7),
+            serde_json::json!(u64::MAX),
+            serde_json::json!(i64::MIN),
+            serde_json::json!(2.5),
+            serde_json::json!(-0.0),
+            serde_json::json!(1e300),
+        ]
+        .into_iter()
+        .map(|v| v.as_number().cloned().expect("a number"))
+        .collect();
+        for n in &numbers {
+            let mut out = Vec::new();
+            write_number(&mut out, n);
+            assert_eq!(out, serde_json::to_vec(n).unwrap(), "{n}");
+        }
+    }
+
     #[test]
     fn strings_are_written_as_serde_json_writes_them() {
         let mut cases: Vec<String> = (0u8..128)

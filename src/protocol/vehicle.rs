@@ -147,6 +147,15 @@ impl Text {
         }
     }
 
+    /// Appends the text as a JSON string. A span is written as it stands: [`Record::body`] is
+    /// a JSON reply, and its spans are of its strings as read (see `json_text::write_plain`).
+    fn write_json(&self, body: &str, out: &mut Vec<u8>) {
+        match self {
+            Text::Span { .. } => json_text::write_plain(out, self.as_str(body)),
+            Text::Shared(_) | Text::Owned(_) => json_text::write_str(out, self.as_str(body)),
+        }
+    }
+
     fn into_string(self, body: &str) -> String {
         match self {
             Text::Span { .. } => self.as_str(body).to_owned(),
@@ -189,7 +198,8 @@ impl Field {
 pub struct Record {
     shape: Arc<Shape>,
     blank: u64,
-    /// What the values' [`Text::Span`]s are spans of.
+    /// What the values' [`Text::Span`]s are spans of: an upstream's JSON reply, the spans
+    /// within its strings as read, so holding nothing JSON escapes.
     body: ByteString,
     values: Vec<Field>,
 }
@@ -202,7 +212,8 @@ impl std::fmt::Debug for Record {
 
 impl Record {
     /// `values` holds one value per key of `shape` whose bit is not set in `blank`, in order;
-    /// their spans are spans of `body`.
+    /// their spans are spans of `body` with nothing JSON escapes (they are written as they
+    /// stand).
     pub fn new(shape: Arc<Shape>, blank: u64, body: ByteString, values: Vec<Field>) -> Record {
         debug_assert_eq!(
             values.len(),
@@ -399,18 +410,18 @@ impl SearchPage {
 impl Field {
     fn write_json(&self, body: &str, out: &mut Vec<u8>) {
         match self {
-            Field::Text(t) => json_text::write_str(out, t.as_str(body)),
+            Field::Text(t) => t.write_json(body, out),
             Field::List(items) => {
                 out.push(b'[');
                 for (i, item) in items.iter().enumerate() {
                     if i > 0 {
                         out.push(b',');
                     }
-                    json_text::write_str(out, item.as_str(body));
+                    item.write_json(body, out);
                 }
                 out.push(b']');
             }
-            Field::Num(n) => json_text::write_value(out, n),
+            Field::Num(n) => json_text::write_number(out, n),
             Field::Json(v) => json_text::write_value(out, &**v),
         }
     }

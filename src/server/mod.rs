@@ -131,7 +131,10 @@ async fn serve(
                         req.extensions_mut().insert(PeerAddr(peer));
                         req.extensions_mut().insert(Arrival(Instant::now()));
                         async move {
-                            let response = routes::route(&app, req).await;
+                            // Boxed: the layers and hyper move the future they are given,
+                            // and a request's whole state machine is kilobytes; moved, it
+                            // is a pointer.
+                            let response = Box::pin(routes::route(&app, req)).await;
                             drop(in_flight);
                             Ok::<_, Infallible>(response)
                         }

@@ -146,11 +146,12 @@ impl Mapped {
         let supports = &self.supports;
         let filters = request.get("filters").and_then(Value::as_object);
         let filters_ok = filters.is_none_or(|f| f.iter().all(|(k, v)| self.sendable(k, v)));
-        let sort_ok = match request.pointer("/sort/field").and_then(Value::as_str) {
+        let sort = request.get("sort");
+        let sort_key = |key: &str| sort.and_then(|s| s.get(key)).and_then(Value::as_str);
+        let sort_ok = match sort_key("field") {
             None => true,
             Some(field) => supports.sort.get(field).is_some_and(|missing| {
-                let descending =
-                    request.pointer("/sort/order").and_then(Value::as_str) == Some("desc");
+                let descending = sort_key("order") == Some("desc");
                 missing.last_when(descending)
                     || range_filters(field)
                         .iter()

@@ -10,14 +10,16 @@ use crate::protocol::vehicle::{SearchPage, Vehicle};
 /// `skip` and the effective `limit` of a search request: default 20, at most 100 (docs/protocol.md
 /// §Pagination and totals).
 pub fn window(request: &Value) -> (usize, usize) {
-    let number = |p: &str| {
-        request
-            .pointer(p)
+    // `get` twice, not `Value::pointer`, which copies each step of its path to unescape it.
+    let pagination = request.get("pagination");
+    let number = |key: &str| {
+        pagination
+            .and_then(|p| p.get(key))
             .and_then(Value::as_u64)
             .and_then(|n| usize::try_from(n).ok())
     };
-    let skip = number("/pagination/skip").unwrap_or(0);
-    let limit = number("/pagination/limit")
+    let skip = number("skip").unwrap_or(0);
+    let limit = number("limit")
         .unwrap_or(search::DEFAULT_LIMIT)
         .clamp(1, search::MAX_LIMIT);
     (skip, limit)

@@ -68,14 +68,15 @@ impl Loader<'_> {
         );
         let mut query = Vec::new();
         for (name, source) in &file.query {
+            let template = format!("query.{name}");
             ok &= add(
                 self,
-                &format!("query.{name}"),
+                &template,
                 &yaml::push_pointer(&format!("{pointer}/query"), name),
                 source,
                 Context::Query,
             );
-            query.push(name.clone());
+            query.push((name.clone(), template));
         }
         let mut headers = Vec::new();
         for (name, source) in &file.headers {
