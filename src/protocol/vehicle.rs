@@ -281,16 +281,15 @@ pub struct Members<'a> {
 impl<'a> Members<'a> {
     /// The next member's position among the shape's keys, and its value.
     fn next_slot(&mut self) -> Option<(usize, &'a Field)> {
-        while self.at < self.keys.len() {
-            let at = self.at;
-            let left_out = self.blank & 1 == 1;
-            self.at += 1;
-            self.blank >>= 1;
-            if !left_out {
-                return Some((at, self.values.next()?));
-            }
+        // The left-out keys before the next member, skipped at once.
+        let skipped = self.blank.trailing_ones();
+        let at = self.at + skipped as usize;
+        if at >= self.keys.len() {
+            return None;
         }
-        None
+        self.at = at + 1;
+        self.blank = self.blank.checked_shr(skipped + 1).unwrap_or(0);
+        Some((at, self.values.next()?))
     }
 }
 
@@ -583,5 +582,46 @@ mod tests {
         assert_eq!(Vehicle::Record(record).status(), Some("sold"));
         assert!(Shape::new(vec!["a".into(), "a".into()]).is_none());
         assert!(Shape::new((0..65).map(|i| i.to_string()).collect()).is_none());
+    }
+
+    /// Every set of left-out keys, for shapes of a few keys and of the most a shape holds: the
+    /// members are the other keys, in order, each with its value.
+    #[test]
+    fn members_are_the_keys_not_left_out_for_any_blank_set() {
+        let masks = |n: usize| -> Vec<u64> {
+            if n <= 7 {
+                (0..1u64 << n).collect()
+            } else {
+                let ones = u64::MAX >> (64 - n);
+                vec![
+                    0,
+                    ones,
+                    ones - 1,
+                    ones >> 1,
+                    0x5555_5555_5555_5555 & ones,
+                    1 << (n - 1),
+                ]
+            }
+        };
+        for n in [1, 3, 7, 64] {
+            let keys: Vec<String> = (0..n).map(|i| format!("k{i}")).collect();
+            let shape = Arc::new(Shape::new(keys.clone()).expect("shape"));
+            for blank in masks(n) {
+                let kept: Vec<(&str, u64)> = (0..n)
+                    .filter(|i| blank & (1 << i) == 0)
+                    .map(|i| (keys[i].as_str(), i as u64))
+                    .collect();
+                let values = kept.iter().map(|(_, i)| Field::Num((*i).into())).collect();
+                let record = Record::new(Arc::clone(&shape), blank, ByteString::new(), values);
+                let members: Vec<(&str, u64)> = record
+                    .members()
+                    .map(|(k, v)| match v {
+                        Field::Num(i) => (k, i.as_u64().expect("index")),
+                        _ => unreachable!("numbers only"),
+                    })
+                    .collect();
+                assert_eq!(members, kept, "{n} keys, blank {blank:#b}");
+            }
+        }
     }
 }
