@@ -55,7 +55,7 @@ pub fn write_value<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 
 /// Whether `bytes` holds nothing JSON escapes: no `"`, no `\`, no control character below
 /// U+0020 (`serde_json` escapes exactly these).
-fn needs_no_escape(bytes: &[u8]) -> bool {
+pub(crate) fn needs_no_escape(bytes: &[u8]) -> bool {
     // No early exit: without one the loop is vectorised, and a string is short.
     !bytes.iter().fold(false, |seen, &b| {
         seen | (b < 0x20) | (b == b'"') | (b == b'\\')

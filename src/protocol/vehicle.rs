@@ -462,7 +462,7 @@ impl SearchPage {
         for (key, n) in PAGE_KEYS.iter().zip(&self.counts) {
             json_text::write_str(out, key);
             out.push(b':');
-            json_text::write_value(out, n);
+            json_text::write_number(out, n);
             out.push(b',');
         }
         json_text::write_str(out, PAGE_KEYS[3]);

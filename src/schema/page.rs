@@ -358,7 +358,7 @@ mod tests {
         let (mut at, mut n) = (0, 0);
         let mut text = |s: &str| {
             // A span holds nothing JSON escapes, as in a record read from a reply.
-            let plain = !s.contains(|c: char| c < ' ' || c == '"' || c == '\\');
+            let plain = crate::protocol::json_text::needs_no_escape(s.as_bytes());
             let text = match n % 3 {
                 0 if plain => Text::in_body(&body[at..at + s.len()], &body),
                 0 => Text::Owned(s.to_owned()),

@@ -184,40 +184,35 @@ mod tests {
         }
     }
 
-    /// The lines `log` writes, with the JSON format alone and with [`Lines`], timestamps
-    /// blanked (the two runs are at different times).
+    /// The lines `log` writes, with the JSON format alone and with [`Lines`] in front of it,
+    /// timestamps blanked (the two runs are at different times); the second run's lines parsed.
     fn both(log: impl Fn()) -> (Vec<serde_json::Value>, String, String) {
-        let run = |by_hand: bool| {
-            let out = Out::default();
-            let layer = tracing_subscriber::fmt::layer()
+        let text =
+            |out: Out| String::from_utf8(out.0.lock().expect("lock").clone()).expect("UTF-8");
+        let layer = |out: &Out| {
+            tracing_subscriber::fmt::layer()
                 .with_writer(out.clone())
                 .json()
-                .flatten_event(true)
-                .with_current_span(false)
-                .with_span_list(false);
-            let subscriber = if by_hand {
-                tracing_subscriber::registry()
-                    .with(layer.event_format(Lines(json_format())))
-                    .boxed()
-            } else {
-                tracing_subscriber::registry().with(layer).boxed()
-            };
-            tracing::subscriber::with_default(subscriber, &log);
-            let text = String::from_utf8(out.0.lock().expect("lock").clone()).expect("UTF-8");
-            let stamp = regex_free_blank(&text);
-            (text, stamp)
         };
-        let (_, by_serde) = run(false);
-        let (raw, by_hand) = run(true);
+        let (by_serde, by_hand) = (Out::default(), Out::default());
+        let format = layer(&by_serde).event_format(json_format());
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(format), &log);
+        let format = layer(&by_hand).event_format(Lines(json_format()));
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(format), &log);
+        let (by_serde, raw) = (text(by_serde), text(by_hand));
         let parsed = raw
             .lines()
             .map(|l| serde_json::from_str(l).expect("each line is JSON"))
             .collect();
-        (parsed, by_serde, by_hand)
+        (
+            parsed,
+            without_timestamps(&by_serde),
+            without_timestamps(&raw),
+        )
     }
 
     /// The text with each `"timestamp":"…"` value blanked.
-    fn regex_free_blank(text: &str) -> String {
+    fn without_timestamps(text: &str) -> String {
         let mut out = String::new();
         let mut rest = text;
         while let Some(at) = rest.find("\"timestamp\":\"") {
@@ -228,16 +223,6 @@ mod tests {
         }
         out.push_str(rest);
         out
-    }
-
-    trait Boxed {
-        fn boxed(self) -> Box<dyn Subscriber + Send + Sync>;
-    }
-
-    impl<S: Subscriber + Send + Sync> Boxed for S {
-        fn boxed(self) -> Box<dyn Subscriber + Send + Sync> {
-            Box::new(self)
-        }
     }
 
     #[test]
