@@ -10,6 +10,7 @@ pub mod admin;
 pub mod conn;
 pub mod reload;
 pub mod routes;
+mod timer_wake;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -102,6 +103,7 @@ async fn serve(
         ))
     });
     drop(app);
+    let timer_wake = timer_wake::keep_near();
     // Probes are short and not part of the drain: the admin listener lives until the end.
     let admin_task = tokio::spawn(admin::serve(admin, Arc::clone(&state)));
     let graceful = GracefulShutdown::new();
@@ -182,6 +184,7 @@ async fn serve(
         task.abort();
     }
     admin_task.abort();
+    timer_wake.abort();
 }
 
 /// The accepted connection, or `None` after logging a failed accept and backing off (usually
