@@ -318,24 +318,25 @@ pub(super) fn lookup(v: Val, table: Val) -> jaq_core::ValR<Val> {
     jaq_core::ValT::index(table, &key)
 }
 
-/// `lookup` of a string (`table` checked as `lookup` does): the trimmed text looked up; a
-/// small table is searched in place, without making the text a key value.
-pub(super) fn lookup_str(s: &str, table: &Val) -> jaq_core::ValR<Val> {
+/// `lookup` of a string (`table` checked as `lookup` does): the entry the trimmed text finds in
+/// the table (`None`: `null`), borrowed; a small table is searched in place, without making the
+/// text a key value.
+pub(super) fn lookup_str<'t>(
+    s: &str,
+    table: &'t Val,
+) -> Result<Option<&'t Val>, jaq_core::Error<Val>> {
     let Val::Obj(entries) = table else {
-        return lookup(Val::Null, table.clone()); // its error
+        return lookup(Val::Null, table.clone()).map(|_| None); // its error
     };
     let key = trim_str(s);
     if entries.len() > 16 {
-        return Ok(entries
-            .get(&Val::from(key.to_owned()))
-            .cloned()
-            .unwrap_or(Val::Null));
+        return Ok(entries.get(&Val::from(key.to_owned())));
     }
     let found = entries.iter().find(|&(k, _)| match k {
         Val::TStr(text) => **text == key.as_bytes(),
         other => *other == Val::from(key.to_owned()),
     });
-    Ok(found.map_or_else(|| Val::Null, |(_, v)| v.clone()))
+    Ok(found.map(|(_, v)| v))
 }
 
 /// `null`, `""` and `[]`: what `compact` drops.

@@ -623,6 +623,60 @@ fn records_read_off_a_tape_map_as_the_decoded_reply_does() {
     );
 }
 
+/// Fields that read only literals and the global variables (`status: "available"`,
+/// `dealer_id: $dealer.id`) are worked out for a page's first record and copied into the
+/// rest, and `lookup` hands on a table's text without copying it: every record of a page, read
+/// off its tape, still maps as jaq maps it alone: blank ones dropped, errors on every record
+/// that meets them, a table's numbers, objects, blanks and missing keys as they are.
+#[test]
+fn fields_the_same_for_every_record_and_looked_up_texts_map_as_jaq_maps_them() {
+    let reply = r#"{"Items": [
+        {"K": "A", "VIN": "v1"}, {"K": " B ", "VIN": "v2"}, {"K": "C"}, {"K": "D"},
+        {"K": "E", "VIN": ""}, {"K": "Z"}, {"K": null}, {"K": 5}, {"K": "A"}
+    ]}"#;
+    let body = bytes::Bytes::from_static(reply.as_bytes());
+    let doc = Doc::from_json_bytes(&body).expect("parses");
+    let decoded = JqValue::from_json_bytes(&body).expect("parses");
+    let vars = JqVars {
+        dealer: JqValue::from_json(&json!({"id": "d1", "blank": "", "n": 3})),
+        tables: JqValue::from_json(&json!({
+            "t": {"A": "alpha", "B": 1, "C": {"x": [1]}, "D": "", "E": null, "5": "five é"}
+        })),
+        ..JqVars::default()
+    };
+    let jq = |code: &str| Jq::compile(code).unwrap_or_else(|e| panic!("{code}: {e}"));
+    let records = doc
+        .records(jq(".Items").key_path().expect("a path"))
+        .expect("an array of records");
+    let eager = jq(".Items[]").run(&decoded, &vars).expect("records");
+    for code in [
+        "{status: \"available\", d: $dealer.id, blank: $dealer.blank, none: $dealer.missing, \
+          n: $dealer.n, e: \"\", z: null, list: [1], t: $tables.t.A, \
+          l: (.K | lookup($tables.t)), vin: (.VIN | nonempty)} | compact",
+        "{status: \"available\", e: \"\", d: $dealer.id, l: (.K | lookup($tables.t)), \
+          ll: [.K | lookup($tables.t)]}",
+        "{vin: .VIN, up: (.K | lookup($tables.t) | upper)}",
+        "{vin: .VIN, bad: $dealer.id.x}",
+        "{vin: .VIN, bad: (.K | lookup($dealer.id))}",
+        // A path from a global variable that reads the record is not the same for each.
+        "{vin: .VIN, t: $tables.t[.K]}",
+    ] {
+        let native = jq(code);
+        assert!(native.is_native(), "{code}");
+        let interpreted = Jq::compile_interpreted(code).expect("compiles");
+        let mut page = native.record_runner(&vars);
+        for (record, value) in records.iter().zip(&eager) {
+            let want = interpreted.run_one_json(value, &vars).map_err(|e| e.0);
+            assert_eq!(
+                page.run(record).map_err(|e| e.0),
+                want,
+                "{code} on {}",
+                value.to_json()
+            );
+        }
+    }
+}
+
 /// A compacted record keeps one template per set of blank fields (the first few sets met) and
 /// cuts a copy down for the rest: records with every set of blank fields, twice over, in one
 /// compiled program, give what jaq gives each.

@@ -58,11 +58,16 @@ pub(super) fn record_shape(root: &Node) -> Option<Record> {
         .iter()
         .map(|(_, value)| super::text::Straight::of(value, &mut consts))
         .collect();
+    let invariant = entries
+        .iter()
+        .map(|(_, value)| super::text::reads_only_globals(value))
+        .collect();
     Some(Record {
         shape: std::sync::Arc::new(shape),
         compact: !matches!(root.kind, Kind::Obj(_)),
         straight,
         consts,
+        invariant,
     })
 }
 

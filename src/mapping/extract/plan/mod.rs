@@ -75,6 +75,35 @@ struct Record {
     straight: Box<[Option<text::Straight>]>,
     /// How many constant arguments the flattened fields keep in `Env::consts`.
     consts: usize,
+    /// Whether each field's value reads only literals and the global variables
+    /// (`status: "available"`, `dealer_id: $dealer.id`): the same for every record.
+    invariant: Box<[bool]>,
+}
+
+impl Record {
+    /// A field's value as the record holds it; `None` when `compact` drops it (blank). `text`
+    /// makes a text of the input's a span of its reply.
+    fn field<'i>(&self, out: text::Out<'i>, text: impl Fn(Cow<'i, str>) -> Text) -> Option<Field> {
+        Some(match out {
+            // Text is what `is_blank`, `compact` and `val_to_json` make of a string.
+            text::Out::Str(s) if self.compact && s.is_empty() => return None,
+            text::Out::Str(s) => Field::Text(text(s)),
+            text::Out::Shared(s) if self.compact && s.is_empty() => return None,
+            text::Out::Shared(s) => Field::Text(Text::Shared(s)),
+            // An array of texts: `compact` keeps its items and drops it when empty.
+            text::Out::List(items) if self.compact && items.is_empty() => return None,
+            text::Out::List(items) => Field::List(items.into_iter().map(text).collect()),
+            // `compact` compacts a field's value and then drops it when blank; compacting
+            // never makes a value blank, so the check can come first.
+            text::Out::Val(v) if self.compact => {
+                if super::is_blank(&v) {
+                    return None;
+                }
+                field_of(super::compact(v))
+            }
+            text::Out::Val(v) => field_of(v),
+        })
+    }
 }
 
 /// Variable slots: the globals first (in [`GLOBAL_VARS`] order), then one slot per binding
@@ -85,6 +114,9 @@ pub(super) struct Env {
     /// The values of a record's constant helper arguments (`lookup($tables.fuel_in)`), each
     /// worked out for the first record and kept for the rest ([`text::Straight`]).
     consts: Vec<Option<Val>>,
+    /// The fields of `Record::invariant` by position, each made for the first record of a page
+    /// (`Some(None)`: blank).
+    fields: Vec<Option<Option<Field>>>,
 }
 
 impl Plan {
@@ -93,10 +125,14 @@ impl Plan {
         let mut vars = Vec::with_capacity(self.slots);
         vars.extend(globals);
         vars.resize(self.slots.max(GLOBAL_VARS.len()), Val::Null);
-        let consts = self.record.as_ref().map_or(0, |r| r.consts);
+        let (consts, fields) = self.record.as_ref().map_or((0, 0), |r| {
+            let any_invariant = r.invariant.contains(&true);
+            (r.consts, if any_invariant { r.invariant.len() } else { 0 })
+        });
         Env {
             vars,
             consts: vec![None; consts],
+            fields: vec![None; fields],
         }
     }
 
@@ -133,42 +169,40 @@ impl Plan {
         let mut values = Vec::with_capacity(entries.len());
         // Which fields `compact` drops (blank ones), one bit each (`Shape` holds at most 64).
         let mut blank = 0u64;
-        for (i, ((_, value), straight)) in entries.iter().zip(&record.straight).enumerate() {
+        let fields = entries.iter().zip(&record.straight).zip(&record.invariant);
+        for (i, (((_, value), straight), invariant)) in fields.enumerate() {
             let straight = straight.as_ref();
             if let Some(s) = straight.and_then(|s| s.span(input)) {
                 values.push(Field::Text(text(Cow::Borrowed(s))));
                 continue;
             }
-            let out = match straight.and_then(|s| s.eval(input, env)) {
-                Some(out) => Ok(out),
-                None => value.eval_text(input, env),
-            };
-            let value = match out {
-                // Text is what `is_blank`, `compact` and `val_to_json` make of a string.
-                Ok(text::Out::Str(s)) if record.compact && s.is_empty() => {
-                    blank |= 1 << i;
-                    continue;
-                }
-                Ok(text::Out::Str(s)) => Field::Text(text(s)),
-                // An array of texts: `compact` keeps its items and drops it when empty.
-                Ok(text::Out::List(items)) if record.compact && items.is_empty() => {
-                    blank |= 1 << i;
-                    continue;
-                }
-                Ok(text::Out::List(items)) => Field::List(items.into_iter().map(text).collect()),
-                // `compact` compacts a field's value and then drops it when blank; compacting
-                // never makes a value blank, so the check can come first.
-                Ok(text::Out::Val(v)) if record.compact => {
-                    if super::is_blank(&v) {
-                        blank |= 1 << i;
-                        continue;
+            let field = if *invariant {
+                // The same for every record of the page: made for the first, copied after.
+                match &env.fields[i] {
+                    Some(field) => field.clone(),
+                    None => {
+                        let field = match value.eval_text(input, env) {
+                            Ok(out) => record.field(out, text),
+                            Err(e) => return Some(Err(e)),
+                        };
+                        env.fields[i] = Some(field.clone());
+                        field
                     }
-                    field_of(super::compact(v))
                 }
-                Ok(text::Out::Val(v)) => field_of(v),
-                Err(e) => return Some(Err(e)),
+            } else {
+                let out = match straight.and_then(|s| s.eval(input, env)) {
+                    Some(out) => Ok(out),
+                    None => value.eval_text(input, env),
+                };
+                match out {
+                    Ok(out) => record.field(out, text),
+                    Err(e) => return Some(Err(e)),
+                }
             };
-            values.push(value);
+            match field {
+                Some(field) => values.push(field),
+                None => blank |= 1 << i,
+            }
         }
         Some(Ok(vehicle::Record::new(
             Arc::clone(&record.shape),

@@ -8,6 +8,7 @@
 //! functions their value versions call on a string, so the outputs and errors are the same.
 
 use bytes::Bytes;
+use bytestring::ByteString;
 
 use super::eval::is_literal;
 use super::*;
@@ -16,18 +17,31 @@ use crate::mapping::extract::helpers::{
     parse_dollars, split_pieces, title,
 };
 
-/// A value on its way through a pipeline: text (borrowed from the input while unchanged), an
-/// array of texts (a list on the tape, or `split_list`'s pieces), or any value.
+/// A value on its way through a pipeline: text (borrowed from the input while unchanged), a
+/// table's text (shared, as a record's field takes it), an array of texts (a list on the tape,
+/// or `split_list`'s pieces), or any value.
 pub(super) enum Out<'i> {
     Str(Cow<'i, str>),
+    Shared(ByteString),
     List(Vec<Cow<'i, str>>),
     Val(Val),
 }
 
 impl Out<'_> {
+    /// A value as it goes on: a string that is valid UTF-8 shared, not boxed for jaq.
+    fn of_ref(v: &Val) -> Out<'static> {
+        if let Val::TStr(b) = v
+            && let Ok(text) = ByteString::try_from(Bytes::clone(b))
+        {
+            return Out::Shared(text);
+        }
+        Out::Val(v.clone())
+    }
+
     fn into_val(self) -> Val {
         match self {
             Out::Str(s) => Val::from(s.into_owned()),
+            Out::Shared(s) => Val::utf8_str(s.into_bytes()),
             Out::List(items) => items
                 .into_iter()
                 .map(|s| Val::from(s.into_owned()))
@@ -196,14 +210,13 @@ impl Arg {
     }
 }
 
-/// Whether a copy of a constant term ([`copy_of_constant`]: a literal, a variable, or a path of
-/// literal keys from one) reads no binding either: only literals and the global variables, the
-/// same for every record of a page.
-fn reads_only_globals(node: &Node) -> bool {
+/// Whether a term reads only literals and the global variables (a literal, a global variable,
+/// or a path of literal keys from one): its value is the same for every record of a page.
+pub(super) fn reads_only_globals(node: &Node) -> bool {
     match &node.kind {
         Kind::Lit(_) => true,
         Kind::Var(slot) => *slot < GLOBAL_VARS.len(),
-        Kind::Path(f, ..) => reads_only_globals(f), // its keys are literals
+        Kind::Path(f, parts, _) => parts.iter().all(is_literal) && reads_only_globals(f),
         _ => false,
     }
 }
@@ -332,7 +345,7 @@ impl Fun {
             Fun::Num => Out::Val(num_str(&s)),
             Fun::LegacyDate => text_or_null(legacy_date_str(&s)),
             Fun::LegacyDatetime => text_or_null(legacy_datetime_str(Some(&s), given)?),
-            Fun::Lookup => Out::Val(lookup_str(&s, given)?),
+            Fun::Lookup => lookup_str(&s, given)?.map_or(Out::Val(Val::Null), Out::of_ref),
             // The pieces as `split_list` cuts and cleans them; any other separator gets its
             // error there.
             Fun::SplitList => match as_str(given).filter(|sep| !sep.is_empty()) {
