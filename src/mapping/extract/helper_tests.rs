@@ -540,6 +540,30 @@ proptest::proptest! {
 }
 
 proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+    /// Prices, mileages and years written plainly are read in one pass to what the full parse
+    /// reads from them; every other text is left to that parse.
+    #[test]
+    fn plain_amounts_read_as_the_full_parse_reads_them(
+        s in proptest::prop_oneof![
+            "[$]?[0-9]{1,3}(,[0-9]{3}){0,7}",
+            "[$]?[0-9]{1,21}",
+            "[$]?,?[0-9]{0,5}(,[0-9]{2,4}){0,3},?",
+            "[-+$ ,.0-9]{0,12}",
+            "(USD|usd)?[ $]{0,2}[-+]?[0-9,]{0,8}([.][0-9]{0,3})?[ ]?(USD|mi|miles)?",
+        ],
+    ) {
+        proptest::prop_assert_eq!(parse_dollars(&s), parse_dollars_in_full(&s), "{:?}", s);
+        proptest::prop_assert_eq!(miles_str(&s), miles_str_in_full(&s), "{:?}", s);
+        let int_in_full = Decimal::parse(&s).map_or(Val::Null, |d| d.truncated());
+        proptest::prop_assert_eq!(int_str(&s), int_in_full, "{:?}", s);
+        if let Some(n) = plain_integer(s.as_bytes()) {
+            proptest::prop_assert_eq!(Some(n), int_oracle(&s), "{:?}", s);
+        }
+    }
+}
+
+proptest::proptest! {
     /// A date written by hand is what its `Display` writes, for every year a legacy text spells.
     #[test]
     fn write_date_is_dates_display(year in 0i16..=9999, month in 1i8..=12, day in 1i8..=31) {

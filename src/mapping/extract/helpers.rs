@@ -45,6 +45,41 @@ pub(super) fn float_to_int(f: f64, round: fn(f64) -> f64) -> Val {
     }
 }
 
+/// The value of a text that is only digits, or groups of three digits after a first group of
+/// one to three, separated by `,` (`18990`, `18,990`): how nearly every price, mileage and year
+/// a legacy system sends is written, read in one pass. `None` for any other text (and past 18
+/// digits), which the full parse reads ([`Decimal::parse`]); where this gives a value, that
+/// parse gives the same.
+#[inline]
+pub(super) fn plain_integer(s: &[u8]) -> Option<i64> {
+    let (mut value, mut digits) = (0i64, 0u32);
+    // Digits since the last `,`; `None` before the first.
+    let mut group: Option<u32> = None;
+    for &b in s {
+        match b {
+            b'0'..=b'9' => {
+                digits += 1;
+                if digits > 18 {
+                    return None;
+                }
+                value = value * 10 + i64::from(b - b'0');
+                if let Some(n) = &mut group {
+                    *n += 1;
+                }
+            }
+            b',' => match group {
+                None if (1..=3).contains(&digits) => group = Some(0),
+                Some(3) => group = Some(0),
+                _ => return None,
+            },
+            _ => return None,
+        }
+    }
+    matches!(group, None | Some(3))
+        .then_some(value)
+        .filter(|_| digits > 0)
+}
+
 /// A number written as text: sign, integer digits and fraction digits.
 pub(super) struct Decimal<'s> {
     negative: bool,
@@ -56,7 +91,7 @@ pub(super) struct Decimal<'s> {
 
 impl Decimal<'_> {
     /// `[+-]digits[.digits]`, with optional `,` separating groups of three integer digits.
-    fn parse(s: &str) -> Option<Decimal<'_>> {
+    pub(super) fn parse(s: &str) -> Option<Decimal<'_>> {
         let s = trim_str(s);
         let (negative, s) = match s.strip_prefix('-') {
             Some(rest) => (true, rest),
@@ -119,7 +154,7 @@ impl Decimal<'_> {
         }
     }
 
-    fn truncated(&self) -> Val {
+    pub(super) fn truncated(&self) -> Val {
         self.magnitude()
             .map_or_else(|| Val::Null, |m| self.signed(m))
     }
@@ -170,6 +205,14 @@ pub(super) fn dollars(v: &Val) -> Val {
 }
 
 pub(super) fn parse_dollars(s: &str) -> Option<Val> {
+    if let Some(n) = plain_integer(s.strip_prefix('$').unwrap_or(s).as_bytes()) {
+        return Some(int_val(n));
+    }
+    parse_dollars_in_full(s)
+}
+
+/// [`parse_dollars`] of any text.
+pub(super) fn parse_dollars_in_full(s: &str) -> Option<Val> {
     let mut s = trim_str(s);
     s = trim_str(strip_prefix_ci(s, "USD").unwrap_or(s));
     s = trim_str(strip_suffix_ci(s, "USD").unwrap_or(s));
@@ -205,6 +248,14 @@ pub(super) fn miles(v: &Val) -> Val {
 
 /// `miles` of a string.
 pub(super) fn miles_str(s: &str) -> Val {
+    if let Some(n) = plain_integer(s.as_bytes()) {
+        return int_val(n);
+    }
+    miles_str_in_full(s)
+}
+
+/// [`miles_str`] of any text.
+pub(super) fn miles_str_in_full(s: &str) -> Val {
     let s = trim_str(s);
     let s = ["miles", "mile", "mi.", "mi"]
         .iter()
@@ -232,6 +283,9 @@ pub(super) fn int(v: &Val) -> Val {
 
 /// `int` of a string.
 pub(super) fn int_str(s: &str) -> Val {
+    if let Some(n) = plain_integer(s.as_bytes()) {
+        return int_val(n);
+    }
     Decimal::parse(s).map_or_else(|| Val::Null, |d| d.truncated())
 }
 
