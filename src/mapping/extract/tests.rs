@@ -534,6 +534,22 @@ fn timing() {
     );
 }
 
+/// The `.Items` of a reply both ways: as records read off its tape, and as values of the reply
+/// decoded whole; as many of each.
+fn items_both_ways<'d>(
+    doc: &'d Doc,
+    decoded: &JqValue,
+    vars: &JqVars,
+) -> (Vec<Record<'d>>, Vec<JqValue>) {
+    let jq = |code: &str| Jq::compile(code).unwrap_or_else(|e| panic!("{code}: {e}"));
+    let records = doc
+        .records(jq(".Items").key_path().expect("a path"))
+        .expect("an array of records");
+    let eager = jq(".Items[]").run(decoded, vars).expect("records");
+    assert_eq!(records.len(), eager.len());
+    (records, eager)
+}
+
 /// A reply `{"Items": [records…], "Total": …}` read lazily: every record, through every
 /// program, gives on the tape what it gives decoded into values (value or error), and `items`
 /// and `total` give what running them on the whole reply gives.
@@ -555,11 +571,7 @@ fn records_read_off_a_tape_map_as_the_decoded_reply_does() {
         ..JqVars::default()
     };
     let jq = |code: &str| Jq::compile(code).unwrap_or_else(|e| panic!("{code}: {e}"));
-    let records = doc
-        .records(jq(".Items").key_path().expect("a path"))
-        .expect("an array of records");
-    let eager = jq(".Items[]").run(&decoded, &vars).expect("records");
-    assert_eq!(records.len(), eager.len());
+    let (records, eager) = items_both_ways(&doc, &decoded, &vars);
     for program in [
         "{vin: (.VIN | nonempty), price: (.Price | dollars), color: .Opt.Color} | compact",
         "{vin: .VIN, first: .Opt[0], n: .N, photos: [.Photos[]?], key: .key, two: [.N]}",
@@ -644,11 +656,7 @@ fn fields_the_same_for_every_record_and_looked_up_texts_map_as_jaq_maps_them() {
         })),
         ..JqVars::default()
     };
-    let jq = |code: &str| Jq::compile(code).unwrap_or_else(|e| panic!("{code}: {e}"));
-    let records = doc
-        .records(jq(".Items").key_path().expect("a path"))
-        .expect("an array of records");
-    let eager = jq(".Items[]").run(&decoded, &vars).expect("records");
+    let (records, eager) = items_both_ways(&doc, &decoded, &vars);
     for code in [
         "{status: \"available\", d: $dealer.id, blank: $dealer.blank, none: $dealer.missing, \
           n: $dealer.n, e: \"\", z: null, list: [1], t: $tables.t.A, \
@@ -661,7 +669,7 @@ fn fields_the_same_for_every_record_and_looked_up_texts_map_as_jaq_maps_them() {
         // A path from a global variable that reads the record is not the same for each.
         "{vin: .VIN, t: $tables.t[.K]}",
     ] {
-        let native = jq(code);
+        let native = Jq::compile(code).unwrap_or_else(|e| panic!("{code}: {e}"));
         assert!(native.is_native(), "{code}");
         let interpreted = Jq::compile_interpreted(code).expect("compiles");
         let mut page = native.record_runner(&vars);
