@@ -91,7 +91,7 @@ pub(super) struct Decimal<'s> {
 
 impl Decimal<'_> {
     /// `[+-]digits[.digits]`, with optional `,` separating groups of three integer digits.
-    pub(super) fn parse(s: &str) -> Option<Decimal<'_>> {
+    fn parse(s: &str) -> Option<Decimal<'_>> {
         let s = trim_str(s);
         let (negative, s) = match s.strip_prefix('-') {
             Some(rest) => (true, rest),
@@ -154,7 +154,7 @@ impl Decimal<'_> {
         }
     }
 
-    pub(super) fn truncated(&self) -> Val {
+    fn truncated(&self) -> Val {
         self.magnitude()
             .map_or_else(|| Val::Null, |m| self.signed(m))
     }
@@ -286,6 +286,11 @@ pub(super) fn int_str(s: &str) -> Val {
     if let Some(n) = plain_integer(s.as_bytes()) {
         return int_val(n);
     }
+    int_str_in_full(s)
+}
+
+/// [`int_str`] of any text.
+pub(super) fn int_str_in_full(s: &str) -> Val {
     Decimal::parse(s).map_or_else(|| Val::Null, |d| d.truncated())
 }
 

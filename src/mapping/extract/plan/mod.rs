@@ -82,7 +82,7 @@ struct Record {
 
 impl Record {
     /// A field's value as the record holds it; `None` when `compact` drops it (blank). `text`
-    /// makes a text of the input's a span of its reply.
+    /// makes a text borrowed from the input a span of the input's reply.
     fn field<'i>(&self, out: text::Out<'i>, text: impl Fn(Cow<'i, str>) -> Text) -> Option<Field> {
         Some(match out {
             // Text is what `is_blank`, `compact` and `val_to_json` make of a string.
