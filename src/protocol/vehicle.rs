@@ -67,6 +67,11 @@ impl Shape {
         self.keys.len()
     }
 
+    /// The keys, in order.
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.keys.iter().map(|k| &**k)
+    }
+
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
@@ -227,6 +232,16 @@ impl Record {
         }
     }
 
+    /// The keys its values are values of (those not left out).
+    pub fn shape(&self) -> &Arc<Shape> {
+        &self.shape
+    }
+
+    /// The keys it leaves out, one bit each by position.
+    pub fn blank(&self) -> u64 {
+        self.blank
+    }
+
     /// What the values' spans are spans of.
     pub fn body(&self) -> &str {
         &self.body
@@ -280,7 +295,7 @@ pub struct Members<'a> {
 
 impl<'a> Members<'a> {
     /// The next member's position among the shape's keys, and its value.
-    fn next_slot(&mut self) -> Option<(usize, &'a Field)> {
+    pub fn next_slot(&mut self) -> Option<(usize, &'a Field)> {
         // The left-out keys before the next member, skipped at once.
         let skipped = self.blank.trailing_ones();
         let at = self.at + skipped as usize;

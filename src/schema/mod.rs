@@ -5,12 +5,15 @@
 //! missing property's pointer, `additionalProperties` at the extra key's pointer.
 
 use jsonschema::error::{TypeKind, ValidationErrorKind};
+use std::collections::HashMap;
+
 use jsonschema::{Registry, ValidationError, Validator};
 use serde_json::Value;
 
 use crate::error::{AapCode, Violation};
 use crate::protocol::{Payload, Skill};
 
+mod listing;
 mod page;
 
 /// Base URI the schema files are registered under (their `$id`s); never fetched.
@@ -110,7 +113,7 @@ pub struct Schemas {
     requests: [Validator; 5],
     responses: [Validator; 5],
     /// The search response again, for pages held as built (`protocol::vehicle`).
-    search_pages: Validator<page::Page>,
+    search_pages: listing::SearchPages,
     dealer_information: Validator,
 }
 
@@ -123,16 +126,16 @@ impl std::fmt::Debug for Schemas {
 impl Schemas {
     /// Parses and compiles every schema. Done once per `App`.
     pub fn load() -> Result<Schemas, SchemaError> {
-        let mut resources = Vec::with_capacity(FILES.len());
+        let mut resources = HashMap::with_capacity(FILES.len());
         for (file, text) in FILES {
             let value: Value = serde_json::from_str(text).map_err(|e| SchemaError {
                 file: (*file).to_owned(),
                 message: e.to_string(),
             })?;
-            resources.push((format!("{BASE}{file}"), value));
+            resources.insert(format!("{BASE}{file}"), value);
         }
         let registry = Registry::new()
-            .extend(resources)
+            .extend(resources.clone())
             .and_then(|b| b.prepare())
             .map_err(|e| SchemaError {
                 file: "(registry)".to_owned(),
@@ -151,16 +154,14 @@ impl Schemas {
         };
         let search_pages = {
             let file = Skill::InventorySearch.response_schema_file();
-            let reference = serde_json::json!({ "$ref": format!("{BASE}{file}") });
-            jsonschema::options_for::<page::Page>()
-                .with_draft(jsonschema::Draft::Draft202012)
-                .should_validate_formats(true)
-                .with_registry(&registry)
-                .build(&reference)
-                .map_err(|e| SchemaError {
-                    file,
-                    message: e.to_string(),
-                })?
+            let uri = format!("{BASE}{file}");
+            listing::SearchPages::new(
+                &uri,
+                &resources[&uri],
+                &resources,
+                &listing::compiler(&registry),
+            )
+            .map_err(|message| SchemaError { file, message })?
         };
         let per_skill = |file_of: fn(Skill) -> String| -> Result<[Validator; 5], SchemaError> {
             let [a, b, c, d, e] = Skill::ALL.map(|s| compile(&file_of(s)));
@@ -185,9 +186,7 @@ impl Schemas {
         match response {
             Payload::Json(value) => violations(validator, value),
             // Checked as held; the failures of one that fails are read off its JSON value.
-            Payload::Search(page) if self.search_pages.is_valid(page::Node::Reply(page)) => {
-                Vec::new()
-            }
+            Payload::Search(page) if self.search_pages.is_valid(page) => Vec::new(),
             Payload::Search(_) => violations(validator, &response.to_value()),
         }
     }

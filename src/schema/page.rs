@@ -55,7 +55,7 @@ pub(super) enum Node<'a> {
 }
 
 impl<'a> Node<'a> {
-    fn of_field(field: &'a Field, body: &'a str) -> Node<'a> {
+    pub(super) fn of_field(field: &'a Field, body: &'a str) -> Node<'a> {
         match field {
             Field::Text(t) => Node::Str(t.as_str(body)),
             Field::List(items) => Node::List(items, body),
@@ -334,19 +334,34 @@ mod tests {
     use crate::schema::{Schemas, index};
     use jsonschema::json::Node as _;
 
-    /// The verdict of the page validator on `page`, and of the JSON validator on its JSON.
+    /// The verdict of the page validator on `page`, and of the JSON validator on its JSON. The
+    /// page validator's is the same with its records' fields checked by key and with the listing
+    /// schema whole (or the test fails here).
     fn verdicts(schemas: &Schemas, page: &SearchPage) -> (bool, bool) {
         let json = Node::Reply(page).to_value();
         let as_json = schemas.responses[index(Skill::InventorySearch)].is_valid(&json);
-        (schemas.search_pages.is_valid(Node::Reply(page)), as_json)
+        let pages = &schemas.search_pages;
+        let by_key = pages
+            .by_key()
+            .expect("the listing schema taken apart by key");
+        let held = pages.is_valid_with(page, Some(by_key));
+        assert_eq!(held, pages.is_valid_with(page, None), "by key and whole");
+        (held, as_json)
     }
 
     /// A vehicle as a built record: strings and lists of strings as texts (in turn spans of
     /// the record's body, shared strings and owned ones), numbers as numbers, the rest JSON.
     fn record(vehicle: &Map<String, Value>) -> Option<Vehicle> {
         let shape = Arc::new(Shape::new(vehicle.keys().cloned().collect())?);
+        let values: Vec<&Value> = vehicle.values().collect();
+        Some(record_of(&shape, 0, &values))
+    }
+
+    /// A record of `shape` without the keys in `blank`, holding `values` (one per other key),
+    /// as [`record`] makes them.
+    fn record_of(shape: &Arc<Shape>, blank: u64, vehicle: &[&Value]) -> Vehicle {
         let mut strings = Vec::new();
-        for value in vehicle.values() {
+        for &value in vehicle {
             match value {
                 Value::String(s) => strings.push(s.as_str()),
                 Value::Array(items) => strings.extend(items.iter().filter_map(Value::as_str)),
@@ -370,7 +385,7 @@ mod tests {
             text
         };
         let mut values = Vec::new();
-        for value in vehicle.values() {
+        for &value in vehicle {
             values.push(match value {
                 Value::String(s) => Field::Text(text(s)),
                 Value::Array(items) => {
@@ -389,7 +404,7 @@ mod tests {
                 other => Field::Json(Box::new(other.clone())),
             });
         }
-        Some(Vehicle::Record(Record::new(shape, 0, body.clone(), values)))
+        Vehicle::Record(Record::new(shape.clone(), blank, body.clone(), values))
     }
 
     /// A page the gateway could build with the data of a search response, without what a built
@@ -491,6 +506,11 @@ mod tests {
             (true, "vehicle_type", json!("car")),
             (false, "vehicle_type", json!("boat")),
             (true, "x_dealer_code", json!({"any": ["thing"]})),
+            (true, "make", json!("Toyota")),
+            (true, "make", json!("")),
+            (false, "make", json!(5)),
+            (false, "make", json!(["Toyota"])),
+            (false, "make", json!(null)),
         ]
     }
 
@@ -515,6 +535,67 @@ mod tests {
                 (vehicle, as_json)
             },
         )
+    }
+
+    /// Pages as one program builds them: every record of one shape (the keys of `values`, a
+    /// few of them, in any order), each leaving out some keys (`status` too), now and then
+    /// holding a value the schema refuses.
+    fn one_shape_page() -> impl Strategy<Value = SearchPage> {
+        let mut names: Vec<&'static str> = values().iter().map(|v| v.1).collect();
+        names.dedup();
+        proptest::sample::subsequence(names, 1..8)
+            .prop_shuffle()
+            .prop_flat_map(|keys| {
+                let n = keys.len();
+                // Per key: left out (0..4), a refused value (4), else a valid one; which one.
+                let field = (0u8..40, any::<prop::sample::Index>());
+                (
+                    Just(keys),
+                    proptest::collection::vec(proptest::collection::vec(field, n), 0..4),
+                )
+            })
+            .prop_map(|(keys, records)| {
+                let shape = Arc::new(
+                    Shape::new(keys.iter().map(|k| (*k).to_owned()).collect()).expect("distinct"),
+                );
+                let all = values();
+                let vehicles = records.iter().map(|fields| {
+                    let mut blank = 0;
+                    let mut held = Vec::new();
+                    for (at, (key, (roll, which))) in keys.iter().zip(fields).enumerate() {
+                        if *roll < 4 {
+                            blank |= 1 << at;
+                            continue;
+                        }
+                        let valid = *roll > 4;
+                        let mut of_key = all
+                            .iter()
+                            .filter(|v| v.1 == *key && v.0 == valid)
+                            .peekable();
+                        let mut of_key: Vec<&Value> = match of_key.peek() {
+                            Some(_) => of_key.map(|v| &v.2).collect(),
+                            None => all.iter().filter(|v| v.1 == *key).map(|v| &v.2).collect(),
+                        };
+                        held.push(of_key.swap_remove(which.index(of_key.len())));
+                    }
+                    record_of(&shape, blank, &held)
+                });
+                SearchPage::new(3, 0, 20, vehicles.collect())
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        /// The records of a page share their program's keys: checked by key, found once for
+        /// the page, they get the verdict of the page's JSON.
+        #[test]
+        fn records_of_one_shape_get_the_verdict_of_their_json(page in one_shape_page()) {
+            static SCHEMAS: std::sync::LazyLock<Schemas> =
+                std::sync::LazyLock::new(|| Schemas::load().expect("schemas"));
+            let (held, json) = verdicts(&SCHEMAS, &page);
+            prop_assert_eq!(held, json);
+        }
     }
 
     proptest! {
