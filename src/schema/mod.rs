@@ -4,9 +4,9 @@
 //! Validation reports every failure at once, each at the offending field: `required` at the
 //! missing property's pointer, `additionalProperties` at the extra key's pointer.
 
-use jsonschema::error::{TypeKind, ValidationErrorKind};
 use std::collections::HashMap;
 
+use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::{Registry, ValidationError, Validator};
 use serde_json::Value;
 
