@@ -143,9 +143,12 @@ impl ByKey {
             // value would pay for the reference too.
             let parts: Vec<Value> = subschemas
                 .into_iter()
-                .map(|(uri, schema)| match names_nothing(&schema) {
-                    true => schema,
-                    false => json!({ "$ref": uri }),
+                .map(|(uri, schema)| {
+                    if names_nothing(&schema) {
+                        schema
+                    } else {
+                        json!({ "$ref": uri })
+                    }
                 })
                 .collect();
             let schema = match <[Value; 1]>::try_from(parts) {
