@@ -135,8 +135,10 @@ async fn serve(
                         async move {
                             // Boxed: the layers and hyper move the future they are given,
                             // and a request's whole state machine is kilobytes; moved, it
-                            // is a pointer.
-                            let response = Box::pin(routes::route(&app, req)).await;
+                            // is a pointer. Made in its box: `Box::pin(future)` makes it
+                            // on the stack and copies all of it (8.8 KB) into the box.
+                            let future = Box::write(Box::new_uninit(), routes::route(&app, req));
+                            let response = Box::into_pin(future).await;
                             drop(in_flight);
                             Ok::<_, Infallible>(response)
                         }
