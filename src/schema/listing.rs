@@ -487,7 +487,7 @@ mod tests {
 
     #[test]
     fn the_search_listing_schema_is_taken_apart_by_key() {
-        let schemas = crate::schema::Schemas::load().expect("schemas");
+        let schemas = crate::schema::loaded();
         let by_key = schemas.search_pages.by_key().expect("taken apart");
         assert_eq!(&*by_key.required, [Box::from("status")]);
         for key in [
@@ -568,7 +568,7 @@ mod tests {
 
     #[test]
     fn the_listing_keys_of_plain_kinds_are_settled_without_the_validator() {
-        let schemas = crate::schema::Schemas::load().expect("schemas");
+        let schemas = crate::schema::loaded();
         let by_key = schemas.search_pages.by_key().expect("taken apart");
         let simple = |key: &str| by_key.checks[key].simple.as_ref();
         let text = Simple {
@@ -690,10 +690,10 @@ mod tests {
         ) {
             // A key's subschemas, together (as a key named in several `allOf` branches gets).
             let schema = json!({ "allOf": schemas });
-            let validator = jsonschema::options_for::<Page>()
-                .with_draft(jsonschema::Draft::Draft202012)
-                .build(&schema)
-                .expect("compiles");
+            // Compiled as the gateway compiles a key's checks.
+            static REGISTRY: std::sync::LazyLock<Registry<'static>> =
+                std::sync::LazyLock::new(|| Registry::new().prepare().expect("registry"));
+            let validator = compiler(&REGISTRY)(&schema).expect("compiles");
             let expected = validator.is_valid(Node::of_field(&value, ""));
             let simple = schemas.iter().try_fold(Simple::ANY, |simple, s| simple.read(s));
             let check = Check { validator, simple };

@@ -123,6 +123,14 @@ impl std::fmt::Debug for Schemas {
     }
 }
 
+/// The gateway's schemas, loaded once for the unit tests of this module's parts.
+#[cfg(test)]
+fn loaded() -> &'static Schemas {
+    static SCHEMAS: std::sync::LazyLock<Schemas> =
+        std::sync::LazyLock::new(|| Schemas::load().expect("schemas"));
+    &SCHEMAS
+}
+
 impl Schemas {
     /// Parses and compiles every schema. Done once per `App`.
     pub fn load() -> Result<Schemas, SchemaError> {

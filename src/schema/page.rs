@@ -331,15 +331,8 @@ mod tests {
 
     use super::*;
     use crate::protocol::vehicle::Shape;
-    use crate::schema::{Schemas, index};
+    use crate::schema::{Schemas, index, loaded as schemas};
     use jsonschema::json::Node as _;
-
-    /// The gateway's schemas, loaded once for all the tests here.
-    fn schemas() -> &'static Schemas {
-        static SCHEMAS: std::sync::LazyLock<Schemas> =
-            std::sync::LazyLock::new(|| Schemas::load().expect("schemas"));
-        &SCHEMAS
-    }
 
     /// The verdict of the page validator on `page`, and of the JSON validator on its JSON. The
     /// page validator's is the same with its records' fields checked by key and with the listing
