@@ -27,11 +27,11 @@ use minijinja::value::Value as TplValue;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::adf::{self, AdfContext};
-use super::execute::{Canned, Mapped, Shared, Transport};
-use super::extract::{Jq, JqValue, JqVars};
-use super::template::{Context, Scope, Templates};
-use super::{Answer, Handler};
+use crate::mapping::adf::{self, AdfContext};
+use crate::mapping::execute::{Canned, Mapped, Shared, Transport};
+use crate::mapping::extract::{Jq, JqValue, JqVars};
+use crate::mapping::template::{Context, Scope, Templates};
+use crate::mapping::{Answer, Handler};
 use crate::error::{AapCode, AapError};
 use crate::idempotency::Fingerprint;
 use crate::protocol::{Call, Reply, Skill, SkillRef};

@@ -25,13 +25,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::decode::{self, Declared, Format};
-use super::execute::{Shared, Transport, check_listable, page_data, send};
-use super::extract::{Jq, JqValue, JqVars, TextObjects};
-use super::packed::Packed;
-use super::request::RequestSpec;
-use super::search::{Inventory, Prepared};
-use super::template::Scope;
+use crate::mapping::decode::{self, Declared, Format};
+use crate::mapping::execute::{Shared, Transport, check_listable, page_data, send};
+use crate::mapping::extract::{Jq, JqValue, JqVars, TextObjects};
+use crate::mapping::packed::Packed;
+use crate::mapping::request::RequestSpec;
+use crate::mapping::search::{Inventory, Prepared};
+use crate::mapping::template::Scope;
 use crate::error::{AapCode, AapError};
 use crate::protocol::{Data, Skill};
 use crate::settings::RefreshPriority;
@@ -346,7 +346,7 @@ impl Feed {
     async fn fetch_streaming(
         self: &Arc<Self>,
         upstream: &Upstream,
-        rendered: super::request::Rendered,
+        rendered: crate::mapping::request::Rendered,
         previous: Option<Arc<Snapshot>>,
         idle: bool,
     ) -> Result<Snapshot, AapError> {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::super::packed::Packed;
+use crate::mapping::packed::Packed;
 use super::columns::{Interned, InternedBuilder, StrColumn, room};
 use super::facets::{RANGE_FACETS, TERM_FACETS, TermBuilder, TermColumn, TermFacet};
 use super::filters::Filters;

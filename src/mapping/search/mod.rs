@@ -66,7 +66,7 @@
 //!   carries the flag), both mirroring the filters: each facet count equals the `total` of a
 //!   search adding that value as a filter. `price_range` covers priced listings only.
 //!
-//! [`Packed`]: super::packed::Packed
+//! [`Packed`]: crate::mapping::packed::Packed
 
 mod columns;
 mod facets;
