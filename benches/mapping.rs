@@ -23,15 +23,15 @@ use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;
 
+use aap_gateway::lang::jq::{Jq, JqValue, JqVars};
+use aap_gateway::lang::template::{Lazy, Scope};
 use aap_gateway::mapping::Handler;
 use aap_gateway::mapping::decode::Declared;
 use aap_gateway::mapping::execute::{
     Canned, Mapped, ResponseSpec, Transport, is_listable, is_listable_status,
 };
-use aap_gateway::mapping::extract::{Jq, JqValue, JqVars};
 use aap_gateway::mapping::load::{LoadContext, load_folder};
 use aap_gateway::mapping::request::PageRef;
-use aap_gateway::mapping::template::{Lazy, Scope};
 use aap_gateway::protocol::Data;
 use aap_gateway::protocol::Skill;
 use aap_gateway::protocol::vehicle::{SearchPage, Vehicle};

@@ -18,10 +18,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
+use aap_gateway::lang::jq::{Doc, Jq, JqValue, JqVars};
 use aap_gateway::mapping::Handler;
 use aap_gateway::mapping::decode::{self, Declared, Format};
 use aap_gateway::mapping::execute::ResponseSpec;
-use aap_gateway::mapping::extract::{Doc, Jq, JqValue, JqVars};
 use aap_gateway::mapping::load::{LoadContext, load_folder};
 use aap_gateway::protocol::Skill;
 use aap_gateway::schema::Schemas;

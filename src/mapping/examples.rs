@@ -9,10 +9,10 @@ use bytes::Bytes;
 use http::StatusCode;
 use serde_json::{Map, Value, json};
 
+use crate::error::{AapCode, AapError};
 use crate::mapping::execute::{Canned, Transport};
 use crate::mapping::lead::LeadMapping;
 use crate::mapping::{Example, Handler};
-use crate::error::{AapCode, AapError};
 use crate::protocol::{Data, Reply};
 use crate::schema::Schemas;
 

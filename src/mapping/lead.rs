@@ -27,13 +27,13 @@ use minijinja::value::Value as TplValue;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::mapping::adf::{self, AdfContext};
-use crate::mapping::execute::{Canned, Mapped, Shared, Transport};
-use crate::mapping::extract::{Jq, JqValue, JqVars};
-use crate::mapping::template::{Context, Scope, Templates};
-use crate::mapping::{Answer, Handler};
 use crate::error::{AapCode, AapError};
 use crate::idempotency::Fingerprint;
+use crate::lang::jq::{Jq, JqValue, JqVars};
+use crate::lang::template::{Context, Scope, Templates};
+use crate::mapping::adf::{self, AdfContext};
+use crate::mapping::execute::{Canned, Mapped, Shared, Transport};
+use crate::mapping::{Answer, Handler};
 use crate::protocol::{Call, Reply, Skill, SkillRef};
 use crate::upstream::{MailPart, Mailer, OutgoingMail};
 

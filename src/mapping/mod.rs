@@ -9,7 +9,6 @@ pub mod adf;
 pub mod decode;
 pub mod examples;
 pub mod execute;
-pub mod extract;
 pub mod feed;
 pub mod file;
 pub mod lead;
@@ -17,7 +16,6 @@ pub mod load;
 pub mod packed;
 pub mod request;
 pub mod search;
-pub mod template;
 
 use std::path::PathBuf;
 use std::sync::Arc;

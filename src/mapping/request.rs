@@ -7,7 +7,7 @@ use http::{HeaderName, HeaderValue, Method};
 use minijinja::value::Value as TplValue;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
-use crate::mapping::template::{Context, Lazy, Scope, Templates, UNSENDABLE};
+use crate::lang::template::{Context, Lazy, Scope, Templates, UNSENDABLE};
 
 /// Characters left as they are in a query name or value (RFC 3986 unreserved).
 const QUERY: &AsciiSet = &NON_ALPHANUMERIC

@@ -28,7 +28,7 @@ use self::csv_rows::decode_csv;
 pub use self::csv_rows::{CsvColumns, CsvRow, CsvRows, CsvText, csv_stream};
 use self::xml_tree::decode_xml;
 pub use self::xml_tree::{MAX_XML_DEPTH, MAX_XML_NODES};
-use crate::mapping::extract::{Doc, JqValue};
+use crate::lang::jq::{Doc, JqValue};
 
 /// The formats an upstream body can come in.
 #[derive(Debug, Clone, PartialEq, Eq)]

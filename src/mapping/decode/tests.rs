@@ -58,13 +58,13 @@ fn csv_rows_become_the_jq_objects_their_json_text_parses_to() {
                 Kia\r\n,,,,extra\r\n\"Škoda\",\"line\nbreak\",Ü,€\r\n";
     let text = CsvText::new(body.as_bytes(), Declared::default()).unwrap();
     let mut rows = text.rows().unwrap();
-    let objects = crate::mapping::extract::TextObjects::new(rows.columns().names());
+    let objects = crate::lang::jq::TextObjects::new(rows.columns().names());
     let mut record = csv::StringRecord::new();
     let mut seen = 0;
     while rows.next_into(&mut record).unwrap() {
         let row = rows.columns().row(&record);
         let json = serde_json::to_vec(&row_json(&row)).unwrap();
-        let expected = crate::mapping::extract::JqValue::from_json_slice(&json).unwrap();
+        let expected = crate::lang::jq::JqValue::from_json_slice(&json).unwrap();
         assert_eq!(
             objects.build(row.text(), row.entries()),
             expected,

@@ -8,10 +8,10 @@ use minijinja::value::Value as TplValue;
 use serde_json::{Value, json};
 
 use crate::error::{AapCode, AapError};
+use crate::lang::jq::{Doc, Jq, JqValue, JqVars};
+use crate::lang::template::{Lazy, Scope};
 use crate::mapping::decode::{Declared, Format};
-use crate::mapping::extract::{Doc, Jq, JqValue, JqVars};
 use crate::mapping::request::Rendered;
-use crate::mapping::template::{Lazy, Scope};
 use crate::protocol::{Data, Skill};
 use crate::upstream::UpstreamResponse;
 use crate::upstream::soap::{self, SoapFault};
@@ -325,7 +325,7 @@ impl Mapped {
     }
 
     pub(super) fn render_error(&self, message: String) -> AapError {
-        if message.starts_with(crate::mapping::template::UNSENDABLE) {
+        if message.starts_with(crate::lang::template::UNSENDABLE) {
             // A buyer's value the dealer system cannot be asked about: no unit has such an
             // identifier, and a search value like that is malformed for this dealer.
             return match self.skill {

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::mapping::extract::Jq;
+use crate::lang::jq::Jq;
+use crate::lang::template::{Context, Templates};
 use crate::mapping::feed::Feed;
-use crate::mapping::template::{Context, Templates};
 use crate::mapping::{Example, Handler};
 use crate::protocol::Skill;
 use crate::schema::Schemas;
@@ -49,7 +49,7 @@ pub struct LoadCache {
 
 impl LoadCache {
     /// `code` compiled, once per load.
-    pub(super) fn jq(&self, code: &str) -> Result<Jq, crate::mapping::extract::JqCompileError> {
+    pub(super) fn jq(&self, code: &str) -> Result<Jq, crate::lang::jq::JqCompileError> {
         if let Some(jq) = self.jq.lock().ok().and_then(|c| c.get(code).cloned()) {
             return Ok(jq);
         }
@@ -69,7 +69,7 @@ impl LoadCache {
     pub(super) fn templates(
         &self,
         pending: &[(String, String, String, Context)],
-    ) -> Result<Arc<Templates>, Vec<(String, crate::mapping::template::TemplateError)>> {
+    ) -> Result<Arc<Templates>, Vec<(String, crate::lang::template::TemplateError)>> {
         let key: Vec<(String, String, Context)> = pending
             .iter()
             .map(|(name, _, source, context)| (name.clone(), source.clone(), *context))

@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
+use crate::lang::template::{Context, Templates};
 use crate::mapping::Handler;
 use crate::mapping::file::{FileCommon, FileLead, FileMode, FileSkill};
 use crate::mapping::lead::{Delivery, LeadMapping, LeadPolicy, MailDelivery};
-use crate::mapping::template::{Context, Templates};
 use crate::protocol::Skill;
 use crate::upstream::Mailer;
 

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::error::AapCode;
+use crate::lang::jq::Jq;
 use crate::mapping::decode::Format;
 use crate::mapping::execute::{
     ErrorRule, Mapped, Missing, ResponseSpec, RuleOutcome, ScanCache, StatusMatch, Supports, Values,
 };
-use crate::mapping::extract::Jq;
 use crate::mapping::file::{
     FileCommon, FileFilterSupport, FileListing, FileMissing, FileRuleReply, FileSkill,
     FileSortSupport, FileValues,

@@ -2,9 +2,9 @@
 
 use http::{HeaderName, Method};
 
+use crate::lang::template::Context;
 use crate::mapping::file::FileRequest;
 use crate::mapping::request::{Pagination, RequestSpec};
-use crate::mapping::template::Context;
 use crate::settings::yaml;
 
 use super::loader::{Loader, Source};

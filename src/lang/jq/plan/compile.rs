@@ -7,7 +7,7 @@ use super::*;
 pub(super) const MAX_INLINE: usize = 32;
 
 /// Compiles the parsed program, or `None` when some part of it is outside the subset.
-pub(in crate::mapping::extract) fn compile(term: &Term<'_>) -> Option<Plan> {
+pub(in crate::lang::jq) fn compile(term: &Term<'_>) -> Option<Plan> {
     let mut c = Compiler {
         max_slots: GLOBAL_VARS.len(),
         inline_depth: 0,

@@ -12,7 +12,7 @@ use bytestring::ByteString;
 
 use super::eval::is_literal;
 use super::*;
-use crate::mapping::extract::helpers::{
+use crate::lang::jq::helpers::{
     self, as_str, int_str, legacy_date_str, legacy_datetime_str, lookup_str, miles_str, num_str,
     parse_dollars, split_pieces, title,
 };
