@@ -35,6 +35,7 @@ pub mod consent;
 pub mod demo;
 pub mod error;
 pub mod idempotency;
+pub mod inventory;
 pub mod lang;
 pub mod mapping;
 pub mod pipeline;

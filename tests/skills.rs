@@ -6,7 +6,7 @@
 //! - it validates against the project's AAP response schemas (`schemas/`, formats checked;
 //!   `tests/schema_corpus.rs` holds those to the public reference schemas);
 //! - no internal column leaks (dealer cost, book value): vehicle keys stay within docs/protocol.md §Vehicles;
-//! - filters are honoured (`search::matches`) and complete: the returned set is exactly what
+//! - filters are honoured (`inventory::matches`) and complete: the returned set is exactly what
 //!   an independent oracle over the simulators' own typed inventory selects;
 //! - sorting follows docs/protocol.md §Sorting (missing last in both orders, case-insensitive strings, ties by
 //!   stock then VIN), and pages of any size and offset are slices of one ordering;
@@ -24,7 +24,7 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::LazyLock;
 
-use aap_gateway::mapping::search;
+use aap_gateway::inventory::matches as gateway_matches;
 use aap_sim::Simulators;
 use aap_sim::inventory::{self, Condition, Status, Vehicle as Unit, VehicleType};
 use common::{Gateway, Reply};
@@ -619,7 +619,7 @@ const SORTS: [&str; 9] = [
 // =============================================================================================
 // Tests: inventory.search filters
 
-/// Every returned vehicle satisfies `search::matches`, and the total and the returned set are
+/// Every returned vehicle satisfies `inventory::matches`, and the total and the returned set are
 /// exactly what the oracle selects from the simulator's own inventory.
 async fn filters_are_honoured(dealer: Dealer) {
     let (gw, _sims) = shared();
@@ -633,7 +633,7 @@ async fn filters_are_honoured(dealer: Dealer) {
         };
         for v in &found {
             assert!(
-                search::matches(&filters, v),
+                gateway_matches(&filters, v),
                 "{context}: a returned vehicle does not match: {v}"
             );
         }
@@ -1392,7 +1392,7 @@ async fn both_modes_apply_the_same_semantics_to_the_same_request_body() {
             };
             assert_eq!(t, expected(dealer, filters).len(), "{context}");
             assert!(
-                list.iter().all(|v| search::matches(filters, v)),
+                list.iter().all(|v| gateway_matches(filters, v)),
                 "{context}"
             );
             assert_sorted(&list, field, order, &context);
@@ -1429,7 +1429,7 @@ async fn a_comma_inside_a_filter_value_is_not_a_list_separator_body() {
         let (t, list) = window(gw, dealer, &filters, None, 0, 10).await;
         let wrong = list
             .iter()
-            .filter(|v| !search::matches(&filters, v))
+            .filter(|v| !gateway_matches(&filters, v))
             .count();
         if t != 0 || wrong != 0 {
             failures.push(format!(
@@ -1457,7 +1457,7 @@ async fn stock_filter_is_exact_in_both_modes_body() {
         let (t, list) = window(gw, dealer, &filters, None, 0, 10).await;
         let wrong = list
             .iter()
-            .filter(|v| !search::matches(&filters, v))
+            .filter(|v| !gateway_matches(&filters, v))
             .count();
         outcomes.insert(format!("{dealer:?}"), (t, wrong));
     }

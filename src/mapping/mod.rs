@@ -13,9 +13,7 @@ pub mod feed;
 pub mod file;
 pub mod lead;
 pub mod load;
-pub mod packed;
 pub mod request;
-pub mod search;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -15,9 +15,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::app::Dealer;
+use crate::inventory::Inventory;
 use crate::mapping::Handler;
 use crate::mapping::execute::Mapped;
-use crate::mapping::search::Inventory;
 use crate::protocol::Skill;
 
 /// One disagreement between the mapping's answer and the gateway's.
@@ -141,7 +141,7 @@ fn spread(listings: &[Arc<Value>], mapped: &Mapped) -> Vec<Value> {
     }
     // Declared sort fields first: those are the declarations being checked.
     let (mut sorts, rest): (Vec<&str>, Vec<&str>) =
-        crate::mapping::search::sort_fields().partition(|f| mapped.supports.sort.contains_key(*f));
+        crate::inventory::sort_fields().partition(|f| mapped.supports.sort.contains_key(*f));
     sorts.extend(rest);
     for field in sorts {
         for order in ["asc", "desc"] {
@@ -226,7 +226,7 @@ fn filter_cases(key: &str, listings: &[Arc<Value>]) -> Vec<Value> {
 /// orders unsorted searches by stock then VIN while an upstream keeps its own order, and breaks
 /// ties its own way: so order is compared by the sort field's values, and membership only when
 /// one page holds every match.
-fn compare(request: &Value, answer: &Value, oracle: &crate::mapping::search::Page) -> Vec<String> {
+fn compare(request: &Value, answer: &Value, oracle: &crate::inventory::Page) -> Vec<String> {
     let mut out = Vec::new();
     let total = answer["total"].as_u64().unwrap_or_default() as usize;
     if total != oracle.total {

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use crate::error::{AapCode, AapError};
-use crate::mapping::search;
+use crate::inventory;
 use crate::protocol::Data;
 use crate::protocol::vehicle::{SearchPage, Vehicle};
 
@@ -20,8 +20,8 @@ pub fn window(request: &Value) -> (usize, usize) {
     };
     let skip = number("skip").unwrap_or(0);
     let limit = number("limit")
-        .unwrap_or(search::DEFAULT_LIMIT)
-        .clamp(1, search::MAX_LIMIT);
+        .unwrap_or(inventory::DEFAULT_LIMIT)
+        .clamp(1, inventory::MAX_LIMIT);
     (skip, limit)
 }
 
@@ -32,7 +32,7 @@ pub fn is_listable(vehicle: &Value) -> bool {
 
 /// Whether a buyer may see a vehicle of this `status`.
 pub fn is_listable_status(status: Option<&str>) -> bool {
-    status.is_some_and(|s| search::SERVABLE_STATUSES.contains(&s))
+    status.is_some_and(|s| inventory::SERVABLE_STATUSES.contains(&s))
 }
 
 /// `inventory.vehicle` must not answer a unit that left stock (docs/protocol.md §Listing status).
@@ -48,7 +48,7 @@ pub fn check_listable(vehicle: &Value) -> Result<(), AapError> {
 }
 
 /// The `data` of an `inventory.search.response` answered from listings the gateway holds.
-pub fn page_data(page: search::Page) -> Data {
+pub fn page_data(page: inventory::Page) -> Data {
     let vehicles = page.vehicles.into_iter().map(Vehicle::Json).collect();
     Data::Search(SearchPage::new(page.total, page.skip, page.limit, vehicles))
 }

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::mapping::search::Inventory;
+use crate::inventory::Inventory;
 
 /// Listings fetched to complete searches in the gateway, kept for `ttl` per set of upstream
 /// filters (a buyer paging through results, facets after a search).

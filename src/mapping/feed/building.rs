@@ -7,8 +7,8 @@ use hashbrown::HashTable;
 
 use super::parallel::threads;
 use super::{BuildStats, Snapshot};
-use crate::mapping::packed::Packed;
-use crate::mapping::search::{InventoryBuilder, Prepared, Stored};
+use crate::inventory::packed::Packed;
+use crate::inventory::{InventoryBuilder, Prepared, Stored};
 
 /// One record as the item mapping made it, ready to join the snapshot.
 pub(super) struct Mapped {

@@ -26,13 +26,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::error::{AapCode, AapError};
+use crate::inventory::packed::Packed;
+use crate::inventory::{Inventory, Prepared};
 use crate::lang::jq::{Jq, JqValue, JqVars, TextObjects};
 use crate::lang::template::Scope;
 use crate::mapping::decode::{self, Declared, Format};
 use crate::mapping::execute::{Shared, Transport, check_listable, page_data, send};
-use crate::mapping::packed::Packed;
 use crate::mapping::request::RequestSpec;
-use crate::mapping::search::{Inventory, Prepared};
 use crate::protocol::{Data, Skill};
 use crate::settings::RefreshPriority;
 use crate::telemetry::Escaped;

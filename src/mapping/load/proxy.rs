@@ -430,7 +430,7 @@ fn constant_listable_status(item: &str, defs: Option<&str>) -> bool {
     };
     literal
         .split_once('"')
-        .is_some_and(|(value, _)| crate::mapping::search::SERVABLE_STATUSES.contains(&value))
+        .is_some_and(|(value, _)| crate::inventory::SERVABLE_STATUSES.contains(&value))
 }
 
 fn status_match(v: &Value) -> Option<StatusMatch> {

@@ -155,7 +155,7 @@ fn any_exact(allowed: Option<&[Box<str>]>, value: Option<&str>) -> bool {
 /// reference reading tests hold [`Inventory::search`] to. Compile a [`Filters`] once instead
 /// when checking many vehicles.
 ///
-/// [`Inventory::search`]: super::inventory::Inventory::search
+/// [`Inventory::search`]: super::index::Inventory::search
 pub fn matches(filters: &Value, vehicle: &Value) -> bool {
     Filters::new(filters).matches(vehicle)
 }

@@ -10,7 +10,7 @@ use super::filters::Filters;
 use super::keys::{Keys, Listing, NUMS, Num, QUERY_TEXTS, Slot, Text};
 use super::page::{DEFAULT_LIMIT, MAX_LIMIT, Page, whole};
 use super::sort::{SortField, f64_key, present_first, sort_all};
-use crate::mapping::packed::Packed;
+use crate::inventory::packed::Packed;
 
 /// What an [`InventoryBuilder`] reads from one vehicle, computed where the vehicle is (e.g. on
 /// another thread), so that the vehicle itself need not travel to the builder.

@@ -66,18 +66,19 @@
 //!   carries the flag), both mirroring the filters: each facet count equals the `total` of a
 //!   search adding that value as a filter. `price_range` covers priced listings only.
 //!
-//! [`Packed`]: crate::mapping::packed::Packed
+//! [`Packed`]: crate::inventory::packed::Packed
 
 mod columns;
 mod facets;
 mod filters;
-mod inventory;
+mod index;
 mod keys;
+pub mod packed;
 mod page;
 mod sort;
 
 pub use self::filters::{Filters, matches};
-pub use self::inventory::{Inventory, InventoryBuilder, Prepared, Stored};
+pub use self::index::{Inventory, InventoryBuilder, Prepared, Stored};
 pub use self::keys::{Listing, SERVABLE_STATUSES};
 pub use self::page::{DEFAULT_LIMIT, MAX_LIMIT, Page};
 pub use self::sort::sort_fields;
