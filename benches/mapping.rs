@@ -23,10 +23,10 @@ use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;
 
-use aap_gateway::lang::jq::{Jq, JqValue, JqVars};
+use aap_gateway::formats::Declared;
+use aap_gateway::lang::jq::{Doc, Jq, JqValue, JqVars};
 use aap_gateway::lang::template::{Lazy, Scope};
 use aap_gateway::mapping::Handler;
-use aap_gateway::mapping::decode::Declared;
 use aap_gateway::mapping::execute::{
     Canned, Mapped, ResponseSpec, Transport, is_listable, is_listable_status,
 };
@@ -148,10 +148,7 @@ fn extract_page(mapped: &Mapped, request: &Value, body: &Bytes) -> SearchPage {
         panic!("not a list mapping whose items are a path");
     };
     let vars = jq_vars(mapped, request);
-    let doc = mapped
-        .format
-        .decode_doc(body, Declared::default(), true)
-        .expect("decode");
+    let doc = Doc::decode(&mapped.format, body, Declared::default(), true).expect("decode");
     let records = doc.records(path).expect("records on the tape");
     let mut vehicles = Vec::with_capacity(records.len());
     let mut runner = item.record_runner(&vars);
@@ -201,10 +198,7 @@ fn extract_page_with(
     body: &Bytes,
 ) -> SearchPage {
     let vars = jq_vars(mapped, request);
-    let doc = mapped
-        .format
-        .decode_jq(body, Declared::default())
-        .expect("decode");
+    let doc = JqValue::decode(&mapped.format, body, Declared::default()).expect("decode");
     let records = items.run(&doc, &vars).expect("items");
     let mut vehicles = Vec::with_capacity(records.len());
     for record in &records {
@@ -294,9 +288,7 @@ fn bench(c: &mut Criterion) {
     // The first part of it: the reply read (onto its tape), nothing run on it yet.
     group.bench_function("read_20_vehicle_reply", |b| {
         b.iter(|| {
-            mapped
-                .format
-                .decode_doc(black_box(&body), Declared::default(), true)
+            Doc::decode(&mapped.format, black_box(&body), Declared::default(), true)
                 .expect("decode")
         })
     });

@@ -12,7 +12,7 @@
 use std::collections::HashSet;
 use std::hint::black_box;
 
-use aap_gateway::mapping::decode::Declared;
+use aap_gateway::formats::Declared;
 use aap_gateway::upstream::Secret;
 use aap_gateway::upstream::soap::{self, SoapSettings, SoapVersion, WsSecurity};
 use criterion::{Criterion, criterion_group, criterion_main};

@@ -34,6 +34,7 @@ pub mod binding;
 pub mod consent;
 pub mod demo;
 pub mod error;
+pub mod formats;
 pub mod idempotency;
 pub mod inventory;
 pub mod lang;

@@ -1225,7 +1225,7 @@ fn check_and_test_mappings_pass_on_the_fixture() {
 /// the decoder trims an element's text once, so `one &amp; two` keeps its spaces.
 #[test]
 fn xml_text_next_to_an_entity_keeps_its_spaces() {
-    use aap_gateway::mapping::decode::Format;
+    use aap_gateway::formats::Format;
     let xml = Format::Xml {
         list_elements: Default::default(),
     };

@@ -18,9 +18,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
+use aap_gateway::formats::{self, Declared, Format};
 use aap_gateway::lang::jq::{Doc, Jq, JqValue, JqVars};
 use aap_gateway::mapping::Handler;
-use aap_gateway::mapping::decode::{self, Declared, Format};
 use aap_gateway::mapping::execute::ResponseSpec;
 use aap_gateway::mapping::load::{LoadContext, load_folder};
 use aap_gateway::protocol::Skill;
@@ -155,7 +155,7 @@ fn folder(dir: &Path) -> Folder {
                 list_elements.extend(e.as_str().map(str::to_owned));
             }
             if let Some(label) = holder.get("charset").and_then(Value::as_str) {
-                charset = decode::charset(label).ok();
+                charset = formats::charset(label).ok();
             }
         }
         // Inline canned replies.
@@ -186,8 +186,7 @@ fn folder(dir: &Path) -> Folder {
             mapping: charset,
             content_type: None,
         };
-        let doc = format
-            .decode_jq(&bytes::Bytes::from(body), declared)
+        let doc = JqValue::decode(&format, &bytes::Bytes::from(body), declared)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         documents.push(doc);
     }

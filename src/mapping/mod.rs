@@ -6,7 +6,6 @@
 //! answer `UNSUPPORTED_SKILL`.
 
 pub mod adf;
-pub mod decode;
 pub mod examples;
 pub mod execute;
 pub mod feed;

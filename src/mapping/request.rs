@@ -5,16 +5,10 @@
 
 use http::{HeaderName, HeaderValue, Method};
 use minijinja::value::Value as TplValue;
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use percent_encoding::utf8_percent_encode;
 
+use crate::formats::escape::URL_COMPONENT;
 use crate::lang::template::{Context, Lazy, Scope, Templates, UNSENDABLE};
-
-/// Characters left as they are in a query name or value (RFC 3986 unreserved).
-const QUERY: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
 
 /// How an upstream pages a list. The engine owns the arithmetic; the page reaches the upstream
 /// as query parameters (when their names are given) and as the template variable `page`
@@ -233,9 +227,9 @@ fn push_param(query: &mut String, name: &str, value: &str) {
     if !query.is_empty() {
         query.push('&');
     }
-    query.extend(utf8_percent_encode(name, QUERY));
+    query.extend(utf8_percent_encode(name, URL_COMPONENT));
     query.push('=');
-    query.extend(utf8_percent_encode(value, QUERY));
+    query.extend(utf8_percent_encode(value, URL_COMPONENT));
 }
 
 #[cfg(test)]

@@ -15,11 +15,12 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use http::{HeaderName, HeaderValue};
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use percent_encoding::utf8_percent_encode;
 use serde::Deserialize;
 
 use super::UpstreamError;
 use super::config::{AuthSettings, FileClientAuth, OAuth2Settings, base64_encode};
+use crate::formats::escape::FORM;
 
 /// Lifetime assumed when the token endpoint does not say (`expires_in` absent).
 const DEFAULT_TOKEN_LIFETIME: Duration = Duration::from_secs(300);
@@ -29,13 +30,6 @@ const MAX_REFRESH_AHEAD: Duration = Duration::from_secs(30);
 const MIN_FORCED_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 /// Largest token endpoint reply read.
 const MAX_TOKEN_RESPONSE_BYTES: usize = 64 * 1024;
-
-/// `application/x-www-form-urlencoded` for the Basic credentials of RFC 6749 §2.3.1.
-const FORM: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'*');
 
 /// How calls to one upstream are authenticated.
 #[derive(Debug)]

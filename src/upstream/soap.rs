@@ -38,8 +38,8 @@ use sha1::{Digest as _, Sha1};
 use super::client::Upstream;
 pub use super::config::{SoapSettings, SoapVersion, WsSecurity};
 use super::{UpstreamError, UpstreamRequest};
-use crate::lang::template::xml_escape;
-use crate::mapping::decode::{Declared, Format};
+use crate::formats::escape::xml_escape;
+use crate::formats::{Declared, Format};
 
 /// The SOAP 1.1 envelope namespace.
 pub const SOAP11_NS: &str = "http://schemas.xmlsoap.org/soap/envelope/";

@@ -42,6 +42,7 @@ use std::fmt;
 use std::ops::ControlFlow;
 use std::sync::{Arc, LazyLock};
 
+use crate::formats::{Declared, Format, not_json};
 use crate::protocol::vehicle::Vehicle;
 use jaq_core::compile::Undefined;
 use jaq_core::data::JustLut;
@@ -661,4 +662,40 @@ fn error_message(e: jaq_core::Error<Val>) -> JqRunError {
         Val::TStr(b) | Val::BStr(b) => String::from_utf8_lossy(&b).into_owned(),
         other => other.to_string(),
     })
+}
+
+// === decoding an upstream body ===
+
+impl JqValue {
+    /// An upstream body as the value jq programs run on: JSON (the common case, and the one on
+    /// every proxied search) parsed straight into it, its strings slices of `body`; CSV and XML
+    /// decoded by [`Format::decode_with`] first.
+    pub fn decode(
+        format: &Format,
+        body: &bytes::Bytes,
+        declared: Declared<'_>,
+    ) -> Result<JqValue, String> {
+        match format {
+            Format::Json => JqValue::from_json_bytes(body).map_err(not_json),
+            Format::Csv | Format::Xml { .. } => format
+                .decode_with(body, declared)
+                .map(|v| JqValue::from_json(&v)),
+        }
+    }
+}
+
+impl Doc {
+    /// [`JqValue::decode`] as a [`Doc`]: JSON read lazily when `lazy` (a list whose records are
+    /// read off the reply, [`Doc::records`]), everything else decoded at once. The same errors.
+    pub fn decode(
+        format: &Format,
+        body: &bytes::Bytes,
+        declared: Declared<'_>,
+        lazy: bool,
+    ) -> Result<Doc, String> {
+        match format {
+            Format::Json if lazy => Doc::from_json_bytes(body).map_err(not_json),
+            _ => JqValue::decode(format, body, declared).map(Doc::from_value),
+        }
+    }
 }

@@ -13,7 +13,9 @@ use std::fmt::Write as _;
 
 use minijinja::value::Value as TplValue;
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, Output, State, UndefinedBehavior};
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use percent_encoding::utf8_percent_encode;
+
+use crate::formats::escape::{URL_COMPONENT, header_safe, xml_escape};
 
 /// Start of a render error caused by a request value that cannot be sent (a `..` path
 /// segment, a line break in a header), as opposed to a defect in the mapping.
@@ -48,13 +50,6 @@ impl Context {
         }
     }
 }
-
-/// Characters left as they are in a path segment: RFC 3986 unreserved.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
 
 /// Most instructions one render may run; bounds a runaway loop in an operator's template.
 const FUEL: u64 = 100_000;
@@ -391,7 +386,7 @@ impl Templates {
                 self.render_minijinja(&key, context, values.full())?
             }
         };
-        if context == Context::Header && out.contains(['\r', '\n', '\0']) {
+        if context == Context::Header && !header_safe(&out) {
             return Err(format!(
                 "{UNSENDABLE}a header value would contain a line break"
             ));
@@ -437,14 +432,14 @@ fn format_value(
     match custom.as_deref() {
         Some("path") => {
             let text = plain_text(value);
-            write!(out, "{}", utf8_percent_encode(&text, SEGMENT)).map_err(fmt_error)
+            write!(out, "{}", utf8_percent_encode(&text, URL_COMPONENT)).map_err(fmt_error)
         }
         Some("xml") => out
             .write_str(&xml_escape(&plain_text(value)))
             .map_err(fmt_error),
         Some("header") => {
             let text = plain_text(value);
-            if text.contains(['\r', '\n', '\0']) {
+            if !header_safe(&text) {
                 return Err(Error::new(
                     ErrorKind::InvalidOperation,
                     "line break in a header value",
@@ -486,24 +481,6 @@ fn plain_text(value: &TplValue) -> String {
         Some(s) => s.to_owned(),
         None => value.to_string(),
     }
-}
-
-/// XML character escaping for text and attribute values.
-pub fn xml_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '&' => out.push_str("&amp;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // Characters XML 1.0 cannot carry at all are dropped rather than sent broken.
-            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => {}
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// `{{ value | lookup(tables.condition_out) }}`: the table's entry for the value, or undefined.

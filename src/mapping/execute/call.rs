@@ -8,9 +8,9 @@ use minijinja::value::Value as TplValue;
 use serde_json::{Value, json};
 
 use crate::error::{AapCode, AapError};
+use crate::formats::{Declared, Format};
 use crate::lang::jq::{Doc, Jq, JqValue, JqVars};
 use crate::lang::template::{Lazy, Scope};
-use crate::mapping::decode::{Declared, Format};
 use crate::mapping::request::Rendered;
 use crate::protocol::{Data, Skill};
 use crate::upstream::UpstreamResponse;
@@ -302,7 +302,7 @@ impl Mapped {
                     ..
                 }
             );
-            return (self.format.decode_doc(body, declared, lazy), None);
+            return (Doc::decode(&self.format, body, declared, lazy), None);
         }
         let empty = HashSet::new();
         let list_elements = match &self.format {

@@ -8,8 +8,8 @@ use http::StatusCode;
 use minijinja::value::Value as TplValue;
 
 use crate::error::AapCode;
+use crate::formats::Format;
 use crate::lang::jq::{Jq, JqValue, KeyPath};
-use crate::mapping::decode::Format;
 use crate::mapping::request::RequestSpec;
 use crate::protocol::Skill;
 use crate::upstream::Upstream;

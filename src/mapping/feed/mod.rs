@@ -26,11 +26,11 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::error::{AapCode, AapError};
+use crate::formats::{self, Declared, Format};
 use crate::inventory::packed::Packed;
 use crate::inventory::{Inventory, Prepared};
 use crate::lang::jq::{Jq, JqValue, JqVars, TextObjects};
 use crate::lang::template::Scope;
-use crate::mapping::decode::{self, Declared, Format};
 use crate::mapping::execute::{Shared, Transport, check_listable, page_data, send};
 use crate::mapping::request::RequestSpec;
 use crate::protocol::{Data, Skill};
@@ -368,7 +368,7 @@ impl Feed {
         let build = self.thread.run(idle, move || {
             let declared = Declared::reply(feed.charset, &headers);
             let bad = |cause: String| feed.bad_document(cause);
-            let rows = decode::csv_stream(ChunkReader::new(reader), declared).map_err(bad)?;
+            let rows = formats::csv_stream(ChunkReader::new(reader), declared).map_err(bad)?;
             feed.build_rows(rows, previous.as_deref())
         });
         let mut bytes = response.body.len();
@@ -442,14 +442,14 @@ impl Feed {
     ) -> Result<Snapshot, AapError> {
         let bad = |cause: String| self.bad_document(cause);
         if self.csv_rows {
-            let text = decode::CsvText::new(body, declared).map_err(bad)?;
+            let text = formats::CsvText::new(body, declared).map_err(bad)?;
             let mut snapshot = self.build_rows(text.rows().map_err(bad)?, previous)?;
             snapshot.stats.bytes = body.len();
             return Ok(snapshot);
         }
         let vars = self.vars();
         let mut building = Building::new(previous, body.len());
-        let doc = self.format.decode_jq(body, declared).map_err(bad)?;
+        let doc = JqValue::decode(&self.format, body, declared).map_err(bad)?;
         let records = match &self.items {
             Some(items) => items.run(&doc, &vars).map_err(|e| bad(e.to_string()))?,
             None => vec![doc],
@@ -468,7 +468,7 @@ impl Feed {
     /// A snapshot of a CSV document's rows, each a record.
     fn build_rows<R: std::io::Read>(
         &self,
-        mut rows: decode::CsvRows<R>,
+        mut rows: formats::CsvRows<R>,
         previous: Option<&Snapshot>,
     ) -> Result<Snapshot, AapError> {
         let vars = self.vars();

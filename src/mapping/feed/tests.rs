@@ -159,7 +159,7 @@ fn a_document_whose_connection_breaks_off_is_refused_not_taken_for_a_shorter_one
             chunks.try_send(Err(())).expect("room");
         }
         drop(chunks);
-        let rows = decode::csv_stream(ChunkReader::new(reader), Declared::default())
+        let rows = formats::csv_stream(ChunkReader::new(reader), Declared::default())
             .map_err(|e| feed.bad_document(e))?;
         feed.build_rows(rows, None)
     };

@@ -3,7 +3,7 @@
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use crate::mapping::decode::Format;
+use crate::formats::Format;
 use crate::mapping::feed::Feed;
 use crate::mapping::file::{FileCommon, FileFeed};
 

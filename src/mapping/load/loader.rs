@@ -7,8 +7,8 @@ use minijinja::value::Value as TplValue;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
+use crate::formats::{self, Format};
 use crate::lang::jq::{Jq, JqValue, KeyPath};
-use crate::mapping::decode::{self, Format};
 use crate::mapping::execute::Shared;
 use crate::mapping::file::FileCommon;
 use crate::settings::yaml::{self, Origin, Problem, SourceMap};
@@ -195,7 +195,7 @@ impl Loader<'_> {
             ));
             return None;
         }
-        match decode::charset(label) {
+        match formats::charset(label) {
             Ok(encoding) => Some(Some(encoding)),
             Err(e) => {
                 self.problems.push(src.problem(pointer, e));

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::error::AapCode;
+use crate::formats::Format;
 use crate::lang::jq::Jq;
-use crate::mapping::decode::Format;
 use crate::mapping::execute::{
     ErrorRule, Mapped, Missing, ResponseSpec, RuleOutcome, ScanCache, StatusMatch, Supports, Values,
 };

@@ -6,6 +6,7 @@ use super::charsets::*;
 use super::csv_rows::*;
 use super::xml_tree::*;
 use super::*;
+use crate::lang::jq::JqValue;
 use serde_json::json;
 
 #[test]
@@ -435,7 +436,7 @@ proptest::proptest! {
         let list = Format::Xml { list_elements: HashSet::from(["a".to_owned()]) };
         for format in [Format::Json, Format::Csv, list] {
             let _ = format.decode_with(&body, declared);
-            let _ = format.decode_jq(&bytes::Bytes::copy_from_slice(&body), declared);
+            let _ = JqValue::decode(&format, &bytes::Bytes::copy_from_slice(&body), declared);
         }
     }
 }
@@ -459,7 +460,8 @@ fn nested(depth: usize, width: usize) -> Vec<u8> {
 
 #[test]
 fn deep_xml_is_refused_where_it_gets_too_deep() {
-    let ok = xml().decode_jq(
+    let ok = JqValue::decode(
+        &xml(),
         &bytes::Bytes::copy_from_slice(&nested(MAX_XML_DEPTH, 0)),
         Declared::default(),
     );
@@ -477,9 +479,12 @@ fn deep_xml_is_refused_where_it_gets_too_deep() {
             Format::Json => "[".repeat(100_000).into_bytes(),
             Format::Csv | Format::Xml { .. } => nested(100_000, 0),
         };
-        let error = format
-            .decode_jq(&bytes::Bytes::copy_from_slice(&body), Declared::default())
-            .unwrap_err();
+        let error = JqValue::decode(
+            &format,
+            &bytes::Bytes::copy_from_slice(&body),
+            Declared::default(),
+        )
+        .unwrap_err();
         assert!(
             error.contains("deeper than") || error.contains("recursion limit"),
             "{error}"
@@ -491,19 +496,19 @@ fn deep_xml_is_refused_where_it_gets_too_deep() {
 fn deep_json_is_bounded_by_the_parser() {
     let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n)).into_bytes();
     assert!(
-        Format::Json
-            .decode_jq(
-                &bytes::Bytes::copy_from_slice(&deep(127)),
-                Declared::default()
-            )
-            .is_ok()
-    );
-    let error = Format::Json
-        .decode_jq(
-            &bytes::Bytes::copy_from_slice(&deep(129)),
-            Declared::default(),
+        JqValue::decode(
+            &Format::Json,
+            &bytes::Bytes::copy_from_slice(&deep(127)),
+            Declared::default()
         )
-        .unwrap_err();
+        .is_ok()
+    );
+    let error = JqValue::decode(
+        &Format::Json,
+        &bytes::Bytes::copy_from_slice(&deep(129)),
+        Declared::default(),
+    )
+    .unwrap_err();
     assert!(error.contains("recursion limit"), "{error}");
     assert!(Format::Json.decode(&deep(129)).is_err());
 }

@@ -1,5 +1,9 @@
-//! Upstream bodies → JSON values for the jq step: JSON as is, CSV as an array of row objects
-//! keyed by the header row, XML as nested objects (namespaces stripped).
+//! The wire formats of dealer systems, below both the mapping engine and the upstream client:
+//! decoding bodies (JSON, CSV, XML, legacy charsets) and escaping values for XML, URLs and
+//! headers (`escape`). Uses nothing of the crate: it is the floor both stand on.
+//!
+//! Upstream bodies → JSON values: JSON as is, CSV as an array of row objects keyed by the header
+//! row, XML as nested objects (namespaces stripped). `lang::jq` reads them into jq values.
 //!
 //! XML mapping: an element becomes an object of its children by local name; attributes become
 //! `@name`; an element with only text becomes that string; mixed text goes to `#text`. A name
@@ -14,6 +18,7 @@
 
 mod charsets;
 mod csv_rows;
+pub mod escape;
 #[cfg(test)]
 mod tests;
 mod xml_tree;
@@ -28,7 +33,6 @@ use self::csv_rows::decode_csv;
 pub use self::csv_rows::{CsvColumns, CsvRow, CsvRows, CsvText, csv_stream};
 use self::xml_tree::decode_xml;
 pub use self::xml_tree::{MAX_XML_DEPTH, MAX_XML_NODES};
-use crate::lang::jq::{Doc, JqValue};
 
 /// The formats an upstream body can come in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,36 +89,6 @@ impl Format {
         }
     }
 
-    /// [`Format::decode_with`] as the value jq programs run on. JSON (the common case, and the
-    /// one on every proxied search) is parsed straight into it, its strings slices of `body`.
-    pub fn decode_jq(
-        &self,
-        body: &bytes::Bytes,
-        declared: Declared<'_>,
-    ) -> Result<JqValue, String> {
-        match self {
-            Format::Json => JqValue::from_json_bytes(body).map_err(not_json),
-            Format::Csv | Format::Xml { .. } => self
-                .decode_with(body, declared)
-                .map(|v| JqValue::from_json(&v)),
-        }
-    }
-
-    /// [`Format::decode_jq`] as a [`Doc`]: JSON read lazily when `lazy` (a list whose records
-    /// are read off the reply, `Doc::records`), everything else decoded at once. The same
-    /// errors.
-    pub fn decode_doc(
-        &self,
-        body: &bytes::Bytes,
-        declared: Declared<'_>,
-        lazy: bool,
-    ) -> Result<Doc, String> {
-        match self {
-            Format::Json if lazy => Doc::from_json_bytes(body).map_err(not_json),
-            _ => self.decode_jq(body, declared).map(Doc::from_value),
-        }
-    }
-
     /// Decodes a body nothing outside it declares a charset for ([`Format::decode_with`]).
     pub fn decode(&self, body: &[u8]) -> Result<Value, String> {
         self.decode_with(body, Declared::default())
@@ -137,6 +111,7 @@ impl Format {
     }
 }
 
-fn not_json(e: serde_json::Error) -> String {
+/// Why a body is not JSON, short and safe to log (no body content).
+pub fn not_json(e: serde_json::Error) -> String {
     format!("body is not JSON ({e})")
 }
