@@ -23,15 +23,15 @@ use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;
 
+use aap_gateway::engine::Handler;
+use aap_gateway::engine::proxy::{
+    Canned, Mapped, ResponseSpec, Transport, is_listable, is_listable_status,
+};
+use aap_gateway::engine::request::PageRef;
 use aap_gateway::formats::Declared;
 use aap_gateway::lang::jq::{Doc, Jq, JqValue, JqVars};
 use aap_gateway::lang::template::{Lazy, Scope};
-use aap_gateway::mapping::Handler;
-use aap_gateway::mapping::execute::{
-    Canned, Mapped, ResponseSpec, Transport, is_listable, is_listable_status,
-};
-use aap_gateway::mapping::load::{LoadContext, load_folder};
-use aap_gateway::mapping::request::PageRef;
+use aap_gateway::mapping::{LoadContext, load_folder};
 use aap_gateway::protocol::Data;
 use aap_gateway::protocol::Skill;
 use aap_gateway::protocol::vehicle::{SearchPage, Vehicle};
@@ -71,7 +71,7 @@ fn search_mapping(dms_url: &str) -> Arc<Mapped> {
         dealer_name: "Demo Toyota",
         metrics: &metrics,
         previous: None,
-        cache: &aap_gateway::mapping::load::LoadCache::default(),
+        cache: &aap_gateway::mapping::LoadCache::default(),
     };
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("mappings/demo-toyota");
     let mut loaded = load_folder(&dir, &ctx).unwrap_or_else(|problems| {
@@ -119,7 +119,7 @@ fn jq_vars(mapped: &Mapped, request: &Value) -> JqVars {
 }
 
 /// Renders the upstream call of `request` (first page of `PAGE`).
-fn render(mapped: &Mapped, request: &Value) -> aap_gateway::mapping::request::Rendered {
+fn render(mapped: &Mapped, request: &Value) -> aap_gateway::engine::request::Rendered {
     let build = || template_values(mapped, request);
     let context = Lazy::new(&build);
     mapped

@@ -10,10 +10,11 @@ use crate::error::AapError;
 use std::sync::Arc;
 
 use crate::auth::Authenticator;
+use crate::engine::Handler;
+use crate::engine::feed::Feed;
 use crate::idempotency::Idempotency;
-use crate::mapping::feed::Feed;
-use crate::mapping::load::{Carried, LoadCache, LoadContext, load_folder};
-use crate::mapping::{Example, Handler};
+use crate::mapping::Example;
+use crate::mapping::{Carried, LoadCache, LoadContext, load_folder};
 use crate::protocol::Caller;
 use crate::protocol::agent_card::{AgentCard, CardInput};
 use crate::protocol::{Skill, SkillRef};
@@ -445,11 +446,11 @@ fn build_dealer(
 /// upstream's timeouts) can outlast `limits.request_timeout`: the buyer is then told "in
 /// progress" and joins the running delivery with a retry, which `check` should say.
 fn lead_deadline_note(
-    lead: &crate::mapping::lead::LeadMapping,
+    lead: &crate::engine::lead::LeadMapping,
     handlers: &BTreeMap<Skill, Handler>,
     request_timeout: std::time::Duration,
 ) -> Option<Problem> {
-    use crate::mapping::lead::Delivery;
+    use crate::engine::lead::Delivery;
     let http = |u: &crate::upstream::Upstream| {
         let s = u.settings();
         (

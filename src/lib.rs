@@ -33,6 +33,7 @@ pub mod auth;
 pub mod binding;
 pub mod consent;
 pub mod demo;
+pub mod engine;
 pub mod error;
 pub mod formats;
 pub mod idempotency;

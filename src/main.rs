@@ -10,8 +10,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use aap_gateway::app::App;
 use aap_gateway::mapping::Example;
-use aap_gateway::mapping::examples::{self, Failure};
 use aap_gateway::settings::{self, LogFormat, Problem, Settings};
+use aap_gateway::tools::examples::{self, Failure};
 use aap_gateway::{demo, server, telemetry};
 
 /// An Auto Agent Protocol (A2A v1.0) gateway in front of dealers' legacy DMS and CRM systems.

@@ -11,10 +11,10 @@ use serde_json::Value;
 use tracing::{Instrument as _, debug_span};
 
 use crate::app::{App, Dealer};
+use crate::engine::lead::LeadMapping;
+use crate::engine::{Answer, Handler};
 use crate::error::{AapCode, AapError};
 use crate::idempotency::{self, Claim, Scope, Ticket};
-use crate::mapping::lead::LeadMapping;
-use crate::mapping::{Answer, Handler};
 use crate::protocol::{Call, Caller, Reply, Skill};
 use crate::rate_limit::Client;
 use crate::schema::Schemas;
@@ -203,7 +203,7 @@ impl Delivery {
             // acknowledgement, not a lead that did not arrive.
             let reply = self.lead.reply(data, &self.request);
             check_reply(&self.schemas, &self.lead.file, reply).map_err(|error| {
-                crate::mapping::lead::Undelivered {
+                crate::engine::lead::Undelivered {
                     error,
                     uncertain: true,
                 }

@@ -37,9 +37,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use aap_gateway::app::App;
-use aap_gateway::mapping::examples;
-use aap_gateway::mapping::execute::Canned;
+use aap_gateway::engine::proxy::Canned;
 use aap_gateway::protocol::Skill;
+use aap_gateway::tools::examples;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};

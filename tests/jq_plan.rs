@@ -18,11 +18,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
+use aap_gateway::engine::Handler;
+use aap_gateway::engine::proxy::ResponseSpec;
 use aap_gateway::formats::{self, Declared, Format};
 use aap_gateway::lang::jq::{Doc, Jq, JqValue, JqVars};
-use aap_gateway::mapping::Handler;
-use aap_gateway::mapping::execute::ResponseSpec;
-use aap_gateway::mapping::load::{LoadContext, load_folder};
+use aap_gateway::mapping::{LoadContext, load_folder};
 use aap_gateway::protocol::Skill;
 use aap_gateway::schema::Schemas;
 use proptest::prelude::*;
@@ -507,12 +507,12 @@ fn documented_examples_give_the_same_outputs_natively_and_in_jaq() {
 }
 
 /// Loads a shipped mapping folder as the gateway does.
-fn load(dir: &str, dealer_id: &str) -> aap_gateway::mapping::load::DealerMappings {
+fn load(dir: &str, dealer_id: &str) -> aap_gateway::mapping::DealerMappings {
     load_path(&repo(dir), dealer_id)
 }
 
 /// Loads a mapping folder as the gateway does.
-fn load_path(dir: &Path, dealer_id: &str) -> aap_gateway::mapping::load::DealerMappings {
+fn load_path(dir: &Path, dealer_id: &str) -> aap_gateway::mapping::DealerMappings {
     let schemas = Schemas::load().expect("schemas");
     let vars = |_: &str| None;
     let metrics = aap_gateway::telemetry::metrics::Metrics::new();
@@ -523,7 +523,7 @@ fn load_path(dir: &Path, dealer_id: &str) -> aap_gateway::mapping::load::DealerM
         dealer_name: "Demo",
         metrics: &metrics,
         previous: None,
-        cache: &aap_gateway::mapping::load::LoadCache::default(),
+        cache: &aap_gateway::mapping::LoadCache::default(),
     };
     load_folder(dir, &ctx).unwrap_or_else(|problems| {
         let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
@@ -576,13 +576,13 @@ response:
         .build()
         .expect("runtime");
     let answer = |status: u16, make: &str| {
-        let canned = aap_gateway::mapping::execute::Canned::new(
+        let canned = aap_gateway::engine::proxy::Canned::new(
             http::StatusCode::from_u16(status).expect("status"),
             None,
             bytes::Bytes::from_static(br#"{"Items": [{"VIN": "1HGCM82633A004352"}]}"#),
         );
         let request = json!({"type": "inventory.search.request", "filters": {"make": [make]}});
-        let transport = aap_gateway::mapping::execute::Transport::Canned(&canned);
+        let transport = aap_gateway::engine::proxy::Transport::Canned(&canned);
         runtime
             .block_on(search.execute_with(transport, &request))
             .map(|data| data.into_value())

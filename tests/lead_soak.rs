@@ -487,7 +487,7 @@ async fn soak(fault_phase: Duration, buyers: usize) -> Option<Figures> {
         // The lead's reference: the CRM's ExternalRef, and the mail's Message-ID.
         let dealer = if *honda { "demo_honda" } else { "demo_toyota" };
         let fingerprint = aap_gateway::idempotency::fingerprint(request);
-        let reference = aap_gateway::mapping::lead::reference(dealer, None, request, &fingerprint);
+        let reference = aap_gateway::engine::lead::reference(dealer, None, request, &fingerprint);
         let landed = if *honda {
             mails
                 .get(&format!("{reference}@aap-gateway"))

@@ -25,10 +25,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, LazyLock};
 
-use aap_gateway::mapping::Handler;
-use aap_gateway::mapping::execute::{Canned, Mapped, Transport};
-use aap_gateway::mapping::load::{LoadCache, LoadContext, load_folder};
-use aap_gateway::mapping::request::Rendered;
+use aap_gateway::engine::Handler;
+use aap_gateway::engine::proxy::{Canned, Mapped, Transport};
+use aap_gateway::engine::request::Rendered;
+use aap_gateway::mapping::{LoadCache, LoadContext, load_folder};
 use aap_gateway::protocol::Skill;
 use aap_gateway::schema::Schemas;
 use bytes::Bytes;
@@ -48,51 +48,51 @@ struct Loaded {
     soap_vehicle: Arc<Mapped>,
 }
 
-static LOADED: LazyLock<Loaded> =
-    LazyLock::new(|| {
-        let schemas = Schemas::load().expect("schemas");
-        let metrics = aap_gateway::telemetry::metrics::Metrics::new();
-        let ctx = LoadContext {
-            schemas: &schemas,
-            vars: &|_| None,
-            dealer_id: "demo_toyota",
-            dealer_name: "Demo Toyota",
-            metrics: &metrics,
-            previous: None,
-            cache: &LoadCache::default(),
-        };
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let dir = root.join("mappings/demo-toyota");
-        let load = |dir: &Path| {
-            load_folder(dir, &ctx).unwrap_or_else(|p| panic!("demo-toyota does not load: {p:?}"))
-        };
-        let proxy = |mappings: &mut aap_gateway::mapping::load::DealerMappings, skill: Skill| {
-            match mappings.handlers.remove(&skill) {
-                Some(Handler::Proxy(mapped)) => mapped,
-                other => panic!("{skill:?} is not a proxy mapping: {other:?}"),
-            }
-        };
-        let mut demo = load(&dir);
-        // The same folder with the REST vehicle lookup.
-        let copy = tempfile::tempdir().expect("temp dir");
-        for entry in std::fs::read_dir(&dir).expect("read dir") {
-            let entry = entry.expect("entry");
-            if entry.file_type().expect("type").is_file() {
-                std::fs::copy(entry.path(), copy.path().join(entry.file_name())).expect("copy");
-            }
+static LOADED: LazyLock<Loaded> = LazyLock::new(|| {
+    let schemas = Schemas::load().expect("schemas");
+    let metrics = aap_gateway::telemetry::metrics::Metrics::new();
+    let ctx = LoadContext {
+        schemas: &schemas,
+        vars: &|_| None,
+        dealer_id: "demo_toyota",
+        dealer_name: "Demo Toyota",
+        metrics: &metrics,
+        previous: None,
+        cache: &LoadCache::default(),
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("mappings/demo-toyota");
+    let load = |dir: &Path| {
+        load_folder(dir, &ctx).unwrap_or_else(|p| panic!("demo-toyota does not load: {p:?}"))
+    };
+    let proxy = |mappings: &mut aap_gateway::mapping::DealerMappings, skill: Skill| match mappings
+        .handlers
+        .remove(&skill)
+    {
+        Some(Handler::Proxy(mapped)) => mapped,
+        other => panic!("{skill:?} is not a proxy mapping: {other:?}"),
+    };
+    let mut demo = load(&dir);
+    // The same folder with the REST vehicle lookup.
+    let copy = tempfile::tempdir().expect("temp dir");
+    for entry in std::fs::read_dir(&dir).expect("read dir") {
+        let entry = entry.expect("entry");
+        if entry.file_type().expect("type").is_file() {
+            std::fs::copy(entry.path(), copy.path().join(entry.file_name())).expect("copy");
         }
-        std::fs::copy(
-            root.join("tests/fixtures/mappings/rest-inventory.vehicle.yaml"),
-            copy.path().join("inventory.vehicle.yaml"),
-        )
-        .expect("copy fixture");
-        let mut rest = load(copy.path());
-        Loaded {
-            search: proxy(&mut demo, Skill::InventorySearch),
-            vehicle: proxy(&mut rest, Skill::InventoryVehicle),
-            soap_vehicle: proxy(&mut demo, Skill::InventoryVehicle),
-        }
-    });
+    }
+    std::fs::copy(
+        root.join("tests/fixtures/mappings/rest-inventory.vehicle.yaml"),
+        copy.path().join("inventory.vehicle.yaml"),
+    )
+    .expect("copy fixture");
+    let mut rest = load(copy.path());
+    Loaded {
+        search: proxy(&mut demo, Skill::InventorySearch),
+        vehicle: proxy(&mut rest, Skill::InventoryVehicle),
+        soap_vehicle: proxy(&mut demo, Skill::InventoryVehicle),
+    }
+});
 
 /// What XML 1.0 can carry of `text` (the escaper drops the rest).
 fn xml_carried(text: &str) -> String {

@@ -1,6 +1,6 @@
 //! The strict ADF 1.0 reader shared by the lead intake simulators ([`super::intake`] over HTTP,
 //! [`super::smtp_intake`] over e-mail): what a picky dealer CRM accepts, so the tests notice
-//! when the gateway's ADF (`aap_gateway::mapping::adf`) stops being acceptable.
+//! when the gateway's ADF (`aap_gateway::engine::lead::adf`) stops being acceptable.
 //!
 //! [`parse`] turns a document into a JSON description of the lead (absent or empty fields are
 //! omitted; values are the element text, as text — a reader does not invent types):
@@ -71,7 +71,7 @@ pub enum AdfError {
 
 /// The `source` of the `<id>` that carries the gateway's lead reference: a CRM told about the
 /// gateway prefers that id to the others (the gateway writes it as
-/// `aap_gateway::mapping::adf::ID_SOURCE`; a test here holds the two equal).
+/// `aap_gateway::engine::lead::adf::ID_SOURCE`; a test here holds the two equal).
 pub const GATEWAY_ID_SOURCE: &str = "aap-gateway";
 
 /// Deepest element nesting accepted (ADF needs six levels).
@@ -461,7 +461,7 @@ fn legal(text: &str) -> Result<(), AdfError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aap_gateway::mapping::adf::{self, AdfContext};
+    use aap_gateway::engine::lead::adf::{self, AdfContext};
 
     const MINIMAL: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 <?adf version="1.0"?>

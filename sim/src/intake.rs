@@ -3,7 +3,7 @@
 //! records.
 //!
 //! It is what the tests put behind `lead.submit` mappings that POST the gateway's ADF document
-//! (`aap_gateway::mapping::adf`) or a REST JSON lead. Both ways de-duplicate on the caller's stable
+//! (`aap_gateway::engine::lead::adf`) or a REST JSON lead. Both ways de-duplicate on the caller's stable
 //! reference, as real CRMs do, so a retried delivery never creates a second lead. The `/_sim/`
 //! controls are in [`sim`]; [`sim::SimApp::reset`] also forgets the stored leads and restarts
 //! the numbering.
@@ -307,7 +307,7 @@ fn error(status: StatusCode, message: &str) -> SimResponse {
 mod tests {
     use super::*;
     use crate::sim::Mode;
-    use aap_gateway::mapping::adf::{self, AdfContext};
+    use aap_gateway::engine::lead::adf::{self, AdfContext};
 
     struct Client {
         sim: SimHandle,

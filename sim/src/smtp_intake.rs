@@ -786,7 +786,7 @@ mod tests {
     use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
     use super::*;
-    use aap_gateway::mapping::adf::{self, AdfContext};
+    use aap_gateway::engine::lead::adf::{self, AdfContext};
 
     const HOSTILE: &str = "Zoë <b>&amp; \"O'Brien\" ]]> 東京\u{1}";
     const HOSTILE_READ: &str = "Zoë <b>&amp; \"O'Brien\" ]]> 東京";

@@ -1,55 +1,42 @@
-//! How a dealer answers each skill: the mapping engine.
+//! The mapping compiler: a dealer's mapping folder (`upstreams.yaml` and one file per skill)
+//! compiled into one `engine::Handler` per served skill. Uses `engine` (what it builds), `lang`
+//! (templates and jq programs), `upstream` (clients), `schema` and `settings`; never a request.
 //!
-//! A dealer's mapping folder (`load`) compiles into one `Handler` per served skill; everything
-//! (templates, jq programs, upstream clients, tables) is built at load. `Handler::execute` turns
-//! a validated call into the AAP response `data`. Skills without a handler are not served and
-//! answer `UNSUPPORTED_SKILL`.
+//! Every file is parsed with positions, every template and jq program compiled, the upstream
+//! clients built, and every problem reported located as `file:line:col: message`. Nothing is
+//! compiled after load. The jobs, one a file (each uses only those above it):
+//!
+//! - `file`: the mapping files as written (`File*`, unknown keys refused);
+//! - `context`: what a load takes (`LoadContext`, the shared `LoadCache`) and gives
+//!   (`DealerMappings`, what a reload carries over);
+//! - `loader`: the loader's state and shared steps (a file with positions, deserializing, jq,
+//!   tables, charsets);
+//! - `upstreams`: `upstreams.yaml` built into clients, `${NAME}` expansion, references to them;
+//! - `request`: an upstream call (method, templates, body, paging);
+//! - `feed`: `feed.yaml`;
+//! - `proxy`: a proxy-mode mapping (response programs, error rules, `supports`, `check` notes);
+//! - `lead`: `lead.submit.yaml` (policy, HTTP or mail delivery);
+//! - `folder`: the folder walk, each skill file to its handler.
 
-pub mod adf;
-pub mod examples;
-pub mod execute;
-pub mod feed;
+mod context;
+mod feed;
 pub mod file;
-pub mod lead;
-pub mod load;
-pub mod request;
+mod folder;
+mod lead;
+mod loader;
+mod proxy;
+mod request;
+mod upstreams;
+
+pub use context::{Carried, DealerMappings, LoadCache, LoadContext};
+pub use folder::load_folder;
+pub use proxy::default_message;
+pub use upstreams::expand;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use serde_json::Value;
-
-use crate::error::AapError;
-use crate::protocol::{Call, Data, Reply, Skill};
+use crate::protocol::Skill;
 use crate::settings::Origin;
-use execute::Mapped;
-use feed::Feed;
-use lead::LeadMapping;
-
-/// A compiled way of answering one skill.
-#[derive(Debug, Clone)]
-pub enum Handler {
-    /// A fixed reply from configuration (a dealer profile, or `static:` in a mapping), built and
-    /// checked against the response schema at load.
-    Static(Reply),
-    /// Every call translated to the dealer's upstream.
-    Proxy(Arc<Mapped>),
-    /// `inventory.facets` computed from the search mapping's results (`derive: search`).
-    DerivedFacets(Arc<Mapped>),
-    /// Answered from the cached inventory feed.
-    Feed { skill: Skill, feed: Arc<Feed> },
-    /// `lead.submit`, run by `pipeline::handle` (consent, idempotency, delivery).
-    Lead(Arc<LeadMapping>),
-}
-
-/// What a handler produced.
-#[derive(Debug)]
-pub enum Answer {
-    /// A reply built and checked at load; sent as is.
-    Prebuilt(Reply),
-    /// Response `data` built for this call; the pipeline checks it against the response schema.
-    Data(Data),
-}
 
 /// An example case from a mapping file, with where it came from.
 #[derive(Debug, Clone)]
@@ -60,51 +47,56 @@ pub struct Example {
     pub case: file::FileExample,
 }
 
-impl Handler {
-    /// A handler answering `skill` with fixed `data`.
-    pub fn fixed(skill: Skill, data: Value) -> Handler {
-        Handler::Static(Reply::new(skill, data, None))
-    }
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
 
-    /// The fixed payload, for load-time checks.
-    pub fn fixed_payload(&self) -> Option<&crate::protocol::Payload> {
-        match self {
-            Handler::Static(reply) => Some(&reply.payload),
-            Handler::Proxy(_)
-            | Handler::DerivedFacets(_)
-            | Handler::Feed { .. }
-            | Handler::Lead(_) => None,
-        }
-    }
+    use super::*;
+    use crate::engine::Handler;
+    use crate::protocol::Skill;
+    use crate::schema::Schemas;
 
-    /// Where this handler was defined, for logs (the mapping or feed file).
-    pub fn source(&self) -> &str {
-        match self {
-            Handler::Static(_) => "static configuration",
-            Handler::Proxy(m) | Handler::DerivedFacets(m) => &m.file,
-            Handler::Feed { feed, .. } => &feed.file,
-            Handler::Lead(lead) => &lead.file,
-        }
-    }
-
-    /// Answers a validated call.
-    pub async fn execute(&self, call: &Call) -> Result<Answer, AapError> {
-        match self {
-            Handler::Static(reply) => Ok(Answer::Prebuilt(reply.clone())),
-            Handler::Proxy(mapped) => mapped.execute(&call.data).await.map(Answer::Data),
-            Handler::DerivedFacets(search) => search
-                .facets(execute::Transport::Live(&search.upstream), &call.data)
-                .await
-                .map(|facets| Answer::Data(Data::Json(facets))),
-            Handler::Feed { skill, feed } => {
-                let snapshot = feed.snapshot().await?;
-                snapshot.answer(*skill, &call.data).map(Answer::Data)
+    #[test]
+    fn dealers_with_copies_of_one_mapping_compile_it_once() {
+        let schemas = Schemas::load().expect("schemas");
+        let metrics = crate::telemetry::metrics::Metrics::new();
+        let cache = LoadCache::default();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let copy = tempfile::tempdir().expect("temp dir");
+        for entry in std::fs::read_dir(root.join("mappings/demo-toyota")).expect("demo-toyota") {
+            let path = entry.expect("entry").path();
+            if path.is_file() {
+                let name = path.file_name().expect("file name");
+                std::fs::copy(&path, copy.path().join(name)).expect("copy");
             }
-            // Leads need the gateway's rules around delivery; `pipeline` runs them.
-            Handler::Lead(lead) => Err(AapError::Internal(format!(
-                "{}: lead.submit reached the generic handler",
-                lead.file
-            ))),
         }
+        let load = |dealer_id: &str, dir: &Path| {
+            let ctx = LoadContext {
+                schemas: &schemas,
+                vars: &|_| None,
+                dealer_id,
+                dealer_name: dealer_id,
+                metrics: &metrics,
+                previous: None,
+                cache: &cache,
+            };
+            load_folder(dir, &ctx).expect("loads")
+        };
+        let first = load("toyota_a", &root.join("mappings/demo-toyota"));
+        let (programs, clients) = (cache.programs(), cache.clients());
+        assert!(programs > 0 && clients > 0);
+        let second = load("toyota_b", copy.path());
+        assert_eq!(cache.programs(), programs, "no program compiled again");
+        assert_eq!(cache.clients(), clients, "no HTTP client built again");
+        // Each dealer still has its own `$dealer` and upstreams.
+        let mapped = |m: &DealerMappings| match m.handlers.get(&Skill::InventorySearch) {
+            Some(Handler::Proxy(mapped)) => Arc::clone(mapped),
+            _ => panic!("a proxied search"),
+        };
+        let (a, b) = (mapped(&first), mapped(&second));
+        assert!(Arc::ptr_eq(&a.request.templates, &b.request.templates));
+        assert_ne!(a.shared.dealer_jq, b.shared.dealer_jq);
+        assert!(!Arc::ptr_eq(&a.upstream, &b.upstream));
     }
 }

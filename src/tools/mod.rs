@@ -4,6 +4,7 @@
 //! what they show is what the gateway does.
 
 pub mod editor_schema;
+pub mod examples;
 pub mod reference;
 pub mod render;
 pub mod verify;

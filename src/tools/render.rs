@@ -15,10 +15,12 @@ use http::{HeaderName, HeaderValue, StatusCode};
 use serde_json::Value;
 
 use crate::app::{App, Dealer};
-use crate::mapping::execute::Canned;
-use crate::mapping::request::Rendered;
-use crate::mapping::{Example, Handler, examples};
+use crate::engine::Handler;
+use crate::engine::proxy::Canned;
+use crate::engine::request::Rendered;
+use crate::mapping::Example;
 use crate::protocol::Skill;
+use crate::tools::examples;
 use crate::upstream::Upstream;
 use crate::upstream::config::AuthSettings;
 

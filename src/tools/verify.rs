@@ -15,9 +15,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::app::Dealer;
+use crate::engine::Handler;
+use crate::engine::proxy::Mapped;
 use crate::inventory::Inventory;
-use crate::mapping::Handler;
-use crate::mapping::execute::Mapped;
 use crate::protocol::Skill;
 
 /// One disagreement between the mapping's answer and the gateway's.

@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::engine::Handler;
+use crate::engine::feed::Feed;
 use crate::lang::jq::Jq;
 use crate::lang::template::{Context, Templates};
-use crate::mapping::feed::Feed;
-use crate::mapping::{Example, Handler};
+use crate::mapping::Example;
 use crate::protocol::Skill;
 use crate::schema::Schemas;
 use crate::settings::yaml::Problem;

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use http::StatusCode;
 use minijinja::value::Value as TplValue;
 
+use crate::engine::request::RequestSpec;
 use crate::error::AapCode;
 use crate::formats::Format;
 use crate::lang::jq::{Jq, JqValue, KeyPath};
-use crate::mapping::request::RequestSpec;
 use crate::protocol::Skill;
 use crate::upstream::Upstream;
 

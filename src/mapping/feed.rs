@@ -3,8 +3,8 @@
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use crate::engine::feed::Feed;
 use crate::formats::Format;
-use crate::mapping::feed::Feed;
 use crate::mapping::file::{FileCommon, FileFeed};
 
 use super::context::Upstreams;

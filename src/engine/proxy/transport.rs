@@ -7,8 +7,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::StatusCode;
 
+use crate::engine::request::Rendered;
 use crate::error::AapError;
-use crate::mapping::request::Rendered;
 use crate::upstream::soap;
 use crate::upstream::{Upstream, UpstreamRequest, UpstreamResponse};
 

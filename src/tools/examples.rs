@@ -9,10 +9,11 @@ use bytes::Bytes;
 use http::StatusCode;
 use serde_json::{Map, Value, json};
 
+use crate::engine::Handler;
+use crate::engine::lead::LeadMapping;
+use crate::engine::proxy::{Canned, Transport};
 use crate::error::{AapCode, AapError};
-use crate::mapping::execute::{Canned, Transport};
-use crate::mapping::lead::LeadMapping;
-use crate::mapping::{Example, Handler};
+use crate::mapping::Example;
 use crate::protocol::{Data, Reply};
 use crate::schema::Schemas;
 
@@ -176,8 +177,8 @@ pub fn upstream_of(handler: &Handler) -> Option<&crate::upstream::Upstream> {
         Handler::Proxy(m) | Handler::DerivedFacets(m) => Some(m.upstream.as_ref()),
         Handler::Feed { feed, .. } => Some(feed.upstream.as_ref()),
         Handler::Lead(lead) => match &lead.delivery {
-            crate::mapping::lead::Delivery::Http(m) => Some(m.upstream.as_ref()),
-            crate::mapping::lead::Delivery::Mail(_) => None,
+            crate::engine::lead::Delivery::Http(m) => Some(m.upstream.as_ref()),
+            crate::engine::lead::Delivery::Mail(_) => None,
         },
         Handler::Static(_) => None,
     }
@@ -185,7 +186,7 @@ pub fn upstream_of(handler: &Handler) -> Option<&crate::upstream::Upstream> {
 
 /// Why a rendered call's body is malformed for its format, if it is: a JSON body must parse, and
 /// an XML one (a SOAP Body's content, an ADF document) must be well-formed.
-fn malformed_body(call: &crate::mapping::request::Rendered, soap: bool) -> Option<String> {
+fn malformed_body(call: &crate::engine::request::Rendered, soap: bool) -> Option<String> {
     let body = call.body.as_deref()?;
     let content_type = call
         .headers

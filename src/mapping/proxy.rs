@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::engine::proxy::{
+    ErrorRule, Mapped, Missing, ResponseSpec, RuleOutcome, ScanCache, StatusMatch, Supports, Values,
+};
 use crate::error::AapCode;
 use crate::formats::Format;
 use crate::lang::jq::Jq;
-use crate::mapping::execute::{
-    ErrorRule, Mapped, Missing, ResponseSpec, RuleOutcome, ScanCache, StatusMatch, Supports, Values,
-};
 use crate::mapping::file::{
     FileCommon, FileFilterSupport, FileListing, FileMissing, FileRuleReply, FileSkill,
     FileSortSupport, FileValues,

@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::mapping::execute::Mapped;
-use crate::mapping::feed::Feed;
+use crate::engine::Handler;
+use crate::engine::feed::Feed;
+use crate::engine::proxy::Mapped;
+use crate::mapping::Example;
 use crate::mapping::file::{FileCommon, FileMode, FileSkill};
-use crate::mapping::{Example, Handler};
 use crate::protocol::Skill;
 use crate::settings::yaml::{Origin, Problem};
 use crate::upstream::Upstream;

@@ -15,17 +15,17 @@ fn demo_feed_from(feed_url: Option<&str>) -> Arc<Feed> {
     };
     let schemas = crate::schema::Schemas::load().expect("schemas");
     let metrics = crate::telemetry::metrics::Metrics::new();
-    let ctx = crate::mapping::load::LoadContext {
+    let ctx = crate::mapping::LoadContext {
         schemas: &schemas,
         vars: &vars,
         dealer_id: "demo_honda",
         dealer_name: "Demo Honda",
         metrics: &metrics,
         previous: None,
-        cache: &crate::mapping::load::LoadCache::default(),
+        cache: &crate::mapping::LoadCache::default(),
     };
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("mappings/demo-honda");
-    let mut loaded = crate::mapping::load::load_folder(&dir, &ctx).expect("demo-honda loads");
+    let mut loaded = crate::mapping::load_folder(&dir, &ctx).expect("demo-honda loads");
     loaded.feeds.pop().expect("a feed")
 }
 

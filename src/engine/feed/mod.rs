@@ -25,14 +25,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::engine::proxy::{Shared, Transport, check_listable, page_data, send};
+use crate::engine::request::RequestSpec;
 use crate::error::{AapCode, AapError};
 use crate::formats::{self, Declared, Format};
 use crate::inventory::packed::Packed;
 use crate::inventory::{Inventory, Prepared};
 use crate::lang::jq::{Jq, JqValue, JqVars, TextObjects};
 use crate::lang::template::Scope;
-use crate::mapping::execute::{Shared, Transport, check_listable, page_data, send};
-use crate::mapping::request::RequestSpec;
 use crate::protocol::{Data, Skill};
 use crate::settings::RefreshPriority;
 use crate::telemetry::Escaped;
@@ -346,7 +346,7 @@ impl Feed {
     async fn fetch_streaming(
         self: &Arc<Self>,
         upstream: &Upstream,
-        rendered: crate::mapping::request::Rendered,
+        rendered: crate::engine::request::Rendered,
         previous: Option<Arc<Snapshot>>,
         idle: bool,
     ) -> Result<Snapshot, AapError> {

@@ -7,11 +7,11 @@ use http::StatusCode;
 use minijinja::value::Value as TplValue;
 use serde_json::{Value, json};
 
+use crate::engine::request::Rendered;
 use crate::error::{AapCode, AapError};
 use crate::formats::{Declared, Format};
 use crate::lang::jq::{Doc, Jq, JqValue, JqVars};
 use crate::lang::template::{Lazy, Scope};
-use crate::mapping::request::Rendered;
 use crate::protocol::{Data, Skill};
 use crate::upstream::UpstreamResponse;
 use crate::upstream::soap::{self, SoapFault};

@@ -7,9 +7,9 @@ use minijinja::value::Value as TplValue;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
+use crate::engine::proxy::Shared;
 use crate::formats::{self, Format};
 use crate::lang::jq::{Jq, JqValue, KeyPath};
-use crate::mapping::execute::Shared;
 use crate::mapping::file::FileCommon;
 use crate::settings::yaml::{self, Origin, Problem, SourceMap};
 

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
+use crate::engine::request::{PageRef, plan};
 use crate::error::AapError;
 use crate::inventory::{Inventory, Listing};
 use crate::lang::jq::JqVars;
 use crate::lang::template::{Lazy, Scope};
-use crate::mapping::request::{PageRef, plan};
 use crate::protocol::Data;
 use crate::protocol::vehicle::{SearchPage, Vehicle};
 use tracing::debug_span;
