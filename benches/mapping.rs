@@ -12,7 +12,7 @@
 //! - `mapping/extract_20_vehicle_page_jaq`: the same with every program run by jaq
 //!   (`Jq::compile_interpreted`), i.e. without native plans: the baseline they are measured
 //!   against.
-//! - `mapping/search_end_to_end_canned`: both, through `Mapped::execute_with` with a canned
+//! - `mapping/search_end_to_end_canned`: both, through `ProxyMapping::execute_with` with a canned
 //!   upstream (`Transport::Canned`), i.e. everything the gateway does for one search between
 //!   the validated request and the response schema check, except the HTTP call itself.
 //!
@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use aap_gateway::engine::Handler;
 use aap_gateway::engine::proxy::{
-    Canned, Mapped, ResponseSpec, Transport, is_listable, is_listable_status,
+    Canned, ProxyMapping, ResponseSpec, Transport, is_listable, is_listable_status,
 };
 use aap_gateway::engine::request::PageRef;
 use aap_gateway::formats::Declared;
@@ -55,7 +55,7 @@ fn search_request() -> Value {
 }
 
 /// Loads `mappings/demo-toyota` as the gateway does and returns its search mapping.
-fn search_mapping(dms_url: &str) -> Arc<Mapped> {
+fn search_mapping(dms_url: &str) -> Arc<ProxyMapping> {
     let schemas = Schemas::load().expect("schemas");
     let dms_url = dms_url.to_owned();
     let vars = move |name: &str| match name {
@@ -84,8 +84,8 @@ fn search_mapping(dms_url: &str) -> Arc<Mapped> {
     }
 }
 
-/// The engine's template context (`Mapped::template_values`, private): the same three values.
-fn template_values(mapped: &Mapped, request: &Value) -> TplValue {
+/// The engine's template context (`ProxyMapping::template_values`, private): the same three values.
+fn template_values(mapped: &ProxyMapping, request: &Value) -> TplValue {
     minijinja::context! {
         request => TplValue::from(minijinja::value::Serde(request)),
         tables => mapped.shared.tables_tpl.clone(),
@@ -93,9 +93,9 @@ fn template_values(mapped: &Mapped, request: &Value) -> TplValue {
     }
 }
 
-/// The engine's jq variables (`Mapped::vars`, private).
-fn jq_vars(mapped: &Mapped, request: &Value) -> JqVars {
-    // As `Mapped` builds them: `$request` is a jq value only when a program names it.
+/// The engine's jq variables (`ProxyMapping::vars`, private).
+fn jq_vars(mapped: &ProxyMapping, request: &Value) -> JqVars {
+    // As `ProxyMapping` builds them: `$request` is a jq value only when a program names it.
     let ResponseSpec::List {
         items, total, item, ..
     } = &mapped.response
@@ -119,7 +119,7 @@ fn jq_vars(mapped: &Mapped, request: &Value) -> JqVars {
 }
 
 /// Renders the upstream call of `request` (first page of `PAGE`).
-fn render(mapped: &Mapped, request: &Value) -> aap_gateway::engine::request::Rendered {
+fn render(mapped: &ProxyMapping, request: &Value) -> aap_gateway::engine::request::Rendered {
     let build = || template_values(mapped, request);
     let context = Lazy::new(&build);
     mapped
@@ -134,10 +134,10 @@ fn render(mapped: &Mapped, request: &Value) -> aap_gateway::engine::request::Ren
         .expect("render")
 }
 
-/// The reply side of one page, as `Mapped::fetch_page` + `Mapped::search` do it (private): the
+/// The reply side of one page, as `ProxyMapping::fetch_page` + `ProxyMapping::search` do it (private): the
 /// reply read into a tape, the records at `items` read off it, `item` per record, listable
 /// filter, `total`, page assembly.
-fn extract_page(mapped: &Mapped, request: &Value, body: &Bytes) -> SearchPage {
+fn extract_page(mapped: &ProxyMapping, request: &Value, body: &Bytes) -> SearchPage {
     let ResponseSpec::List {
         total,
         item,
@@ -165,7 +165,7 @@ fn extract_page(mapped: &Mapped, request: &Value, body: &Bytes) -> SearchPage {
     page(total, vehicles)
 }
 
-/// The page data of the vehicles found, as `Mapped::search` assembles it.
+/// The page data of the vehicles found, as `ProxyMapping::search` assembles it.
 fn page(total: Option<Value>, vehicles: Vec<Vehicle>) -> SearchPage {
     let total = total
         .as_ref()
@@ -176,7 +176,7 @@ fn page(total: Option<Value>, vehicles: Vec<Vehicle>) -> SearchPage {
 }
 
 /// [`extract_page_with`] the mapping's own programs.
-fn extract_page_eager(mapped: &Mapped, request: &Value, body: &Bytes) -> SearchPage {
+fn extract_page_eager(mapped: &ProxyMapping, request: &Value, body: &Bytes) -> SearchPage {
     let ResponseSpec::List {
         items, total, item, ..
     } = &mapped.response
@@ -192,7 +192,7 @@ type Programs<'a> = (&'a Jq, Option<&'a Jq>, &'a Jq);
 /// [`extract_page`] with the reply decoded into jq values first and the given programs (the
 /// mapping's, or the same in jaq only) run on them.
 fn extract_page_with(
-    mapped: &Mapped,
+    mapped: &ProxyMapping,
     (items, total, item): Programs<'_>,
     request: &Value,
     body: &Bytes,

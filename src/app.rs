@@ -12,6 +12,7 @@ use std::sync::Arc;
 use crate::auth::Authenticator;
 use crate::engine::Handler;
 use crate::engine::feed::Feed;
+use crate::engine::lead::deliveries::Deliveries;
 use crate::idempotency::Idempotency;
 use crate::mapping::Example;
 use crate::mapping::{Carried, LoadCache, LoadContext, load_folder};
@@ -44,6 +45,9 @@ pub struct App {
     pub loaded_at: SystemTime,
     /// The process's metrics (shared with the apps before and after a reload).
     pub metrics: Arc<Metrics>,
+    /// Lead deliveries running (shared with the apps before and after a reload: a delivery
+    /// outlives the configuration that started it).
+    pub deliveries: Arc<Deliveries>,
 }
 
 #[derive(Debug)]
@@ -159,7 +163,7 @@ impl App {
             dealer.index = u16::try_from(i).unwrap_or(u16::MAX);
         }
         let keys = &settings.idempotency;
-        let limits = crate::idempotency::Limits {
+        let limits = crate::idempotency::ClaimLimits {
             ttl: keys.ttl,
             max_entries: keys.max_entries,
             max_bytes: keys.max_bytes,
@@ -206,6 +210,7 @@ impl App {
             settings.limits.max_concurrency,
         ));
         let auth = settings.auth.as_ref().map(Authenticator::new);
+        let deliveries = old.map_or_else(Deliveries::new, |old| Arc::clone(&old.deliveries));
         Ok(App {
             settings,
             schemas,
@@ -215,6 +220,7 @@ impl App {
             auth,
             loaded_at,
             metrics,
+            deliveries,
         })
     }
 
@@ -450,7 +456,7 @@ fn lead_deadline_note(
     handlers: &BTreeMap<Skill, Handler>,
     request_timeout: std::time::Duration,
 ) -> Option<Problem> {
-    use crate::engine::lead::Delivery;
+    use crate::engine::lead::Destination;
     let http = |u: &crate::upstream::Upstream| {
         let s = u.settings();
         (
@@ -458,9 +464,9 @@ fn lead_deadline_note(
             "timeouts.queue + connect + request",
         )
     };
-    let (delivery, terms) = match &lead.delivery {
-        Delivery::Http(mapped) => http(&mapped.upstream),
-        Delivery::Mail(mail) => {
+    let (delivery, terms) = match &lead.destination {
+        Destination::Http(mapped) => http(&mapped.upstream),
+        Destination::Mail(mail) => {
             let s = mail.mailer.settings();
             (
                 s.request_timeout + s.data_timeout,

@@ -127,7 +127,7 @@ enum Command {
         id: String,
         /// What the dealer's inventory system is.
         #[arg(long, value_enum)]
-        kind: cli::new_dealer::Kind,
+        kind: cli::new_dealer::ScaffoldKind,
         /// The configuration file to add the dealer to (created when it does not exist).
         #[arg(long, short)]
         config: PathBuf,

@@ -1,7 +1,15 @@
-//! The module graph of `src/` has no cycles (docs/architecture.md §Invariants): a module never
-//! imports, directly or through others, a module that imports it. Read from the source: every
-//! `crate::…`, `super::…` and `self::…` path outside comments and test modules names the
-//! deepest module file it reaches; a module's own submodules and parents do not count.
+//! The layers of `src/` as docs/architecture.md §Layers declares them, held against the code:
+//!
+//! - each top-level folder (or file) of `src/` imports only the folders declared below it, and
+//!   the few rules that are narrower than the order (the upstream client knows nothing of AAP,
+//!   `formats` nothing of the crate) hold;
+//! - the module graph has no cycles: a module never imports, directly or through others, a
+//!   module that imports it.
+//!
+//! Read from the source: every `crate::…`, `super::…` and `self::…` path outside comments and
+//! test code names the deepest module file it reaches; a module's own submodules and parents do
+//! not count. Test code (inline `mod tests`, `tests.rs` files and `tests/` folders) may reach
+//! anything.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -31,7 +39,7 @@ fn modules() -> BTreeMap<String, String> {
             if parts.last().is_some_and(|p| p == "mod") {
                 parts.pop();
             }
-            if parts == ["lib"] || parts == ["main"] {
+            if parts == ["lib"] || parts == ["main"] || is_test_code(&parts) {
                 continue;
             }
             let text = std::fs::read_to_string(&path).expect("read module");
@@ -39,6 +47,11 @@ fn modules() -> BTreeMap<String, String> {
         }
     }
     out
+}
+
+/// A file that only tests compile: `tests.rs`, `*_tests.rs`, anything under a `tests/` folder.
+fn is_test_code(parts: &[String]) -> bool {
+    parts.iter().any(|p| p == "tests" || p.ends_with("_tests"))
 }
 
 /// The code of a module file without comments and without its `#[cfg(test)] mod tests`.
@@ -123,20 +136,116 @@ fn related(a: &str, b: &str) -> bool {
     a == b || a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"))
 }
 
-#[test]
-fn no_module_imports_a_module_that_imports_it_back() {
-    let modules = modules();
-    assert!(modules.contains_key("lang::jq::plan"), "src/ was read");
+/// Each module and the modules its code reaches (itself, its parents and children left out).
+fn dependencies(modules: &BTreeMap<String, String>) -> BTreeMap<&str, BTreeSet<String>> {
     let mut deps: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
-    for (name, text) in &modules {
+    for (name, text) in modules {
         let named = named_paths(name, &code(text));
         let targets = named
             .iter()
-            .filter_map(|p| module_of(p, &modules))
+            .filter_map(|p| module_of(p, modules))
             .filter(|t| !related(name, t))
             .collect();
         deps.insert(name, targets);
     }
+    deps
+}
+
+/// The layers, top first: a folder (or file) of `src/` may import the ones in the layers below
+/// its own, never one above it nor a sibling of its own layer. docs/architecture.md §Layers
+/// says what each is.
+const LAYERS: &[&[&str]] = &[
+    &["cli"],
+    &["tools"],
+    &["demo"],
+    &["server"],
+    &["binding"],
+    &["pipeline"],
+    &["app"],
+    &["mapping"],
+    &["engine"],
+    &["inventory", "lang"],
+    &["auth", "consent", "idempotency", "rate_limit", "router"],
+    &["redis_backend", "upstream"],
+    &["schema", "telemetry"],
+    &["settings"],
+    &["protocol"],
+    &["error", "formats"],
+];
+
+/// Narrower than the order: (folder, what it must never import, why).
+const NEVER: &[(&str, &[&str], &str)] = &[
+    (
+        "upstream",
+        &["error", "protocol", "schema"],
+        "the upstream client speaks HTTP, SOAP and SMTP, never AAP: its failures are \
+         `UpstreamError`, turned into `AapError` by `engine`",
+    ),
+    (
+        "formats",
+        &["error", "protocol"],
+        "formats is the floor both the engine and the upstream client stand on",
+    ),
+];
+
+fn layer(top: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&top))
+}
+
+fn top(module: &str) -> &str {
+    module.split("::").next().unwrap_or(module)
+}
+
+#[test]
+fn every_folder_imports_only_the_layers_below_it() {
+    let modules = modules();
+    assert!(modules.contains_key("lang::jq::plan"), "src/ was read");
+    let mut undeclared: BTreeSet<String> = BTreeSet::new();
+    let mut broken = Vec::new();
+    for (module, targets) in dependencies(&modules) {
+        let from = top(module);
+        let Some(own) = layer(from) else {
+            undeclared.insert(from.to_owned());
+            continue;
+        };
+        for target in &targets {
+            let to = top(target);
+            if to == from {
+                continue;
+            }
+            match layer(to) {
+                None => {
+                    undeclared.insert(to.to_owned());
+                }
+                Some(below) if below > own => {}
+                Some(_) => broken.push(format!(
+                    "{module} imports {target}: `{to}` is not below `{from}`"
+                )),
+            }
+            if let Some((_, never, why)) = NEVER.iter().find(|(f, ..)| *f == from)
+                && never.contains(&to)
+            {
+                broken.push(format!("{module} imports {target}: {why}"));
+            }
+        }
+    }
+    assert!(
+        undeclared.is_empty(),
+        "folders of src/ that LAYERS does not place (add them, and to docs/architecture.md): \
+         {undeclared:?}"
+    );
+    assert!(
+        broken.is_empty(),
+        "layer rules broken:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn no_module_imports_a_module_that_imports_it_back() {
+    let modules = modules();
+    assert!(modules.contains_key("lang::jq::plan"), "src/ was read");
+    let deps = dependencies(&modules);
     // A cycle exists when some module reaches itself; report each with its path.
     let mut cycles = Vec::new();
     for start in deps.keys() {
@@ -161,20 +270,20 @@ fn no_module_imports_a_module_that_imports_it_back() {
 fn the_reader_sees_crate_super_and_grouped_imports() {
     let known: BTreeMap<String, String> = [
         "app",
-        "mapping",
-        "mapping::template",
-        "mapping::request",
+        "engine",
+        "engine::template",
+        "engine::request",
         "upstream",
     ]
     .into_iter()
     .map(|m| (m.to_owned(), String::new()))
     .collect();
     let code = "use super::template::{Context, Templates};\nuse crate::upstream::{self, Upstream};\nlet x = crate::app::App::new();";
-    let reached: BTreeSet<String> = named_paths("mapping::request", code)
+    let reached: BTreeSet<String> = named_paths("engine::request", code)
         .iter()
         .filter_map(|p| module_of(p, &known))
         .collect();
-    let expected: BTreeSet<String> = ["mapping::template", "upstream", "app"]
+    let expected: BTreeSet<String> = ["engine::template", "upstream", "app"]
         .map(str::to_owned)
         .into();
     assert_eq!(reached, expected);

@@ -1,4 +1,4 @@
-//! Native jq plans (`src/mapping/extract/plan.rs`) against jaq, on the programs that ship.
+//! Native jq plans (`src/lang/jq/plan/`) against jaq, on the programs that ship.
 //!
 //! Every jq program of every mapping folder (`mappings/*`, `tests/fixtures/mappings/*`, with the
 //! folder's `jq_defs` prepended and `items` wrapped as the loader does) and of the YAML examples
@@ -33,7 +33,7 @@ fn repo(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
 }
 
-/// How the loader wraps an `items` program (`mapping::load::loader::items_program`).
+/// How the loader wraps an `items` program (`mapping::loader::items_program`).
 fn items_program(code: &str) -> String {
     format!(
         "({code}) | if type == \"array\" then .[] else error(\"`items` must give an array, got \\(type)\") end"

@@ -1100,7 +1100,7 @@ async fn a_dead_replicas_claim_answers_in_progress_then_runs_out_within_its_leas
     let request = lead(&toyota(Status::InStock), "claimed-by-the-dead");
     // A replica claims the key, starts delivering, and dies: its lease is never renewed.
     let dead = RedisBackend::new(&redis.url, Duration::from_secs(1), "aapgw:").expect("backend");
-    let scope = aap_gateway::idempotency::Scope::of("demo_toyota", None, &request).expect("key");
+    let scope = aap_gateway::idempotency::KeyScope::of("demo_toyota", None, &request).expect("key");
     let fingerprint =
         aap_gateway::idempotency::hex(&aap_gateway::idempotency::fingerprint(&request));
     let epoch = dead.epoch("", Duration::from_secs(1)).await.expect("epoch");

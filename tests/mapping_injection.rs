@@ -26,7 +26,7 @@ use std::path::Path;
 use std::sync::{Arc, LazyLock};
 
 use aap_gateway::engine::Handler;
-use aap_gateway::engine::proxy::{Canned, Mapped, Transport};
+use aap_gateway::engine::proxy::{Canned, ProxyMapping, Transport};
 use aap_gateway::engine::request::Rendered;
 use aap_gateway::mapping::{LoadCache, LoadContext, load_folder};
 use aap_gateway::protocol::Skill;
@@ -41,11 +41,11 @@ const SEARCH_PATH: &str = "/api/v2/vehicles";
 const PAGING: [&str; 2] = ["page", "pageSize"];
 
 struct Loaded {
-    search: Arc<Mapped>,
+    search: Arc<ProxyMapping>,
     /// The REST lookup (fixture).
-    vehicle: Arc<Mapped>,
+    vehicle: Arc<ProxyMapping>,
     /// The SOAP lookup (the demo's).
-    soap_vehicle: Arc<Mapped>,
+    soap_vehicle: Arc<ProxyMapping>,
 }
 
 static LOADED: LazyLock<Loaded> = LazyLock::new(|| {
@@ -157,7 +157,7 @@ static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
 
 /// Runs `request` through `mapped` with a canned upstream; returns every call it rendered.
 fn rendered(
-    mapped: &Mapped,
+    mapped: &ProxyMapping,
     status: StatusCode,
     body: &'static str,
     request: &Value,
@@ -224,7 +224,7 @@ fn assert_path_survives_url_parsing(call: &Rendered) {
     assert_eq!(url.fragment(), None, "{call:?}");
 }
 
-fn assert_headers_declared(mapped: &Mapped, call: &Rendered) {
+fn assert_headers_declared(mapped: &ProxyMapping, call: &Rendered) {
     let declared: BTreeSet<&str> = mapped.request.headers.iter().map(|h| h.as_str()).collect();
     let mut seen = BTreeSet::new();
     for (name, value) in &call.headers {

@@ -458,18 +458,18 @@ fn shipped_yaml() -> Vec<std::path::PathBuf> {
 /// every shipped YAML file names its schema on its first line, and is valid against it.
 #[test]
 fn editor_schemas_are_generated_shipped_named_and_hold_for_the_shipped_files() {
-    use aap_gateway::tools::editor_schema::Kind;
-    let args = |kind: Kind| -> Vec<&'static str> {
+    use aap_gateway::tools::editor_schema::FileKind;
+    let args = |kind: FileKind| -> Vec<&'static str> {
         match kind {
-            Kind::Config => vec!["schema", "config"],
-            Kind::Upstreams => vec!["schema", "mapping", "upstreams"],
-            Kind::Common => vec!["schema", "mapping", "common"],
-            Kind::Feed => vec!["schema", "mapping", "feed"],
-            Kind::Skill => vec!["schema", "mapping", "skill"],
+            FileKind::Config => vec!["schema", "config"],
+            FileKind::Upstreams => vec!["schema", "mapping", "upstreams"],
+            FileKind::Common => vec!["schema", "mapping", "common"],
+            FileKind::Feed => vec!["schema", "mapping", "feed"],
+            FileKind::Skill => vec!["schema", "mapping", "skill"],
         }
     };
     let mut validators = Vec::new();
-    for kind in Kind::ALL {
+    for kind in FileKind::ALL {
         let out = gateway(&args(kind), None);
         assert!(out.status.success(), "{}", text(&out.stderr));
         let generated = text(&out.stdout);
@@ -500,7 +500,7 @@ fn editor_schemas_are_generated_shipped_named_and_hold_for_the_shipped_files() {
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or_default();
-        let kind = Kind::of_file(name);
+        let kind = FileKind::of_file(name);
         let first = source.lines().next().unwrap_or_default();
         let target = first
             .strip_prefix("# yaml-language-server: $schema=")

@@ -1,5 +1,5 @@
 //! The mapping engine against dealer systems that are not the demo's, with the quirks real ones
-//! have. Mapped from the docs alone (`tests/fixtures/mappings/lakeside/`, `…/riverside/`):
+//! have. ProxyMapping from the docs alone (`tests/fixtures/mappings/lakeside/`, `…/riverside/`):
 //!
 //! - **Lakeside Auto**, a REST stock API: lists SOLD and ON_HOLD units in its pages and counts
 //!   them in its total; takes one make and one body per call, matched exactly against its

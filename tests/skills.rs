@@ -1441,7 +1441,7 @@ async fn a_comma_inside_a_filter_value_is_not_a_list_separator_body() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// `filters.stock` is an exact match (`mapping/search/`: byte-exact; feed mode agrees). The proxy
+/// `filters.stock` is an exact match (`inventory/`: byte-exact; feed mode agrees). The proxy
 /// dealer's DMS compares stock numbers case-insensitively, and the gateway passes its answer
 /// through unchecked.
 #[test]

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use aap_gateway::engine::IntoAap as _;
 use aap_gateway::error::AapError;
 use aap_gateway::upstream::{
     self, BreakerState, Endpoint, FileUpstream, MailPart, Mailer, OutgoingMail, Upstream,
@@ -344,7 +345,7 @@ async fn connection_refused_fails_fast_as_connect() {
         .expect_err("refused");
     assert!(matches!(error, UpstreamError::Connect(_)), "{error:?}");
     assert!(started.elapsed() < Duration::from_secs(1));
-    let aap: AapError = ("dms".to_owned(), error).into();
+    let aap: AapError = error.into_aap("dms");
     assert!(matches!(aap, AapError::UpstreamUnavailable { .. }));
 }
 

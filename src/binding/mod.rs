@@ -23,7 +23,7 @@ use send_message::SendMessageResponse;
 use wire_error::{ErrorStamp, WireError};
 
 /// Runs a decoded `SendMessageRequest` (JSON-RPC `params` or the HTTP+JSON body) through the
-/// pipeline under the request deadline, after taking a concurrency slot.
+/// pipeline, which decodes its message when the call has a concurrency slot.
 pub(crate) async fn send_message(
     app: &App,
     dealer: &Dealer,
@@ -31,22 +31,13 @@ pub(crate) async fn send_message(
     request: Value,
     log: &mut RequestLog,
 ) -> Result<SendMessageResponse, AapError> {
-    // The body is read: only now does the call need capacity. Over `limits.max_concurrency` it
-    // is shed at once (RATE_LIMITED; 503 on HTTP+JSON) rather than queued without bound.
-    let _slot = app.limits.admit()?;
-    let call = tracing::debug_span!("decode").in_scope(|| send_message::decode(request))?;
-    log.skill(&call.skill);
-    let context_id = call.context_id.clone();
-    let deadline = app.settings.limits.request_timeout;
-    let handled = pipeline::handle(app, dealer, caller, call);
-    let reply = match tokio::time::timeout(deadline, handled).await {
-        Ok(reply) => reply?,
-        Err(_) => {
-            return Err(AapError::Internal(format!(
-                "request deadline of {deadline:?} exceeded"
-            )));
-        }
+    let mut context_id = None;
+    let decode = || {
+        let call = send_message::decode(request)?;
+        context_id.clone_from(&call.context_id);
+        Ok(call)
     };
+    let reply = pipeline::handle(app, dealer, caller, log, decode).await?;
     Ok(send_message::encode_reply(reply, context_id))
 }
 

@@ -34,14 +34,14 @@ pub(crate) enum MappingFile {
 
 /// `aap-gateway schema config|mapping FILE`: the JSON Schema docs/schemas/ ships.
 pub(crate) fn schema(of: &SchemaOf) -> ExitCode {
-    use aap_gateway::tools::editor_schema::{Kind, schema};
+    use aap_gateway::tools::editor_schema::{FileKind, schema};
     let kind = match of {
-        SchemaOf::Config => Kind::Config,
+        SchemaOf::Config => FileKind::Config,
         SchemaOf::Mapping { file } => match file {
-            MappingFile::Upstreams => Kind::Upstreams,
-            MappingFile::Common => Kind::Common,
-            MappingFile::Feed => Kind::Feed,
-            MappingFile::Skill => Kind::Skill,
+            MappingFile::Upstreams => FileKind::Upstreams,
+            MappingFile::Common => FileKind::Common,
+            MappingFile::Feed => FileKind::Feed,
+            MappingFile::Skill => FileKind::Skill,
         },
     };
     say(&schema(kind));

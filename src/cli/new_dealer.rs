@@ -11,7 +11,7 @@ use clap::ValueEnum;
 
 /// The dealer's inventory system.
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub(crate) enum Kind {
+pub(crate) enum ScaffoldKind {
     /// A REST/JSON API, translated call by call.
     Rest,
     /// A SOAP service, translated call by call.
@@ -20,7 +20,12 @@ pub(crate) enum Kind {
     Feed,
 }
 
-pub(crate) fn run(id: &str, kind: Kind, config: &Path, mappings: Option<&Path>) -> ExitCode {
+pub(crate) fn run(
+    id: &str,
+    kind: ScaffoldKind,
+    config: &Path,
+    mappings: Option<&Path>,
+) -> ExitCode {
     match scaffold(id, kind, config, mappings) {
         Ok(written) => {
             for path in written {
@@ -43,7 +48,7 @@ pub(crate) fn run(id: &str, kind: Kind, config: &Path, mappings: Option<&Path>) 
 
 fn scaffold(
     id: &str,
-    kind: Kind,
+    kind: ScaffoldKind,
     config: &Path,
     mappings: Option<&Path>,
 ) -> Result<Vec<PathBuf>, String> {
@@ -95,7 +100,7 @@ fn scaffold(
         ("upstreams.yaml", upstreams(kind, &env)),
         ("common.yaml", COMMON.to_owned()),
     ];
-    if let Kind::Feed = kind {
+    if let ScaffoldKind::Feed = kind {
         files.push(("feed.yaml", FEED.to_owned()));
     }
     for skill in [
@@ -158,7 +163,7 @@ fn scaffold(
 /// docs/schemas/ when the command runs in a checkout of the gateway (else no line: the path
 /// would dangle).
 fn schema_line(dir: &Path, name: &str) -> String {
-    let kind = aap_gateway::tools::editor_schema::Kind::of_file(name);
+    let kind = aap_gateway::tools::editor_schema::FileKind::of_file(name);
     let Ok(schemas) = std::fs::canonicalize(Path::new("docs/schemas")) else {
         return String::new();
     };
@@ -247,9 +252,9 @@ admin_listen: 127.0.0.1:9090
 # No `aap:` section: the draft AAP identifiers, fine for development (check warns).
 ";
 
-fn upstreams(kind: Kind, env: &str) -> String {
+fn upstreams(kind: ScaffoldKind, env: &str) -> String {
     match kind {
-        Kind::Rest => format!(
+        ScaffoldKind::Rest => format!(
             "# The dealer's systems, by name; skill files refer to them (`upstream: dms`).
 # docs/mappings.md §upstreams.yaml has every key. `${{NAME:-default}}` reads the environment:
 # set {env}_DMS_URL (and the key) where the gateway runs; secrets never go in this file.
@@ -267,7 +272,7 @@ dms:
   #   value: ${{{env}_DMS_API_KEY}}
 "
         ),
-        Kind::Soap => format!(
+        ScaffoldKind::Soap => format!(
             "# The dealer's systems, by name; skill files refer to them (`upstream: dms`).
 # docs/mappings.md §SOAP services has every key. `${{NAME:-default}}` reads the environment:
 # set {env}_DMS_URL (and the password) where the gateway runs; secrets never go in this file.
@@ -286,7 +291,7 @@ dms:
   #   password_type: digest      # digest | text (https only)
 "
         ),
-        Kind::Feed => format!(
+        ScaffoldKind::Feed => format!(
             "# The dealer's systems, by name; feed.yaml and skill files refer to them.
 # docs/mappings.md §upstreams.yaml has every key. `${{NAME:-default}}` reads the environment:
 # set {env}_FEED_URL where the gateway runs; secrets never go in this file.
@@ -346,19 +351,19 @@ item: |
 ";
 
 /// One skill file: the stub line, then the mapping to write, commented.
-fn skill_file(skill: &str, kind: Kind) -> String {
+fn skill_file(skill: &str, kind: ScaffoldKind) -> String {
     let body = match (skill, kind) {
-        ("inventory.search", Kind::Feed) => "\
+        ("inventory.search", ScaffoldKind::Feed) => "\
 # mode: feed           # answered from feed.yaml's cache with AAP search semantics
 ",
-        ("inventory.vehicle", Kind::Feed) => "\
+        ("inventory.vehicle", ScaffoldKind::Feed) => "\
 # mode: feed           # found in the cache by VIN, else stock, else vehicle id
 ",
         ("inventory.facets", _) => "\
 # derive: search       # proxy mode: facets computed over the search mapping's results
 # mode: feed           # feed mode: facets from the cache
 ",
-        ("inventory.search", Kind::Rest) => "\
+        ("inventory.search", ScaffoldKind::Rest) => "\
 # upstream: dms
 # request:
 #   method: GET
@@ -377,7 +382,7 @@ fn skill_file(skill: &str, kind: Kind) -> String {
 #   total: .TotalCount   # jq: matches across pages
 #   item: vehicle        # jq: one record → one AAP vehicle (common.yaml's jq_defs)
 ",
-        ("inventory.search", Kind::Soap) => "\
+        ("inventory.search", ScaffoldKind::Soap) => "\
 # upstream: dms
 # request:
 #   action: urn:dealer:inventory/SearchInventory
@@ -394,7 +399,7 @@ fn skill_file(skill: &str, kind: Kind) -> String {
 #   total: .SearchInventoryResponse.Total
 #   item: vehicle
 ",
-        ("inventory.vehicle", Kind::Rest) => "\
+        ("inventory.vehicle", ScaffoldKind::Rest) => "\
 # upstream: dms
 # request: { path: \"/api/vehicles/{{ request.vin or request.stock }}\" }
 # response: { jq: vehicle }
@@ -402,7 +407,7 @@ fn skill_file(skill: &str, kind: Kind) -> String {
 #   - when: { status: 404 }
 #     code: VEHICLE_NOT_FOUND
 ",
-        ("inventory.vehicle", Kind::Soap) => "\
+        ("inventory.vehicle", ScaffoldKind::Soap) => "\
 # upstream: dms
 # request:
 #   action: urn:dealer:inventory/GetVehicle

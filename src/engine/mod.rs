@@ -9,6 +9,7 @@ pub mod feed;
 pub mod lead;
 pub mod proxy;
 pub mod request;
+mod upstream_error;
 
 use std::sync::Arc;
 
@@ -18,7 +19,8 @@ use crate::error::AapError;
 use crate::protocol::{Call, Data, Reply, Skill};
 use feed::Feed;
 use lead::LeadMapping;
-use proxy::Mapped;
+use proxy::ProxyMapping;
+pub use upstream_error::IntoAap;
 
 /// A compiled way of answering one skill.
 #[derive(Debug, Clone)]
@@ -27,9 +29,9 @@ pub enum Handler {
     /// checked against the response schema at load.
     Static(Reply),
     /// Every call translated to the dealer's upstream.
-    Proxy(Arc<Mapped>),
+    Proxy(Arc<ProxyMapping>),
     /// `inventory.facets` computed from the search mapping's results (`derive: search`).
-    DerivedFacets(Arc<Mapped>),
+    DerivedFacets(Arc<ProxyMapping>),
     /// Answered from the cached inventory feed.
     Feed { skill: Skill, feed: Arc<Feed> },
     /// `lead.submit`, run by `pipeline::handle` (consent, idempotency, delivery).

@@ -16,15 +16,15 @@ use crate::redis_backend::{Claiming, HeldClaim, RedisBackend, Renewal, Reservati
 use crate::settings::{OnAmbiguous, OnBackendError};
 use crate::telemetry::metrics::Metrics;
 
-use super::scope::{Fingerprint, Scope, hex};
-use super::shared::{ClaimState, Hold, Shared};
+use super::scope::{Fingerprint, KeyScope, hex};
+use super::shared::{ClaimState, ClaimsShared, Hold};
 use super::store::{Claim, IN_PROGRESS_RETRY_AFTER, Store, Ticket, conflict, held, in_progress};
 
 /// What the store's Redis did, beyond what metrics count (replays, conflicts, "in progress"
 /// answers and unknown outcomes are counted there, once).
 #[derive(Debug, Default)]
 pub struct Counters {
-    /// Shared-store (Redis) failures.
+    /// ClaimsShared-store (Redis) failures.
     pub backend_errors: AtomicU64,
     /// Outcomes and claims put back into a Redis that had lost them.
     pub restored: AtomicU64,
@@ -47,7 +47,7 @@ const RESTORE_BATCH: usize = 64;
 #[derive(Debug)]
 pub struct Idempotency {
     local: Arc<Store>,
-    shared: Option<Arc<Shared>>,
+    shared: Option<Arc<ClaimsShared>>,
     on_ambiguous: OnAmbiguous,
     metrics: Option<Arc<Metrics>>,
     pub counters: Counters,
@@ -55,7 +55,7 @@ pub struct Idempotency {
 
 /// The idempotency settings [`Idempotency`] needs.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub struct ClaimLimits {
     pub ttl: Duration,
     pub max_entries: usize,
     pub max_bytes: usize,
@@ -64,7 +64,7 @@ pub struct Limits {
 
 impl Idempotency {
     /// Keys in this process only.
-    pub fn local(limits: Limits) -> Idempotency {
+    pub fn local(limits: ClaimLimits) -> Idempotency {
         Idempotency {
             local: Arc::new(Store::with_bytes(
                 limits.ttl,
@@ -81,13 +81,13 @@ impl Idempotency {
     /// Keys shared through `redis` (the local store still joins duplicates inside the
     /// replica); claims hold a lease of `lock_ttl`.
     pub fn shared(
-        limits: Limits,
+        limits: ClaimLimits,
         redis: RedisBackend,
         lock_ttl: Duration,
         on_backend_error: OnBackendError,
     ) -> Idempotency {
         Idempotency {
-            shared: Some(Arc::new(Shared {
+            shared: Some(Arc::new(ClaimsShared {
                 redis,
                 lock_ttl,
                 ttl: limits.ttl,
@@ -119,7 +119,7 @@ impl Idempotency {
     /// key runs (here or on another replica) it waits for its outcome until `until`.
     pub async fn claim(
         &self,
-        scope: Scope,
+        scope: KeyScope,
         fingerprint: Fingerprint,
         until: Instant,
     ) -> Result<Claim, AapError> {
@@ -138,8 +138,8 @@ impl Idempotency {
     /// The local claim was fresh: now the replicas' claim.
     async fn claim_shared(
         &self,
-        shared: &Arc<Shared>,
-        scope: &Scope,
+        shared: &Arc<ClaimsShared>,
+        scope: &KeyScope,
         mut ticket: Box<Ticket>,
         until: Instant,
     ) -> Result<Claim, AapError> {
@@ -262,7 +262,7 @@ impl Idempotency {
 
     /// A replica died while it delivered `reference` (its lease ran out): counted and logged
     /// as an unknown outcome, `action` being what the policy made of it.
-    fn orphaned(&self, scope: &Scope, reference: &str, action: &'static str) {
+    fn orphaned(&self, scope: &KeyScope, reference: &str, action: &'static str) {
         if let Some(metrics) = &self.metrics {
             metrics.lead_ambiguous(&Arc::from(scope.dealer.as_str()), action);
         }
@@ -293,7 +293,7 @@ impl Idempotency {
     }
 
     /// One round of [`Idempotency::keep_shared`]; `false` when Redis did not answer.
-    async fn tend(&self, shared: &Shared) -> bool {
+    async fn tend(&self, shared: &ClaimsShared) -> bool {
         let known = shared.epoch();
         match shared.redis.epoch(&known, shared.recovery()).await {
             Ok(current) if current != known => shared.adopt(current),
@@ -346,7 +346,10 @@ impl Idempotency {
     }
 
     /// Writes the outcomes this replica's store holds into Redis where it lacks them.
-    async fn restore(&self, shared: &Shared) -> Result<(), crate::redis_backend::BackendError> {
+    async fn restore(
+        &self,
+        shared: &ClaimsShared,
+    ) -> Result<(), crate::redis_backend::BackendError> {
         let outcomes = self.local.outcomes();
         let mut written = 0;
         for batch in outcomes.chunks(RESTORE_BATCH) {

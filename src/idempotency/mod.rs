@@ -1,7 +1,7 @@
 //! Idempotent `lead.submit` (docs/protocol.md §Idempotency): a buyer that retries with the same
 //! `idempotency_key` gets the first reply again, never a second delivery.
 //!
-//! - **Scope**: a key belongs to one dealer and one caller (the API key when auth is on, else
+//! - **KeyScope**: a key belongs to one dealer and one caller (the API key when auth is on, else
 //!   `source_agent.name`); two buyers that pick the same key never see each other's leads.
 //! - **Same payload** means equal canonical JSON of the request data (object keys sorted, numbers
 //!   as the binding normalised them): key order and whitespace do not matter, any value does.
@@ -35,7 +35,7 @@
 //!
 //! The jobs, one a file (each uses only those above it):
 //!
-//! - `scope`: what a key is (its [`Scope`]) and the request's [`Fingerprint`];
+//! - `scope`: what a key is (its [`KeyScope`]) and the request's [`Fingerprint`];
 //! - `shared`: this replica's view of the keys in Redis (epoch, claims and their leases);
 //! - `store`: the in-process [`Store`] and the [`Ticket`] of a fresh claim;
 //! - `claims`: [`Idempotency`], the store plus Redis when replicas share keys, and its keeper.
@@ -45,6 +45,6 @@ mod scope;
 mod shared;
 mod store;
 
-pub use claims::{Counters, Idempotency, Limits};
-pub use scope::{Fingerprint, Scope, fingerprint, hex, key_owner};
+pub use claims::{ClaimLimits, Counters, Idempotency};
+pub use scope::{Fingerprint, KeyScope, fingerprint, hex, key_owner};
 pub use store::{Claim, HELD_RETRY_AFTER, IN_PROGRESS_RETRY_AFTER, Store, Ticket};

@@ -1,4 +1,4 @@
-//! What a key is: its [`Scope`] (dealer, caller, key) and the [`Fingerprint`] of the request
+//! What a key is: its [`KeyScope`] (dealer, caller, key) and the [`Fingerprint`] of the request
 //! it came with.
 
 use std::fmt::Write as _;
@@ -13,18 +13,18 @@ pub type Fingerprint = [u8; 32];
 /// when auth is on — a client cannot then replay or block another client's keys by naming the
 /// same agent — else the request's `source_agent.name`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Scope {
+pub struct KeyScope {
     pub dealer: String,
     pub source: String,
     pub key: String,
 }
 
-impl Scope {
+impl KeyScope {
     /// The scope of a lead request's key, when it carries one; `api_key` is the id of the
     /// caller's authenticated key, if any.
-    pub fn of(dealer: &str, api_key: Option<&str>, request: &Value) -> Option<Scope> {
+    pub fn of(dealer: &str, api_key: Option<&str>, request: &Value) -> Option<KeyScope> {
         let key = request.get("idempotency_key")?.as_str()?;
-        Some(Scope {
+        Some(KeyScope {
             dealer: dealer.to_owned(),
             source: key_owner(api_key, request).into_owned(),
             key: key.to_owned(),

@@ -12,7 +12,7 @@ use crate::redis_backend::RedisBackend;
 use crate::settings::OnBackendError;
 
 #[derive(Debug)]
-pub(super) struct Shared {
+pub(super) struct ClaimsShared {
     pub(super) redis: RedisBackend,
     pub(super) lock_ttl: Duration,
     pub(super) ttl: Duration,
@@ -35,7 +35,7 @@ pub(super) struct ClaimState {
     pub(super) delivering: bool,
 }
 
-impl Shared {
+impl ClaimsShared {
     pub(super) fn epoch(&self) -> String {
         self.epoch
             .lock()
@@ -74,7 +74,7 @@ impl Shared {
 /// A key claimed in the shared store while this replica works on the lead.
 #[derive(Debug)]
 pub(super) struct Hold {
-    pub(super) shared: Arc<Shared>,
+    pub(super) shared: Arc<ClaimsShared>,
     pub(super) key: String,
     pub(super) token: String,
     pub(super) fingerprint: String,

@@ -13,7 +13,7 @@ use crate::protocol::Reply;
 use crate::redis_backend::{HeldClaim, Seed};
 use crate::settings::OnAmbiguous;
 
-use super::scope::{Fingerprint, Scope, hex};
+use super::scope::{Fingerprint, KeyScope, hex};
 use super::shared::Hold;
 
 /// The retry hint of an "in progress" answer.
@@ -46,9 +46,9 @@ pub struct Store {
 
 #[derive(Debug, Default)]
 struct Inner {
-    entries: HashMap<Scope, Entry>,
+    entries: HashMap<KeyScope, Entry>,
     /// Finished entries in completion order (= expiry order), with their expiry.
-    order: VecDeque<(Instant, Scope, u64)>,
+    order: VecDeque<(Instant, KeyScope, u64)>,
     seq: u64,
     /// What the entries cost, [`Entry::bytes`] summed.
     bytes: usize,
@@ -102,7 +102,7 @@ enum Outcome {
 #[derive(Debug)]
 pub struct Ticket {
     store: Option<Arc<Store>>,
-    scope: Scope,
+    scope: KeyScope,
     pub(super) fingerprint: Fingerprint,
     id: u64,
     tx: watch::Sender<Outcome>,
@@ -114,7 +114,7 @@ pub struct Ticket {
 }
 
 /// What a key and its strings cost in memory.
-fn key_bytes(scope: &Scope) -> usize {
+fn key_bytes(scope: &KeyScope) -> usize {
     ENTRY_OVERHEAD + scope.dealer.len() + scope.source.len() + scope.key.len()
 }
 
@@ -157,7 +157,7 @@ impl Store {
     /// waits for its outcome until `until`, then answers "in progress".
     pub async fn claim(
         self: &Arc<Self>,
-        scope: Scope,
+        scope: KeyScope,
         fingerprint: Fingerprint,
         until: Instant,
         on_ambiguous: OnAmbiguous,
@@ -288,14 +288,14 @@ impl Store {
 }
 
 impl Inner {
-    fn put(&mut self, scope: Scope, entry: Entry) {
+    fn put(&mut self, scope: KeyScope, entry: Entry) {
         self.bytes += entry.bytes();
         if let Some(old) = self.entries.insert(scope, entry) {
             self.bytes -= old.bytes();
         }
     }
 
-    fn take(&mut self, scope: &Scope) {
+    fn take(&mut self, scope: &KeyScope) {
         if let Some(old) = self.entries.remove(scope) {
             self.bytes -= old.bytes();
         }
@@ -324,7 +324,7 @@ impl Inner {
         }
     }
 
-    fn remove_finished(&mut self, scope: &Scope, seq: u64) {
+    fn remove_finished(&mut self, scope: &KeyScope, seq: u64) {
         let finished = match self.entries.get(scope) {
             Some(Entry::Done { seq: s, .. } | Entry::Held { seq: s, .. }) => *s == seq,
             _ => false,
@@ -335,7 +335,13 @@ impl Inner {
     }
 
     /// Replaces the running entry `id` of `scope` (if still current) with a finished one.
-    fn finish(&mut self, store: &Store, scope: &Scope, id: u64, entry: impl FnOnce(u64) -> Entry) {
+    fn finish(
+        &mut self,
+        store: &Store,
+        scope: &KeyScope,
+        id: u64,
+        entry: impl FnOnce(u64) -> Entry,
+    ) {
         let current =
             matches!(self.entries.get(scope), Some(Entry::Running { id: i, .. }) if *i == id);
         if !current {
@@ -541,8 +547,8 @@ mod tests {
         Instant::now() + Duration::from_secs(5)
     }
 
-    fn scope(key: &str) -> Scope {
-        Scope {
+    fn scope(key: &str) -> KeyScope {
+        KeyScope {
             dealer: "d".into(),
             source: "agent".into(),
             key: key.into(),

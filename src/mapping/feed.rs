@@ -8,9 +8,9 @@ use crate::formats::Format;
 use crate::mapping::file::{FileCommon, FileFeed};
 
 use super::context::Upstreams;
-use super::loader::{Loader, Source, items_program};
+use super::loader::{MappingLoader, Source, items_program};
 
-impl Loader<'_> {
+impl MappingLoader<'_> {
     pub(super) fn feed(
         &mut self,
         upstreams: &Upstreams,

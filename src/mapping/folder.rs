@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::engine::Handler;
 use crate::engine::feed::Feed;
-use crate::engine::proxy::Mapped;
+use crate::engine::proxy::ProxyMapping;
 use crate::mapping::Example;
 use crate::mapping::file::{FileCommon, FileMode, FileSkill};
 use crate::protocol::Skill;
@@ -17,11 +17,11 @@ use crate::settings::yaml::{Origin, Problem};
 use crate::upstream::Upstream;
 
 use super::context::{Carried, DealerMappings, LoadContext, Upstreams};
-use super::loader::{Loader, Source};
+use super::loader::{MappingLoader, Source};
 
 /// Loads `dir`. Every problem is collected before returning.
 pub fn load_folder(dir: &Path, ctx: &LoadContext<'_>) -> Result<DealerMappings, Vec<Problem>> {
-    let mut loader = Loader {
+    let mut loader = MappingLoader {
         ctx,
         dir: dir.to_path_buf(),
         problems: Vec::new(),
@@ -40,7 +40,7 @@ pub fn load_folder(dir: &Path, ctx: &LoadContext<'_>) -> Result<DealerMappings, 
     }
 }
 
-impl Loader<'_> {
+impl MappingLoader<'_> {
     fn load(&mut self) -> DealerMappings {
         let mut out = DealerMappings::default();
         let entries = match std::fs::read_dir(&self.dir) {
@@ -141,7 +141,7 @@ impl Loader<'_> {
             skill_files.push((skill, src, file));
         }
         skill_files.sort_by_key(|(s, _, f)| (f.derive.is_some(), *s));
-        let mut mapped: HashMap<Skill, Arc<Mapped>> = HashMap::new();
+        let mut mapped: HashMap<Skill, Arc<ProxyMapping>> = HashMap::new();
         for (skill, src, file) in skill_files {
             if let Some(why) = &file.unsupported {
                 let mapped = file.upstream.is_some()
@@ -199,7 +199,7 @@ impl Loader<'_> {
         upstreams: &Upstreams,
         common: &FileCommon,
         feed: Option<&Arc<Feed>>,
-        mapped: &HashMap<Skill, Arc<Mapped>>,
+        mapped: &HashMap<Skill, Arc<ProxyMapping>>,
     ) -> Option<Handler> {
         if let Some(data) = file.static_data {
             return self.static_reply(skill, src, data);

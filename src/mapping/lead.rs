@@ -3,16 +3,16 @@
 use std::sync::Arc;
 
 use crate::engine::Handler;
-use crate::engine::lead::{Delivery, LeadMapping, LeadPolicy, MailDelivery};
+use crate::engine::lead::{Destination, LeadMapping, LeadPolicy, MailDelivery};
 use crate::lang::template::{Context, Templates};
 use crate::mapping::file::{FileCommon, FileLead, FileMode, FileSkill};
 use crate::protocol::Skill;
 use crate::upstream::Mailer;
 
 use super::context::{Target, Upstreams};
-use super::loader::{Loader, Source};
+use super::loader::{MappingLoader, Source};
 
-impl Loader<'_> {
+impl MappingLoader<'_> {
     /// `lead.submit.yaml`: the policy, then delivery over HTTP (the mapping engine) or by mail.
     pub(super) fn lead(
         &mut self,
@@ -42,7 +42,7 @@ impl Loader<'_> {
                 Some(Handler::Lead(Arc::new(LeadMapping {
                     file: path,
                     policy: policy?,
-                    delivery: delivery?,
+                    destination: delivery?,
                 })))
             }
             Some(Target::Http(upstream)) => {
@@ -56,7 +56,7 @@ impl Loader<'_> {
                 Some(Handler::Lead(Arc::new(LeadMapping {
                     file: path,
                     policy: policy?,
-                    delivery: Delivery::Http(Arc::new(mapped?)),
+                    destination: Destination::Http(Arc::new(mapped?)),
                 })))
             }
             None => {
@@ -128,7 +128,7 @@ impl Loader<'_> {
         file: &FileSkill,
         mailer: Arc<Mailer>,
         common: &FileCommon,
-    ) -> Option<Delivery> {
+    ) -> Option<Destination> {
         let mut ok = true;
         for (key, present) in [
             ("/request", file.request.is_some()),
@@ -180,7 +180,7 @@ impl Loader<'_> {
         };
         let shared = self.shared(Self::merged_tables(common, &file.tables));
         ok.then_some(())?;
-        Some(Delivery::Mail(Box::new(MailDelivery {
+        Some(Destination::Mail(Box::new(MailDelivery {
             mailer,
             subject: subject?,
             response: response?,

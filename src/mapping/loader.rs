@@ -7,7 +7,7 @@ use minijinja::value::Value as TplValue;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use crate::engine::proxy::Shared;
+use crate::engine::proxy::MappingGlobals;
 use crate::formats::{self, Format};
 use crate::lang::jq::{Jq, JqValue, KeyPath};
 use crate::mapping::file::FileCommon;
@@ -67,7 +67,7 @@ impl Source {
     }
 }
 
-pub(super) struct Loader<'a> {
+pub(super) struct MappingLoader<'a> {
     pub(super) ctx: &'a LoadContext<'a>,
     pub(super) dir: PathBuf,
     pub(super) problems: Vec<Problem>,
@@ -76,7 +76,7 @@ pub(super) struct Loader<'a> {
     pub(super) carried: Carried,
 }
 
-impl Loader<'_> {
+impl MappingLoader<'_> {
     pub(super) fn read(&mut self, name: &str) -> Option<Source> {
         let path = self.dir.join(name);
         let text = match std::fs::read_to_string(&path) {
@@ -123,10 +123,10 @@ impl Loader<'_> {
         }
     }
 
-    pub(super) fn shared(&self, tables: Map<String, Value>) -> Shared {
+    pub(super) fn shared(&self, tables: Map<String, Value>) -> MappingGlobals {
         let dealer = json!({ "id": self.ctx.dealer_id, "name": self.ctx.dealer_name });
         let tables = Value::Object(tables);
-        Shared {
+        MappingGlobals {
             tables_tpl: TplValue::from(minijinja::value::Serde(&tables)),
             tables_jq: JqValue::from_json(&tables),
             dealer_tpl: TplValue::from(minijinja::value::Serde(&dealer)),

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::engine::proxy::{
-    ErrorRule, Mapped, Missing, ResponseSpec, RuleOutcome, ScanCache, StatusMatch, Supports, Values,
+    ErrorRule, Missing, ProxyMapping, ResponseSpec, RuleOutcome, ScanCache, StatusMatch, Supports,
+    Values,
 };
 use crate::error::AapCode;
 use crate::formats::Format;
@@ -18,9 +19,9 @@ use crate::mapping::file::{
 use crate::protocol::Skill;
 use crate::upstream::Upstream;
 
-use super::loader::{Loader, Source, items_program};
+use super::loader::{MappingLoader, Source, items_program};
 
-impl Loader<'_> {
+impl MappingLoader<'_> {
     pub(super) fn proxy(
         &mut self,
         skill: Skill,
@@ -28,7 +29,7 @@ impl Loader<'_> {
         file: FileSkill,
         upstream: Option<Arc<Upstream>>,
         common: &FileCommon,
-    ) -> Option<Mapped> {
+    ) -> Option<ProxyMapping> {
         // Without a usable upstream, guess its kind from the file so the request's own
         // problems are still reported.
         let soap = match &upstream {
@@ -268,7 +269,7 @@ impl Loader<'_> {
             Some(ScanCache::default())
         };
         let shared = self.shared(Self::merged_tables(common, &file.tables));
-        Some(Mapped {
+        Some(ProxyMapping {
             skill,
             file: src.path.display().to_string(),
             upstream: upstream?,

@@ -7,9 +7,9 @@ use crate::lang::template::Context;
 use crate::mapping::file::FileRequest;
 use crate::settings::yaml;
 
-use super::loader::{Loader, Source};
+use super::loader::{MappingLoader, Source};
 
-impl Loader<'_> {
+impl MappingLoader<'_> {
     /// Compiles an upstream call. `soap`: the upstream speaks SOAP (POST only, `body` is the
     /// envelope's Body content, `action` allowed). `lead`: the call delivers a lead
     /// (`body_format: adf` allowed).

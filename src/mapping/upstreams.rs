@@ -11,9 +11,9 @@ use crate::telemetry::metrics::Meter;
 use crate::upstream::{Endpoint, FileUpstream, Upstream};
 
 use super::context::{Target, Upstreams};
-use super::loader::{Loader, Source};
+use super::loader::{MappingLoader, Source};
 
-impl Loader<'_> {
+impl MappingLoader<'_> {
     /// `upstreams.yaml`: `name → upstream`. Names whose settings have problems are still
     /// known (`None`), so references to them do not produce a second, misleading problem.
     pub(super) fn upstreams(&mut self) -> Upstreams {

@@ -10,7 +10,38 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::Skill;
-use crate::settings::{AapSettings, CardSettings};
+
+// === what a card is made of ===
+// The validated `aap:` section and a dealer's `card:` (built by `settings`, which re-exports
+// them): the card's own inputs, so that the protocol layer needs nothing above it.
+
+/// The AAP extension as the card declares it (`aap:` in the configuration).
+#[derive(Debug, Clone)]
+pub struct AapSettings {
+    pub extension_uri: String,
+    pub version: String,
+    pub schema_base_url: String,
+    pub description: String,
+}
+
+/// A dealer's `card:` section.
+#[derive(Debug, Clone)]
+pub struct CardSettings {
+    pub name: String,
+    pub description: String,
+    pub url: Option<String>,
+    pub version: String,
+    pub documentation_url: Option<String>,
+    pub icon_url: Option<String>,
+    pub provider: Option<Provider>,
+}
+
+/// The card's `provider`.
+#[derive(Debug, Clone)]
+pub struct Provider {
+    pub organization: String,
+    pub url: String,
+}
 
 /// A rendered card and its HTTP cache validators.
 #[derive(Debug, Clone)]

@@ -63,14 +63,14 @@ struct Watch {
 }
 
 impl RedisBackend {
-    /// Validates the URL ([`parse_url`]) and builds the client.
+    /// Validates the URL ([`redis_client`](crate::settings::redis_client)) and builds the client.
     /// Connects lazily on first use and reconnects after failures: no connection is attempted
     /// here, so `check` and startup never wait for Redis (and no runtime is needed yet).
     pub fn new(url: &str, timeout: Duration, prefix: &str) -> Result<RedisBackend, String> {
         if timeout.is_zero() {
             return Err("redis timeout must be greater than zero".to_owned());
         }
-        let client = parse_url(url)?;
+        let client = crate::settings::redis_client(url)?;
         let info = client.get_connection_info();
         let settings = info.redis_settings();
         let credentials = if settings.username().is_some() || settings.password().is_some() {
@@ -230,38 +230,6 @@ impl std::fmt::Debug for RedisBackend {
 /// redis-rs errors name the failure (refused, reset, a server error), never the URL.
 fn unavailable(error: &RedisError) -> BackendError {
     BackendError::Unavailable(error.to_string())
-}
-
-/// Checks a Redis URL the way the settings loader and [`RedisBackend::new`] read it:
-/// `redis://[[user]:password@]host[:port][/db]`, or `rediss://…` for TLS. Over TLS the server's
-/// certificate and host name are always verified, against the system's trust store (or the
-/// certificates `SSL_CERT_FILE` / `SSL_CERT_DIR` name instead); redis-rs' `#insecure` (no
-/// verification) is refused. No connection is made. Messages never echo the URL, which may
-/// hold a password.
-pub fn parse_url(url: &str) -> Result<Client, String> {
-    let scheme = url
-        .split_once("://")
-        .map(|(scheme, _)| scheme.to_ascii_lowercase());
-    match scheme.as_deref() {
-        Some("redis" | "rediss") => {}
-        Some(other) => {
-            return Err(format!(
-                "redis url scheme `{other}` is not supported, use redis:// or rediss:// (TLS)"
-            ));
-        }
-        None => return Err("redis url must start with redis:// or rediss:// (TLS)".to_owned()),
-    }
-    // redis-rs' parse errors name the problem, never the URL.
-    let client = Client::open(url).map_err(|e| format!("invalid redis url: {e}"))?;
-    match client.get_connection_info().addr() {
-        ConnectionAddr::TcpTls { insecure: true, .. } => Err(
-            "rediss:// with #insecure (no certificate check) is not supported: trust the \
-             server's CA instead (SSL_CERT_FILE or SSL_CERT_DIR)"
-                .to_owned(),
-        ),
-        ConnectionAddr::TcpTls { .. } | ConnectionAddr::Tcp(..) => Ok(client),
-        _ => Err("redis url must name a host (unix sockets are not supported)".to_owned()),
-    }
 }
 
 /// A TTL in whole milliseconds, at least 1 (`PEXPIRE 0` would delete the key at once).

@@ -45,5 +45,5 @@ mod connection;
 mod scripts;
 mod types;
 
-pub use connection::{RedisBackend, parse_url};
+pub use connection::RedisBackend;
 pub use types::{BackendError, Claiming, HeldClaim, Renewal, Reservation, Seed};

@@ -10,8 +10,8 @@ use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::{Registry, ValidationError, Validator};
 use serde_json::Value;
 
-use crate::error::{AapCode, Violation};
-use crate::protocol::{Payload, Skill};
+use crate::error::{AapCode, AapError, Violation};
+use crate::protocol::{Payload, Reply, Skill};
 
 mod listing;
 mod page;
@@ -196,6 +196,22 @@ impl Schemas {
             // Checked as held; the failures of one that fails are read off its JSON value.
             Payload::Search(page) if self.search_pages.is_valid(page) => Vec::new(),
             Payload::Search(_) => violations(validator, &response.to_value()),
+        }
+    }
+
+    /// The reply a mapping built, or `InvalidReply` naming the mapping: a non-conforming payload
+    /// is never sent.
+    pub fn check_reply(&self, mapping: &str, reply: Reply) -> Result<Reply, AapError> {
+        let violations = tracing::debug_span!("validate_response")
+            .in_scope(|| self.check_response(reply.skill, &reply.payload));
+        if violations.is_empty() {
+            Ok(reply)
+        } else {
+            Err(AapError::InvalidReply {
+                skill: reply.skill.id().to_owned(),
+                mapping: mapping.to_owned(),
+                violations,
+            })
         }
     }
 

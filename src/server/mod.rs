@@ -164,15 +164,16 @@ async fn serve(
     tracing::info!(grace = ?grace, "shutting down: draining in-flight requests and lead deliveries");
     // A lead delivery outlives its request: it gets the same grace to end (and its key's lease
     // keeps being renewed meanwhile: background work stops last).
+    let deliveries = Arc::clone(&state.app.load().deliveries);
     let drained = async {
         graceful.shutdown().await;
-        crate::pipeline::deliveries_finished().await;
+        deliveries.finished().await;
     };
     tokio::select! {
         () = drained => tracing::info!("all connections drained, no lead delivery running"),
         () = tokio::time::sleep(grace) => {
             tracing::warn!(
-                lead_deliveries = crate::pipeline::deliveries_running(),
+                lead_deliveries = deliveries.running(),
                 "shutdown grace elapsed; closing remaining connections"
             );
         }

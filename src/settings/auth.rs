@@ -1,14 +1,14 @@
 //! `auth`: which skills need an API key, and the keys (inline and from `keys_file`).
 
 use super::file::{FileApiKey, FileAuth, FileKeysFile};
-use super::load::Loader;
+use super::load::ConfigLoader;
 use super::paths::resolve;
 use super::types::{ApiKey, AuthSettings};
 use super::yaml;
 
-impl Loader {
+impl ConfigLoader {
     pub(super) fn auth(&mut self, file: FileAuth) -> Option<Option<AuthSettings>> {
-        let needs_key = |this: &mut Loader, pointer: &str, mode: &str| match mode {
+        let needs_key = |this: &mut ConfigLoader, pointer: &str, mode: &str| match mode {
             "none" => Some(false),
             "api_key" => Some(true),
             other => {

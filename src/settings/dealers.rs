@@ -2,11 +2,12 @@
 //! and the overlaps that would make routing ambiguous.
 
 use super::file::{FileCard, FileDealer, FileProvider};
-use super::load::{Loader, is_nil};
+use super::load::{ConfigLoader, is_nil};
 use super::paths::{check_interface_url, is_absolute_url, is_clean_path, resolve};
-use super::types::{CardSettings, DealerSettings, Provider};
+use super::types::DealerSettings;
+use crate::protocol::agent_card::{CardSettings, Provider};
 
-impl Loader {
+impl ConfigLoader {
     pub(super) fn provider(&mut self, pointer: &str, file: FileProvider) -> Option<Provider> {
         if !is_absolute_url(&file.url) {
             self.problem(

@@ -1,13 +1,12 @@
 //! The gateway's own sections: `aap`, `bindings`, `limits`, `connections` and `telemetry`.
 
 use super::file::{DRAFT_EXTENSION_URI, FileAap, FileConnections, FileLimits, FileTelemetry};
-use super::load::Loader;
+use super::load::ConfigLoader;
 use super::paths::{is_absolute_url, is_clean_path};
-use super::types::{
-    AapSettings, ConnectionSettings, Limits, LogFormat, RefreshPriority, TelemetrySettings,
-};
+use super::types::{ConnectionSettings, Limits, LogFormat, RefreshPriority, TelemetrySettings};
+use crate::protocol::agent_card::AapSettings;
 
-impl Loader {
+impl ConfigLoader {
     pub(super) fn aap(&mut self, file: FileAap) -> Option<AapSettings> {
         let uri = file.extension_uri.trim().to_owned();
         if uri == DRAFT_EXTENSION_URI {

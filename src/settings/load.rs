@@ -1,4 +1,4 @@
-//! Loading: the file plus `AAP_GATEWAY__…` overrides merged, the problem collector (`Loader`)
+//! Loading: the file plus `AAP_GATEWAY__…` overrides merged, the problem collector (`ConfigLoader`)
 //! with its shared checks, and the top-level read that assembles `Settings` from the sections.
 
 use std::collections::HashMap;
@@ -53,7 +53,7 @@ pub fn load_with_env(path: &Path, env: HashMap<String, String>) -> Result<Settin
         .and_then(|c| c.try_deserialize::<config::Map<String, config::Value>>())
         .map_err(|e| vec![source.problem("", format!("cannot load configuration: {e}"))])?;
 
-    let mut loader = Loader {
+    let mut loader = ConfigLoader {
         source,
         env_vars,
         problems: Vec::new(),
@@ -86,14 +86,14 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "dealers",
 ];
 
-pub(super) struct Loader {
+pub(super) struct ConfigLoader {
     pub(super) source: SourceMap,
     env_vars: Vec<String>,
     problems: Vec<Problem>,
     warnings: Vec<Problem>,
 }
 
-impl Loader {
+impl ConfigLoader {
     /// Where the value at `pointer` came from: an environment variable that set it, or the file.
     fn origin(&self, pointer: &str) -> Origin {
         let var = format!(

@@ -10,7 +10,7 @@
 //! - `file`: the file as written (`File*`); `yaml`: positions for `file:line:col`;
 //! - `types`: the validated run-time settings (`Settings` and its parts);
 //! - `paths`: path and URL rules, relative paths resolved against the configuration file;
-//! - `load`: file plus environment, the problem collector (`Loader`) and the top-level read;
+//! - `load`: file plus environment, the problem collector (`ConfigLoader`) and the top-level read;
 //! - `gateway`, `quotas`, `auth`, `dealers`: each section's validation into its types.
 
 mod auth;
@@ -23,13 +23,13 @@ mod quotas;
 mod types;
 pub mod yaml;
 
+pub use crate::protocol::agent_card::{AapSettings, CardSettings, Provider};
 pub use file::{DRAFT_EXTENSION_URI, DRAFT_SCHEMA_BASE_URL};
 pub use load::{ENV_PREFIX, TOP_LEVEL_KEYS, load, load_with_env, sort_problems};
-pub use paths::{base_dir, check_interface_url, is_loopback_host, resolve};
+pub use paths::{base_dir, check_interface_url, is_loopback_host, redis_client, resolve};
 pub use types::{
-    AapSettings, ApiKey, AuthSettings, CardSettings, ClientIpHeader, ConnectionSettings,
-    DealerSettings, IdempotencySettings, LimitBackend, Limits, LogFormat, OnAmbiguous,
-    OnBackendError, Provider, Quota, RateLimitSettings, RefreshPriority, Settings,
-    TelemetrySettings, redact_userinfo,
+    ApiKey, AuthSettings, ClientIpHeader, ConnectionSettings, DealerSettings, IdempotencySettings,
+    LimitBackend, Limits, LogFormat, OnAmbiguous, OnBackendError, Quota, RateLimitSettings,
+    RefreshPriority, Settings, TelemetrySettings, redact_userinfo,
 };
 pub use yaml::{Origin, Problem, SourceMap};

@@ -68,3 +68,35 @@ pub fn base_dir(config_path: &Path) -> PathBuf {
         .map(Path::to_path_buf)
         .unwrap_or_default()
 }
+
+/// Checks a Redis URL the way the settings loader and [`RedisBackend::new`] read it:
+/// `redis://[[user]:password@]host[:port][/db]`, or `rediss://…` for TLS. Over TLS the server's
+/// certificate and host name are always verified, against the system's trust store (or the
+/// certificates `SSL_CERT_FILE` / `SSL_CERT_DIR` name instead); redis-rs' `#insecure` (no
+/// verification) is refused. No connection is made. Messages never echo the URL, which may
+/// hold a password.
+pub fn redis_client(url: &str) -> Result<redis::Client, String> {
+    let scheme = url
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("redis" | "rediss") => {}
+        Some(other) => {
+            return Err(format!(
+                "redis url scheme `{other}` is not supported, use redis:// or rediss:// (TLS)"
+            ));
+        }
+        None => return Err("redis url must start with redis:// or rediss:// (TLS)".to_owned()),
+    }
+    // redis-rs' parse errors name the problem, never the URL.
+    let client = redis::Client::open(url).map_err(|e| format!("invalid redis url: {e}"))?;
+    match client.get_connection_info().addr() {
+        redis::ConnectionAddr::TcpTls { insecure: true, .. } => Err(
+            "rediss:// with #insecure (no certificate check) is not supported: trust the \
+             server's CA instead (SSL_CERT_FILE or SSL_CERT_DIR)"
+                .to_owned(),
+        ),
+        redis::ConnectionAddr::TcpTls { .. } | redis::ConnectionAddr::Tcp(..) => Ok(client),
+        _ => Err("redis url must name a host (unix sockets are not supported)".to_owned()),
+    }
+}

@@ -4,14 +4,14 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::file::{FileIdempotency, FileQuota, FileRateLimit};
-use super::load::Loader;
+use super::load::ConfigLoader;
 use super::types::{
     ClientIpHeader, IdempotencySettings, LimitBackend, OnAmbiguous, OnBackendError, Quota,
     RateLimitSettings,
 };
 use super::yaml;
 
-impl Loader {
+impl ConfigLoader {
     pub(super) fn idempotency(
         &mut self,
         file: FileIdempotency,
@@ -123,7 +123,7 @@ impl Loader {
         match (name, url) {
             ("memory", _) => Some(LimitBackend::Memory),
             // Checked here, where the problem can name the variable or line it came from.
-            ("redis", Some(url)) => match crate::redis_backend::parse_url(url) {
+            ("redis", Some(url)) => match super::paths::redis_client(url) {
                 Ok(_) => Some(LimitBackend::Redis {
                     url: url.to_owned(),
                 }),

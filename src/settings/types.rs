@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::yaml::{Problem, SourceMap};
+use crate::protocol::agent_card::{AapSettings, CardSettings};
 
 /// Validated settings. If a value exists here it is usable.
 #[derive(Debug, Clone)]
@@ -35,14 +36,6 @@ pub struct Settings {
     pub dealers: Vec<DealerSettings>,
     /// Problems that do not stop the gateway but that `check` reports.
     pub warnings: Vec<Problem>,
-}
-
-#[derive(Debug, Clone)]
-pub struct AapSettings {
-    pub extension_uri: String,
-    pub version: String,
-    pub schema_base_url: String,
-    pub description: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -286,12 +279,6 @@ pub struct TelemetrySettings {
 }
 
 #[derive(Debug, Clone)]
-pub struct Provider {
-    pub organization: String,
-    pub url: String,
-}
-
-#[derive(Debug, Clone)]
 pub struct DealerSettings {
     pub id: String,
     /// Lower-case host names; empty = any host.
@@ -304,15 +291,4 @@ pub struct DealerSettings {
     pub mappings: Option<PathBuf>,
     /// JSON Pointer of this dealer in the configuration file, for located problems.
     pub pointer: String,
-}
-
-#[derive(Debug, Clone)]
-pub struct CardSettings {
-    pub name: String,
-    pub description: String,
-    pub url: Option<String>,
-    pub version: String,
-    pub documentation_url: Option<String>,
-    pub icon_url: Option<String>,
-    pub provider: Option<Provider>,
 }

@@ -16,7 +16,7 @@ use crate::upstream::config::FileUpstream;
 
 /// A file the gateway reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum FileKind {
     Config,
     Upstreams,
     Common,
@@ -24,63 +24,63 @@ pub enum Kind {
     Skill,
 }
 
-impl Kind {
-    pub const ALL: [Kind; 5] = [
-        Kind::Config,
-        Kind::Upstreams,
-        Kind::Common,
-        Kind::Feed,
-        Kind::Skill,
+impl FileKind {
+    pub const ALL: [FileKind; 5] = [
+        FileKind::Config,
+        FileKind::Upstreams,
+        FileKind::Common,
+        FileKind::Feed,
+        FileKind::Skill,
     ];
 
     /// The schema's file name in `docs/schemas/`.
     pub fn file_name(self) -> &'static str {
         match self {
-            Kind::Config => "config.schema.json",
-            Kind::Upstreams => "upstreams.schema.json",
-            Kind::Common => "common.schema.json",
-            Kind::Feed => "feed.schema.json",
-            Kind::Skill => "skill.schema.json",
+            FileKind::Config => "config.schema.json",
+            FileKind::Upstreams => "upstreams.schema.json",
+            FileKind::Common => "common.schema.json",
+            FileKind::Feed => "feed.schema.json",
+            FileKind::Skill => "skill.schema.json",
         }
     }
 
     /// Which schema a YAML file takes, by its name: a mapping folder's fixed names, a skill
     /// file, else a configuration file.
-    pub fn of_file(name: &str) -> Kind {
+    pub fn of_file(name: &str) -> FileKind {
         match name {
-            "upstreams.yaml" => Kind::Upstreams,
-            "common.yaml" => Kind::Common,
-            "feed.yaml" => Kind::Feed,
+            "upstreams.yaml" => FileKind::Upstreams,
+            "common.yaml" => FileKind::Common,
+            "feed.yaml" => FileKind::Feed,
             n if crate::protocol::Skill::from_id(n.trim_end_matches(".yaml")).is_some() => {
-                Kind::Skill
+                FileKind::Skill
             }
-            _ => Kind::Config,
+            _ => FileKind::Config,
         }
     }
 }
 
 /// The schema of `kind`, as pretty JSON with a final newline.
-pub fn schema(kind: Kind) -> String {
+pub fn schema(kind: FileKind) -> String {
     let generator = schemars::generate::SchemaSettings::draft07().into_generator();
     let (root, description) = match kind {
-        Kind::Config => (
+        FileKind::Config => (
             generator.into_root_schema_for::<FileConfig>(),
             "The gateway's configuration file (config/gateway.example.yaml documents every key).",
         ),
-        Kind::Upstreams => (
+        FileKind::Upstreams => (
             generator.into_root_schema_for::<IndexMap<String, FileUpstream>>(),
             "A mapping folder's upstreams.yaml: the dealer systems, by name (docs/mappings.md \
              §upstreams.yaml).",
         ),
-        Kind::Common => (
+        FileKind::Common => (
             generator.into_root_schema_for::<FileCommon>(),
             "A mapping folder's common.yaml: tables and jq definitions shared by its files.",
         ),
-        Kind::Feed => (
+        FileKind::Feed => (
             generator.into_root_schema_for::<FileFeed>(),
             "A mapping folder's feed.yaml: how the whole-inventory feed is fetched and mapped.",
         ),
-        Kind::Skill => (
+        FileKind::Skill => (
             generator.into_root_schema_for::<FileSkill>(),
             "A mapping folder's <skill>.yaml: how one AAP skill is answered (docs/mappings.md \
              §A skill file).",
@@ -89,7 +89,7 @@ pub fn schema(kind: Kind) -> String {
     let mut value = root.to_value();
     if let Some(obj) = value.as_object_mut() {
         obj.insert("description".to_owned(), Value::from(description));
-        if kind == Kind::Upstreams {
+        if kind == FileKind::Upstreams {
             obj.insert("title".to_owned(), Value::from("upstreams.yaml"));
         }
     }
@@ -104,7 +104,7 @@ mod tests {
 
     #[test]
     fn the_config_schema_has_exactly_the_keys_the_loader_reads() {
-        let schema: Value = serde_json::from_str(&schema(Kind::Config)).unwrap();
+        let schema: Value = serde_json::from_str(&schema(FileKind::Config)).unwrap();
         let keys: Vec<&str> = schema["properties"]
             .as_object()
             .unwrap()
@@ -117,8 +117,8 @@ mod tests {
 
     #[test]
     fn files_take_the_schema_of_their_kind() {
-        assert_eq!(Kind::of_file("inventory.search.yaml"), Kind::Skill);
-        assert_eq!(Kind::of_file("upstreams.yaml"), Kind::Upstreams);
-        assert_eq!(Kind::of_file("gateway.yaml"), Kind::Config);
+        assert_eq!(FileKind::of_file("inventory.search.yaml"), FileKind::Skill);
+        assert_eq!(FileKind::of_file("upstreams.yaml"), FileKind::Upstreams);
+        assert_eq!(FileKind::of_file("gateway.yaml"), FileKind::Config);
     }
 }

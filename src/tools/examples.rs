@@ -176,9 +176,9 @@ pub fn upstream_of(handler: &Handler) -> Option<&crate::upstream::Upstream> {
     match handler {
         Handler::Proxy(m) | Handler::DerivedFacets(m) => Some(m.upstream.as_ref()),
         Handler::Feed { feed, .. } => Some(feed.upstream.as_ref()),
-        Handler::Lead(lead) => match &lead.delivery {
-            crate::engine::lead::Delivery::Http(m) => Some(m.upstream.as_ref()),
-            crate::engine::lead::Delivery::Mail(_) => None,
+        Handler::Lead(lead) => match &lead.destination {
+            crate::engine::lead::Destination::Http(m) => Some(m.upstream.as_ref()),
+            crate::engine::lead::Destination::Mail(_) => None,
         },
         Handler::Static(_) => None,
     }

@@ -97,7 +97,7 @@ const LINKS: &[(&str, &str)] = &[
 
 /// The whole page, in Markdown.
 pub fn markdown() -> String {
-    let schemas = Schemas::load();
+    let schemas = ReferenceSchemas::load();
     let mut out = String::new();
     out.push_str(
         "# AAP reference for mapping authors\n\n\
@@ -223,7 +223,7 @@ fn unit(key: &str) -> &'static str {
     }
 }
 
-struct Schemas {
+struct ReferenceSchemas {
     by_name: BTreeMap<&'static str, Value>,
 }
 
@@ -252,13 +252,13 @@ struct Facts<'a> {
     link: Option<&'static str>,
 }
 
-impl Schemas {
-    fn load() -> Schemas {
+impl ReferenceSchemas {
+    fn load() -> ReferenceSchemas {
         let by_name = crate::schema::files()
             .iter()
             .filter_map(|(name, text)| Some((*name, serde_json::from_str(text).ok()?)))
             .collect();
-        Schemas { by_name }
+        ReferenceSchemas { by_name }
     }
 
     /// `reference` (`file`, `file#/ptr` or `#/ptr`) seen from `from`.

@@ -22,7 +22,7 @@ use crate::mapping::Example;
 use crate::protocol::Skill;
 use crate::tools::examples;
 use crate::upstream::Upstream;
-use crate::upstream::config::AuthSettings;
+use crate::upstream::config::UpstreamAuth;
 
 /// What replaces a secret in printed requests.
 pub const MASK: &str = "****";
@@ -220,7 +220,7 @@ fn upstream_secrets(upstream: &Upstream) -> Vec<String> {
     let settings = upstream.settings();
     let mut out = Vec::new();
     match &settings.auth {
-        Some(AuthSettings::Static { value, .. }) => {
+        Some(UpstreamAuth::Static { value, .. }) => {
             if let Ok(v) = value.to_str() {
                 out.push(v.to_owned());
                 // `Bearer <token>`, `Basic <b64>`: the credential alone, too.
@@ -229,7 +229,7 @@ fn upstream_secrets(upstream: &Upstream) -> Vec<String> {
                 }
             }
         }
-        Some(AuthSettings::OAuth2(o)) => out.push(o.client_secret.expose().to_owned()),
+        Some(UpstreamAuth::OAuth2(o)) => out.push(o.client_secret.expose().to_owned()),
         None => {}
     }
     if let Some(security) = settings.soap.as_ref().and_then(|s| s.security.as_ref()) {
@@ -275,8 +275,8 @@ fn wire_text(upstream: &Upstream, call: &Rendered, masks: &[String]) -> String {
         .collect();
     all.extend(headers.iter().map(|(n, v)| (n.clone(), shown(n, v))));
     match &settings.auth {
-        Some(AuthSettings::Static { name, .. }) => all.push((name.clone(), MASK.to_owned())),
-        Some(AuthSettings::OAuth2(o)) => all.push((
+        Some(UpstreamAuth::Static { name, .. }) => all.push((name.clone(), MASK.to_owned())),
+        Some(UpstreamAuth::OAuth2(o)) => all.push((
             http::header::AUTHORIZATION,
             format!("Bearer {MASK} (token from {})", o.token_url),
         )),

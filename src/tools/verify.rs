@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::app::Dealer;
 use crate::engine::Handler;
-use crate::engine::proxy::Mapped;
+use crate::engine::proxy::ProxyMapping;
 use crate::inventory::Inventory;
 use crate::protocol::Skill;
 
@@ -114,7 +114,7 @@ fn all_listings(inventory: &Inventory) -> Vec<Arc<Value>> {
 
 /// The searches: each declared filter with common, case-changed and combined values taken from
 /// the inventory itself, each sort field in both orders, and paging edges.
-fn spread(listings: &[Arc<Value>], mapped: &Mapped) -> Vec<Value> {
+fn spread(listings: &[Arc<Value>], mapped: &ProxyMapping) -> Vec<Value> {
     let search = |extra: Value| {
         let mut r = json!({ "type": "inventory.search.request" });
         if let (Some(obj), Value::Object(more)) = (r.as_object_mut(), extra) {

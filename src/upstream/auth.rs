@@ -19,7 +19,7 @@ use percent_encoding::utf8_percent_encode;
 use serde::Deserialize;
 
 use super::UpstreamError;
-use super::config::{AuthSettings, FileClientAuth, OAuth2Settings, base64_encode};
+use super::config::{FileClientAuth, OAuth2Settings, UpstreamAuth, base64_encode};
 use crate::formats::escape::FORM;
 
 /// Lifetime assumed when the token endpoint does not say (`expires_in` absent).
@@ -53,14 +53,14 @@ pub(crate) struct Credential {
 impl Auth {
     pub(crate) fn new(
         upstream: &str,
-        settings: Option<AuthSettings>,
+        settings: Option<UpstreamAuth>,
         client: super::http_client::HttpClient,
         timeout: Duration,
     ) -> Auth {
         match settings {
             None => Auth::None,
-            Some(AuthSettings::Static { name, value }) => Auth::Static { name, value },
-            Some(AuthSettings::OAuth2(settings)) => Auth::OAuth2(Box::new(TokenSource {
+            Some(UpstreamAuth::Static { name, value }) => Auth::Static { name, value },
+            Some(UpstreamAuth::OAuth2(settings)) => Auth::OAuth2(Box::new(TokenSource {
                 upstream: upstream.to_owned(),
                 settings,
                 client,

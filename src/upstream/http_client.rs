@@ -74,9 +74,9 @@ impl std::fmt::Debug for HttpClient {
 }
 
 /// A reply whose body is read as it arrives (decompressed).
-pub(crate) type Reply = Response<ReplyBody>;
+pub(crate) type HttpReply = Response<ReplyBody>;
 
-/// The body of a [`Reply`].
+/// The body of a [`HttpReply`].
 pub(crate) struct ReplyBody(DecompressionBody<Incoming>);
 
 impl std::fmt::Debug for ReplyBody {
@@ -223,7 +223,7 @@ impl HttpClient {
         uri: Uri,
         mut headers: HeaderMap,
         body: Option<Bytes>,
-    ) -> Result<Reply, CallError> {
+    ) -> Result<HttpReply, CallError> {
         if uri.scheme() == Some(&http::uri::Scheme::HTTP)
             && let Some(auth) = self
                 .proxies
@@ -513,7 +513,7 @@ mod tests {
         }
     }
 
-    async fn body_text(reply: Reply) -> String {
+    async fn body_text(reply: HttpReply) -> String {
         let mut body = reply.into_body();
         let mut text = Vec::new();
         while let Some(chunk) = body.chunk().await.expect("body") {

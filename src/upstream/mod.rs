@@ -61,15 +61,13 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 pub use breaker::BreakerState;
 pub use client::{BodyStream, HttpClients, Upstream, Verdict};
 pub use config::{
-    AuthSettings, EndpointSettings, FileAuth, FileCircuitBreaker, FileClientAuth, FilePasswordType,
-    FileRetries, FileSmtp, FileSoap, FileSoapVersion, FileStartTls, FileTimeouts, FileTls,
-    FileUpstream, FileUpstreamKind, OAuth2Settings, Secret, SmtpCredentials, SmtpSettings, SmtpTls,
+    EndpointSettings, FileCircuitBreaker, FileClientAuth, FilePasswordType, FileRetries, FileSmtp,
+    FileSoap, FileSoapVersion, FileStartTls, FileTimeouts, FileTls, FileUpstream, FileUpstreamAuth,
+    FileUpstreamKind, OAuth2Settings, Secret, SmtpCredentials, SmtpSettings, SmtpTls, UpstreamAuth,
     UpstreamConfigProblem, UpstreamSettings,
 };
 pub use smtp::{MailPart, MailReceipt, Mailer, OutgoingMail};
 pub use soap::{SoapFault, SoapReply, SoapSettings, SoapVersion, WsSecurity};
-
-use crate::error::AapError;
 
 /// A built upstream of any kind: what the mapping loader keeps per `upstreams.yaml` entry.
 #[derive(Debug, Clone)]
@@ -214,44 +212,6 @@ impl UpstreamError {
     }
 }
 
-impl UpstreamError {
-    /// The gateway error for a failed call to `upstream`: `INTERNAL_ERROR` (retryable) on the
-    /// wire, with this cause logged under the error id; a full queue is local overload
-    /// (`RATE_LIMITED`), and a resting upstream carries its retry hint.
-    pub fn into_aap(self, upstream: &str) -> AapError {
-        let upstream = upstream.to_owned();
-        match self {
-            UpstreamError::Timeout { after } => AapError::UpstreamTimeout { upstream, after },
-            UpstreamError::CircuitOpen { retry_after } => AapError::UpstreamResting {
-                upstream,
-                retry_after,
-            },
-            UpstreamError::Busy { waited } => AapError::UpstreamBusy { upstream, waited },
-            UpstreamError::Connect(_) | UpstreamError::Auth(_) | UpstreamError::Rejected { .. } => {
-                AapError::UpstreamUnavailable {
-                    upstream,
-                    cause: self.to_string(),
-                }
-            }
-            UpstreamError::TooLarge { .. } | UpstreamError::Protocol(_) => {
-                AapError::InvalidUpstreamResponse {
-                    upstream,
-                    cause: self.to_string(),
-                }
-            }
-            UpstreamError::InvalidRequest(_) => {
-                AapError::Internal(format!("call to upstream `{upstream}`: {self}"))
-            }
-        }
-    }
-}
-
-impl From<(String, UpstreamError)> for AapError {
-    fn from((upstream, error): (String, UpstreamError)) -> AapError {
-        error.into_aap(&upstream)
-    }
-}
-
 /// An error and its causes, `outer: inner: root`, repeated messages skipped.
 pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut out = error.to_string();
@@ -265,69 +225,4 @@ pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         source = e.source();
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_error_maps_to_an_upstream_aap_error() {
-        let cases: Vec<(UpstreamError, &str)> = vec![
-            (
-                UpstreamError::Timeout {
-                    after: Duration::from_secs(5),
-                },
-                "UpstreamTimeout",
-            ),
-            (
-                UpstreamError::Connect("refused".into()),
-                "UpstreamUnavailable",
-            ),
-            (
-                UpstreamError::CircuitOpen {
-                    retry_after: Duration::from_secs(3),
-                },
-                "UpstreamResting",
-            ),
-            (
-                UpstreamError::Busy {
-                    waited: Duration::from_secs(1),
-                },
-                "UpstreamBusy",
-            ),
-            (UpstreamError::Auth("401".into()), "UpstreamUnavailable"),
-            (
-                UpstreamError::Rejected {
-                    reply: "451 4.3.0".into(),
-                    permanent: false,
-                },
-                "UpstreamUnavailable",
-            ),
-            (
-                UpstreamError::Rejected {
-                    reply: "550 5.1.1".into(),
-                    permanent: true,
-                },
-                "UpstreamUnavailable",
-            ),
-            (
-                UpstreamError::TooLarge { limit: 1 },
-                "InvalidUpstreamResponse",
-            ),
-            (
-                UpstreamError::Protocol("bad".into()),
-                "InvalidUpstreamResponse",
-            ),
-            (UpstreamError::InvalidRequest("x".into()), "Internal"),
-        ];
-        for (error, expected) in cases {
-            let aap: AapError = ("dms".to_owned(), error).into();
-            let got = format!("{aap:?}");
-            assert!(got.starts_with(expected), "{got} should be {expected}");
-            if expected != "Internal" {
-                assert!(got.contains("\"dms\""), "{got} names the upstream");
-            }
-        }
-    }
 }

@@ -11,7 +11,7 @@ use crate::inventory::packed::Packed;
 use crate::inventory::{InventoryBuilder, Prepared, Stored};
 
 /// One record as the item mapping made it, ready to join the snapshot.
-pub(super) struct Mapped {
+pub(super) struct MappedRecord {
     pub(super) prepared: Prepared,
     /// The vehicle's [packed](Packed) encoding; the snapshot keeps its own copy only of a
     /// vehicle that changed (see [`Building::add`]).
@@ -61,8 +61,8 @@ impl<'a> Building<'a> {
 
     /// Adds what the item mapping made of one record. One broken record must not take the
     /// whole inventory down: it is counted and skipped.
-    pub(super) fn add(&mut self, mapped: Option<Mapped>) {
-        let Some(Mapped {
+    pub(super) fn add(&mut self, mapped: Option<MappedRecord>) {
+        let Some(MappedRecord {
             prepared,
             encoded,
             vin,

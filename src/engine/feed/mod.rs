@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::engine::proxy::{Shared, Transport, check_listable, page_data, send};
+use crate::engine::IntoAap as _;
+use crate::engine::proxy::{MappingGlobals, Transport, check_listable, page_data, send};
 use crate::engine::request::RequestSpec;
 use crate::error::{AapCode, AapError};
 use crate::formats::{self, Declared, Format};
@@ -38,7 +39,7 @@ use crate::settings::RefreshPriority;
 use crate::telemetry::Escaped;
 use crate::upstream::Upstream;
 
-use self::building::{Building, Lookup, Mapped};
+use self::building::{Building, Lookup, MappedRecord};
 use self::chunks::{CHUNKS_IN_FLIGHT, ChunkReader};
 use self::parallel::{BATCH, in_order, threads};
 use self::thread::{FeedThread, retire};
@@ -59,7 +60,7 @@ pub struct Feed {
     pub item: Jq,
     pub refresh: Duration,
     pub max_stale: Duration,
-    pub shared: Shared,
+    pub shared: MappingGlobals,
     state: RwLock<Option<Arc<Snapshot>>>,
     refreshing: tokio::sync::Mutex<()>,
     background: AtomicBool,
@@ -115,7 +116,7 @@ impl Feed {
         item: Jq,
         refresh: Duration,
         max_stale: Duration,
-        shared: Shared,
+        shared: MappingGlobals,
     ) -> Feed {
         Feed {
             file,
@@ -524,10 +525,10 @@ impl Feed {
 
     /// What the item mapping makes of one record, ready for the snapshot; `None`: the
     /// mapping failed on it.
-    fn map(&self, record: &JqValue, vars: &JqVars) -> Option<Mapped> {
+    fn map(&self, record: &JqValue, vars: &JqVars) -> Option<MappedRecord> {
         let vehicle = self.item.run_one_json(record, vars).ok()?;
         let key = |name: &str| vehicle.get(name).and_then(Value::as_str);
-        Some(Mapped {
+        Some(MappedRecord {
             vin: key("vin").map(str::to_ascii_uppercase),
             stock: key("stock").map(str::to_owned),
             id: key("vehicle_id").map(str::to_owned),

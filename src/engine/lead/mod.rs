@@ -20,6 +20,7 @@
 //! which decides what becomes of its idempotency key.
 
 pub mod adf;
+pub mod deliveries;
 
 use std::sync::Arc;
 
@@ -30,7 +31,8 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use self::adf::AdfContext;
-use crate::engine::proxy::{Canned, Mapped, Shared, Transport};
+use crate::engine::IntoAap as _;
+use crate::engine::proxy::{Canned, MappingGlobals, ProxyMapping, Transport};
 use crate::engine::{Answer, Handler};
 use crate::error::{AapCode, AapError};
 use crate::idempotency::Fingerprint;
@@ -72,7 +74,7 @@ pub struct LeadMapping {
     /// The mapping file, for logs.
     pub file: String,
     pub policy: LeadPolicy,
-    pub delivery: Delivery,
+    pub destination: Destination,
 }
 
 /// The dealer's rules for leads (`lead:` in `lead.submit.yaml`).
@@ -92,9 +94,9 @@ pub struct LeadPolicy {
 
 /// Where leads go.
 #[derive(Debug)]
-pub enum Delivery {
+pub enum Destination {
     /// An HTTP call built by the mapping engine (SOAP, REST JSON, ADF POST).
-    Http(Arc<Mapped>),
+    Http(Arc<ProxyMapping>),
     /// An e-mail to the CRM's intake address.
     Mail(Box<MailDelivery>),
 }
@@ -106,7 +108,7 @@ pub struct MailDelivery {
     pub mailer: Arc<Mailer>,
     pub subject: Templates,
     pub response: Jq,
-    pub shared: Shared,
+    pub shared: MappingGlobals,
 }
 
 impl LeadMapping {
@@ -219,8 +221,8 @@ impl LeadMapping {
         request: &Value,
         facts: &Value,
     ) -> Result<Value, Undelivered> {
-        match &self.delivery {
-            Delivery::Http(mapped) => {
+        match &self.destination {
+            Destination::Http(mapped) => {
                 let transport = match canned {
                     Some(c) => Transport::Canned(c),
                     None => Transport::Live(&mapped.upstream),
@@ -230,15 +232,15 @@ impl LeadMapping {
                     .await
                     .map_err(Undelivered::http)
             }
-            Delivery::Mail(mail) => self.mail(mail, canned.is_some(), request, facts).await,
+            Destination::Mail(mail) => self.mail(mail, canned.is_some(), request, facts).await,
         }
     }
 
     /// The upstream (or mailer) the lead goes to, for logs.
     pub fn upstream(&self) -> &str {
-        match &self.delivery {
-            Delivery::Http(mapped) => mapped.upstream.name(),
-            Delivery::Mail(mail) => mail.mailer.name(),
+        match &self.destination {
+            Destination::Http(mapped) => mapped.upstream.name(),
+            Destination::Mail(mail) => mail.mailer.name(),
         }
     }
 

@@ -18,7 +18,7 @@ use crate::upstream::soap::{self, SoapFault};
 use tracing::debug_span;
 
 use super::page::check_listable;
-use super::spec::{Mapped, ResponseSpec, RuleOutcome};
+use super::spec::{ProxyMapping, ResponseSpec, RuleOutcome};
 use super::transport::{Transport, send};
 
 /// What a call produced: the reply to map, or a rule's verdict on it.
@@ -27,7 +27,7 @@ pub(super) enum Called<'a> {
     Rule(&'a RuleOutcome, Doc),
 }
 
-impl Mapped {
+impl ProxyMapping {
     /// Answers a validated call against the live upstream.
     pub async fn execute(&self, request: &Value) -> Result<Data, AapError> {
         self.execute_with(Transport::Live(&self.upstream), request)

@@ -16,7 +16,7 @@ use tracing::debug_span;
 
 use super::call::Called;
 use super::page::{as_count, is_listable_status, page_data, window};
-use super::spec::{Mapped, ResponseSpec, RuleOutcome, Values};
+use super::spec::{ProxyMapping, ResponseSpec, RuleOutcome, Values};
 use super::transport::Transport;
 
 /// One upstream page of a list skill.
@@ -40,7 +40,7 @@ fn range_filters(field: &str) -> &'static [&'static str] {
     }
 }
 
-impl Mapped {
+impl ProxyMapping {
     /// Every listing the upstream has (no filter sent; at most `scan_limit` records), for
     /// `aap-gateway verify` to answer searches from with AAP semantics.
     pub async fn full_scan(&self) -> Result<Arc<Inventory>, AapError> {

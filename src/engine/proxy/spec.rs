@@ -1,4 +1,4 @@
-//! A compiled proxy-mode skill ([`Mapped`]) and its parts: response programs, error rules and
+//! A compiled proxy-mode skill ([`ProxyMapping`]) and its parts: response programs, error rules and
 //! what the upstream supports.
 
 use std::collections::HashMap;
@@ -18,7 +18,7 @@ use super::scan_cache::ScanCache;
 
 /// Values every template and jq program of one mapping file sees besides the request.
 #[derive(Debug, Clone)]
-pub struct Shared {
+pub struct MappingGlobals {
     pub tables_tpl: TplValue,
     pub tables_jq: JqValue,
     pub dealer_tpl: TplValue,
@@ -142,7 +142,7 @@ impl Missing {
 
 /// A compiled proxy-mode skill.
 #[derive(Debug)]
-pub struct Mapped {
+pub struct ProxyMapping {
     pub skill: Skill,
     /// The mapping file, for logs.
     pub file: String,
@@ -153,7 +153,7 @@ pub struct Mapped {
     pub charset: Option<&'static encoding_rs::Encoding>,
     pub response: ResponseSpec,
     pub errors: Vec<ErrorRule>,
-    pub shared: Shared,
+    pub shared: MappingGlobals,
     pub supports: Supports,
     /// Every record the upstream lists is one a buyer may see: the mapping declares
     /// `listing: listable`, or its item program gives every record the same listable status.

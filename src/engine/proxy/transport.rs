@@ -7,6 +7,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::StatusCode;
 
+use crate::engine::IntoAap as _;
 use crate::engine::request::Rendered;
 use crate::error::AapError;
 use crate::upstream::soap;

@@ -21,7 +21,7 @@ use serde::de::{DeserializeSeed, Deserializer, Error, MapAccess, SeqAccess, Visi
 pub(super) fn parse(body: &Bytes) -> Result<Val, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let sizes = Default::default();
-    let val = Shared {
+    let val = BodySeed {
         body,
         sizes: &sizes,
         depth: 0,
@@ -36,7 +36,7 @@ const SIZED_DEPTHS: usize = 8;
 
 /// A seed that builds values whose unescaped strings are slices of the body.
 #[derive(Clone, Copy)]
-struct Shared<'b> {
+struct BodySeed<'b> {
     body: &'b Bytes,
     /// The size of the last object seen at each depth: the records of a list are alike, so
     /// the next one's map is allocated once at its size instead of growing four times.
@@ -44,9 +44,9 @@ struct Shared<'b> {
     depth: usize,
 }
 
-impl Shared<'_> {
+impl BodySeed<'_> {
     fn nested(self) -> Self {
-        Shared {
+        BodySeed {
             depth: self.depth + 1,
             ..self
         }
@@ -64,7 +64,7 @@ impl Shared<'_> {
     }
 }
 
-impl<'de> DeserializeSeed<'de> for Shared<'_> {
+impl<'de> DeserializeSeed<'de> for BodySeed<'_> {
     type Value = Val;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Val, D::Error> {
@@ -72,7 +72,7 @@ impl<'de> DeserializeSeed<'de> for Shared<'_> {
     }
 }
 
-impl<'de> Visitor<'de> for Shared<'_> {
+impl<'de> Visitor<'de> for BodySeed<'_> {
     type Value = Val;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -255,7 +255,7 @@ impl Jq {
     /// that builds one object reads only the fields it uses off the reply's tape.
     pub fn run_one_json_record(
         &self,
-        record: &Record<'_>,
+        record: &DocRecord<'_>,
         vars: &JqVars,
     ) -> Result<Value, JqRunError> {
         self.record_runner(vars).run(record)
@@ -331,14 +331,14 @@ pub struct RecordRunner<'a> {
 
 impl RecordRunner<'_> {
     /// The program's one output for `record`, as JSON.
-    pub fn run(&mut self, record: &Record<'_>) -> Result<Value, JqRunError> {
+    pub fn run(&mut self, record: &DocRecord<'_>) -> Result<Value, JqRunError> {
         self.run_vehicle(record).map(Vehicle::into_value)
     }
 
     /// [`RecordRunner::run`] as a search page holds it: an object of literal keys built by
-    /// the native plan stays a [`crate::protocol::vehicle::Record`] (keys shared, unchanged
+    /// the native plan stays a [`crate::protocol::vehicle::DocRecord`] (keys shared, unchanged
     /// texts sliced from the reply), any other output is JSON.
-    pub fn run_vehicle(&mut self, record: &Record<'_>) -> Result<Vehicle, JqRunError> {
+    pub fn run_vehicle(&mut self, record: &DocRecord<'_>) -> Result<Vehicle, JqRunError> {
         if let (Some(plan), Some(env)) = (&self.jq.inner.plan, &mut self.env)
             && let Some(object) = plan.eval_record(record, env)
         {
@@ -394,9 +394,9 @@ pub struct KeyPath(Box<[bytes::Bytes]>);
 /// A decoded upstream reply. JSON is read into a tape ([`tape`]) and becomes a jq value only
 /// when a program needs all of it ([`Doc::value`]); the records of a list are read off the tape
 /// ([`Doc::records`]). Other formats are decoded to a value at once.
-pub struct Doc(Reply);
+pub struct Doc(DocBody);
 
-enum Reply {
+enum DocBody {
     /// Read into a tape; the whole value is built on first use.
     Lazy(tape::Tape, std::sync::OnceLock<JqValue>),
     Decoded(JqValue),
@@ -405,12 +405,12 @@ enum Reply {
 impl Doc {
     /// A reply already decoded.
     pub fn from_value(value: JqValue) -> Doc {
-        Doc(Reply::Decoded(value))
+        Doc(DocBody::Decoded(value))
     }
 
     /// A JSON reply, read lazily; the same errors as [`JqValue::from_json_bytes`].
     pub fn from_json_bytes(body: &bytes::Bytes) -> Result<Doc, serde_json::Error> {
-        Ok(Doc(Reply::Lazy(
+        Ok(Doc(DocBody::Lazy(
             tape::Tape::parse(body)?,
             std::sync::OnceLock::new(),
         )))
@@ -419,17 +419,17 @@ impl Doc {
     /// The whole reply as a jq value (built on first use).
     pub fn value(&self) -> &JqValue {
         match &self.0 {
-            Reply::Lazy(tape, value) => value.get_or_init(|| JqValue(tape.root().to_val())),
-            Reply::Decoded(value) => value,
+            DocBody::Lazy(tape, value) => value.get_or_init(|| JqValue(tape.root().to_val())),
+            DocBody::Decoded(value) => value,
         }
     }
 
     /// The items of the array at `path`, as records for [`Jq::run_one_json_record`]; `None`
     /// when the reply was not read lazily or `path` does not lead through objects to an
     /// array (the caller then runs its program on [`Doc::value`], for the same outcome).
-    pub fn records(&self, path: &KeyPath) -> Option<Vec<Record<'_>>> {
+    pub fn records(&self, path: &KeyPath) -> Option<Vec<DocRecord<'_>>> {
         let at = self.walk(path)??;
-        let records = at.items()?.map(|at| Record {
+        let records = at.items()?.map(|at| DocRecord {
             at,
             value: std::cell::OnceCell::new(),
         });
@@ -446,7 +446,7 @@ impl Doc {
 
     /// `Some(None)` when a key is missing on the way.
     fn walk(&self, path: &KeyPath) -> Option<Option<tape::At<'_>>> {
-        let Reply::Lazy(tape, _) = &self.0 else {
+        let DocBody::Lazy(tape, _) = &self.0 else {
             return None;
         };
         let mut at = tape.root();
@@ -462,12 +462,12 @@ impl Doc {
 }
 
 /// One record of a list in a reply read lazily ([`Doc::records`]).
-pub struct Record<'d> {
+pub struct DocRecord<'d> {
     at: tape::At<'d>,
     value: std::cell::OnceCell<Val>,
 }
 
-impl Record<'_> {
+impl DocRecord<'_> {
     /// The whole record as a value (built on first use).
     fn value(&self) -> &Val {
         self.value.get_or_init(|| self.at.to_val())

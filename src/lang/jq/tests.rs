@@ -540,7 +540,7 @@ fn items_both_ways<'d>(
     doc: &'d Doc,
     decoded: &JqValue,
     vars: &JqVars,
-) -> (Vec<Record<'d>>, Vec<JqValue>) {
+) -> (Vec<DocRecord<'d>>, Vec<JqValue>) {
     let jq = |code: &str| Jq::compile(code).unwrap_or_else(|e| panic!("{code}: {e}"));
     let records = doc
         .records(jq(".Items").key_path().expect("a path"))

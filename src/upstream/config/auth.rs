@@ -5,13 +5,13 @@ use std::path::PathBuf;
 use base64::Engine as _;
 
 use super::check::Check;
-use super::file::{FileAuth, FilePasswordType, Secret};
-use super::settings::{AuthSettings, OAuth2Settings, WsSecurity};
+use super::file::{FilePasswordType, FileUpstreamAuth, Secret};
+use super::settings::{OAuth2Settings, UpstreamAuth, WsSecurity};
 
 impl Check {
-    fn auth(&mut self, auth: FileAuth) -> Option<AuthSettings> {
+    fn auth(&mut self, auth: FileUpstreamAuth) -> Option<UpstreamAuth> {
         match auth {
-            FileAuth::ApiKey {
+            FileUpstreamAuth::ApiKey {
                 header,
                 value,
                 value_file,
@@ -19,12 +19,12 @@ impl Check {
                 let name = self.header_name("/auth/header", &header);
                 let secret = self.secret("value", value, value_file)?;
                 let value = self.header_value("/auth/value", secret.expose(), true);
-                Some(AuthSettings::Static {
+                Some(UpstreamAuth::Static {
                     name: name?,
                     value: value?,
                 })
             }
-            FileAuth::Basic {
+            FileUpstreamAuth::Basic {
                 username,
                 password,
                 password_file,
@@ -38,21 +38,21 @@ impl Check {
                 let encoded = base64_encode(format!("{username}:{}", password.expose()).as_bytes());
                 let value = self.header_value("/auth/password", &format!("Basic {encoded}"), true);
                 ok.then_some(())?;
-                Some(AuthSettings::Static {
+                Some(UpstreamAuth::Static {
                     name: http::header::AUTHORIZATION,
                     value: value?,
                 })
             }
-            FileAuth::Bearer { token, token_file } => {
+            FileUpstreamAuth::Bearer { token, token_file } => {
                 let token = self.secret("token", token, token_file)?;
                 let value =
                     self.header_value("/auth/token", &format!("Bearer {}", token.expose()), true)?;
-                Some(AuthSettings::Static {
+                Some(UpstreamAuth::Static {
                     name: http::header::AUTHORIZATION,
                     value,
                 })
             }
-            FileAuth::Oauth2 {
+            FileUpstreamAuth::Oauth2 {
                 token_url,
                 client_id,
                 client_secret,
@@ -69,7 +69,7 @@ impl Check {
                 }
                 let client_secret = self.secret("client_secret", client_secret, client_secret_file);
                 ok.then_some(())?;
-                Some(AuthSettings::OAuth2(OAuth2Settings {
+                Some(UpstreamAuth::OAuth2(OAuth2Settings {
                     token_url: token_url?,
                     client_id,
                     client_secret: client_secret?,
@@ -78,7 +78,7 @@ impl Check {
                     client_auth,
                 }))
             }
-            FileAuth::WsSecurity { .. } => {
+            FileUpstreamAuth::WsSecurity { .. } => {
                 self.problem(
                     "/auth/kind",
                     "`ws_security` travels in a SOAP envelope: only for `kind: soap`",
@@ -89,7 +89,7 @@ impl Check {
     }
 
     /// `auth`, with a catch-all problem when it failed without saying why.
-    pub(super) fn http_auth(&mut self, auth: FileAuth) -> Option<AuthSettings> {
+    pub(super) fn http_auth(&mut self, auth: FileUpstreamAuth) -> Option<UpstreamAuth> {
         let before = self.problems.len();
         let auth = self.auth(auth);
         if auth.is_none() && self.problems.len() == before {

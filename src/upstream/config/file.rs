@@ -70,7 +70,7 @@ pub struct FileUpstream {
     pub headers: BTreeMap<String, String>,
     /// How the gateway authenticates to the upstream; absent = no authentication.
     #[serde(default)]
-    pub auth: Option<FileAuth>,
+    pub auth: Option<FileUpstreamAuth>,
     /// SOAP settings (`kind: soap` only; absent = SOAP 1.1).
     #[serde(default)]
     pub soap: Option<FileSoap>,
@@ -105,12 +105,14 @@ impl FileUpstream {
         let mut risks = Vec::new();
         if let (Some(auth), "http") = (&self.auth, url.scheme()) {
             let what = match auth {
-                FileAuth::WsSecurity {
+                FileUpstreamAuth::WsSecurity {
                     password_type: FilePasswordType::Text,
                     ..
                 } => "a WS-Security password in clear text",
-                FileAuth::WsSecurity { .. } => "a WS-Security user name and password digest",
-                FileAuth::Oauth2 { .. } => "OAuth2 bearer tokens",
+                FileUpstreamAuth::WsSecurity { .. } => {
+                    "a WS-Security user name and password digest"
+                }
+                FileUpstreamAuth::Oauth2 { .. } => "OAuth2 bearer tokens",
                 _ => "its credentials",
             };
             risks.push(("/base_url", format!("sends {what} over plain http://")));
@@ -293,7 +295,7 @@ pub struct FileTls {
 /// reference) or as a `*_file` path whose content (trailing newline trimmed) is the secret.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum FileAuth {
+pub enum FileUpstreamAuth {
     /// A fixed key in a header.
     ApiKey {
         /// Header carrying the key, e.g. `X-Api-Key`.

@@ -33,9 +33,9 @@ mod validate;
 pub(crate) use auth::base64_encode;
 pub use check::UpstreamConfigProblem;
 pub use file::{
-    FileAuth, FileCircuitBreaker, FileClientAuth, FilePasswordType, FileRetries, FileSmtp,
-    FileSoap, FileSoapVersion, FileStartTls, FileTimeouts, FileTls, FileUpstream, FileUpstreamKind,
-    Secret,
+    FileCircuitBreaker, FileClientAuth, FilePasswordType, FileRetries, FileSmtp, FileSoap,
+    FileSoapVersion, FileStartTls, FileTimeouts, FileTls, FileUpstream, FileUpstreamAuth,
+    FileUpstreamKind, Secret,
 };
 pub(crate) use limits::RESERVED_HEADERS;
 pub use limits::{
@@ -43,8 +43,8 @@ pub use limits::{
     MAX_RESPONSE_BYTES_LIMIT, SMTPS_PORT, SUBMISSION_PORT,
 };
 pub use settings::{
-    AuthSettings, EndpointSettings, OAuth2Settings, SmtpCredentials, SmtpSettings, SmtpTls,
-    SoapSettings, SoapVersion, UpstreamSettings, WsSecurity,
+    EndpointSettings, OAuth2Settings, SmtpCredentials, SmtpSettings, SmtpTls, SoapSettings,
+    SoapVersion, UpstreamAuth, UpstreamSettings, WsSecurity,
 };
 
 #[cfg(test)]

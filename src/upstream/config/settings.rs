@@ -55,7 +55,7 @@ pub struct UpstreamSettings {
     pub ca_certificates: Vec<rustls::pki_types::CertificateDer<'static>>,
     pub insecure_skip_verify: bool,
     pub headers: Vec<(HeaderName, HeaderValue)>,
-    pub auth: Option<AuthSettings>,
+    pub auth: Option<UpstreamAuth>,
     /// `Some` for `kind: soap`.
     pub soap: Option<SoapSettings>,
 }
@@ -119,7 +119,7 @@ pub struct SmtpCredentials {
 
 /// Validated authentication.
 #[derive(Debug, Clone)]
-pub enum AuthSettings {
+pub enum UpstreamAuth {
     /// A fixed header (API key, Basic, static bearer), marked sensitive.
     Static {
         name: HeaderName,

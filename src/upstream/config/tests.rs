@@ -315,7 +315,7 @@ fn secrets_come_from_files_and_never_show_in_debug() {
     ));
     let settings = file.validate().expect("valid");
     match &settings.auth {
-        Some(AuthSettings::Static { value, .. }) => {
+        Some(UpstreamAuth::Static { value, .. }) => {
             assert_eq!(value.as_bytes(), b"Bearer s3cr3t");
             assert!(value.is_sensitive());
         }

@@ -7,7 +7,8 @@ use url::Url;
 
 use super::check::{Check, SmtpEndpoint, UpstreamConfigProblem};
 use super::file::{
-    FileAuth, FileSmtp, FileStartTls, FileUpstream, FileUpstreamKind, default_max_response_bytes,
+    FileSmtp, FileStartTls, FileUpstream, FileUpstreamAuth, FileUpstreamKind,
+    default_max_response_bytes,
 };
 use super::limits::{
     DEFAULT_DATA_TIMEOUT, MAX_ATTEMPTS, MAX_CONCURRENCY_LIMIT, MAX_RESPONSE_BYTES_LIMIT,
@@ -149,7 +150,7 @@ impl FileUpstream {
         // `ws_security` is no HTTP authentication: it travels in the envelope.
         let mut ws_security_ok = true;
         let (auth, security) = match self.auth {
-            Some(FileAuth::WsSecurity {
+            Some(FileUpstreamAuth::WsSecurity {
                 username,
                 password,
                 password_file,
@@ -293,7 +294,7 @@ impl FileUpstream {
         let mut auth_ok = true;
         let credentials = match self.auth {
             None => None,
-            Some(FileAuth::Basic {
+            Some(FileUpstreamAuth::Basic {
                 username,
                 password,
                 password_file,

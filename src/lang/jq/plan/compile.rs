@@ -12,7 +12,7 @@ pub(in crate::lang::jq) fn compile(term: &Term<'_>) -> Option<Plan> {
         max_slots: GLOBAL_VARS.len(),
         inline_depth: 0,
     };
-    let scope = Scope {
+    let scope = Bindings {
         vars: GLOBAL_VARS.iter().map(|v| Some(*v)).collect(),
         defs: Vec::new(),
         params: Vec::new(),
@@ -39,7 +39,7 @@ pub(super) fn record_entries(root: &Node) -> Option<&[(Node, Node)]> {
     }
 }
 
-pub(super) fn record_shape(root: &Node) -> Option<Record> {
+pub(super) fn record_shape(root: &Node) -> Option<RecordPlan> {
     let entries = record_entries(root)?;
     let mut keys: Vec<String> = Vec::with_capacity(entries.len());
     for (key, _) in entries {
@@ -62,7 +62,7 @@ pub(super) fn record_shape(root: &Node) -> Option<Record> {
         .iter()
         .map(|(_, value)| super::text::reads_only_globals(value))
         .collect();
-    Some(Record {
+    Some(RecordPlan {
         shape: std::sync::Arc::new(shape),
         compact: !matches!(root.kind, Kind::Obj(_)),
         straight,
@@ -80,7 +80,7 @@ pub(super) struct Compiler {
 /// visible by name), local definitions, and the filter names a definition's `$` parameters
 /// also bind in jq (calls of those are left to jaq).
 #[derive(Clone)]
-pub(super) struct Scope<'s, 't> {
+pub(super) struct Bindings<'s, 't> {
     vars: Vec<Option<&'s str>>,
     defs: Vec<LocalDef<'s, 't>>,
     params: Vec<&'s str>,
@@ -96,7 +96,7 @@ pub(super) struct LocalDef<'s, 't> {
 }
 
 /// `$x`: the innermost binding of that name.
-pub(super) fn var(x: &str, s: &Scope<'_, '_>) -> Option<Node> {
+pub(super) fn var(x: &str, s: &Bindings<'_, '_>) -> Option<Node> {
     let slot = s.vars.iter().rposition(|v| *v == Some(x))?;
     Some(node(Kind::Var(slot), true))
 }
@@ -115,11 +115,11 @@ pub(super) fn lit(v: Val) -> Node {
 }
 
 impl Compiler {
-    pub(super) fn boxed(&mut self, t: &Term<'_>, s: &Scope<'_, '_>) -> Option<Box<Node>> {
+    pub(super) fn boxed(&mut self, t: &Term<'_>, s: &Bindings<'_, '_>) -> Option<Box<Node>> {
         self.term(t, s).map(Box::new)
     }
 
-    pub(super) fn term<'s, 't>(&mut self, t: &'t Term<'s>, s: &Scope<'s, 't>) -> Option<Node> {
+    pub(super) fn term<'s, 't>(&mut self, t: &'t Term<'s>, s: &Bindings<'s, 't>) -> Option<Node> {
         use parse::BinaryOp as B;
         Some(match t {
             Term::Id => node(Kind::Id, true),
@@ -228,7 +228,7 @@ impl Compiler {
     pub(super) fn string<'s, 't>(
         &mut self,
         parts: &'t [lex::StrPart<&'s str, Term<'s>>],
-        s: &Scope<'s, 't>,
+        s: &Bindings<'s, 't>,
     ) -> Option<Node> {
         let mut nodes = Vec::with_capacity(parts.len());
         for part in parts {
@@ -257,7 +257,7 @@ impl Compiler {
     pub(super) fn object<'s, 't>(
         &mut self,
         entries: &'t [(Term<'s>, Option<Term<'s>>)],
-        s: &Scope<'s, 't>,
+        s: &Bindings<'s, 't>,
     ) -> Option<Node> {
         let mut out = Vec::with_capacity(entries.len());
         for (k, v) in entries {
@@ -287,7 +287,7 @@ impl Compiler {
         &mut self,
         name: &'s str,
         args: &'t [Term<'s>],
-        s: &Scope<'s, 't>,
+        s: &Bindings<'s, 't>,
     ) -> Option<Node> {
         if name.contains("::") || (args.is_empty() && s.params.contains(&name)) {
             return None;
@@ -354,7 +354,7 @@ impl Compiler {
         &mut self,
         i: usize,
         args: &'t [Term<'s>],
-        s: &Scope<'s, 't>,
+        s: &Bindings<'s, 't>,
     ) -> Option<Node> {
         let local = s.defs.get(i)?.clone();
         let value_params = local.def.args.iter().all(|a| a.starts_with('$'));
@@ -368,7 +368,7 @@ impl Compiler {
             arg_nodes.push(self.term(arg, &caller)?);
             caller.vars.push(None);
         }
-        let mut body_scope = Scope {
+        let mut body_scope = Bindings {
             vars: s.vars.get(..local.vars)?.to_vec(),
             defs: s.defs.get(..local.defs)?.to_vec(),
             params: s.params.get(..local.params)?.to_vec(),

@@ -61,13 +61,13 @@ pub(super) struct Plan {
     root: Node,
     slots: usize,
     /// Set when the root builds one object from literal keys (a mapping's `item`).
-    record: Option<Record>,
+    record: Option<RecordPlan>,
 }
 
 /// A root `{k: v, …}` or `{k: v, …} | compact` whose keys are distinct literal strings: the
 /// object can be built as a [`vehicle::Record`] straight away ([`Plan::eval_record`]),
 /// skipping jaq's hashed object, its compaction and its conversion.
-struct Record {
+struct RecordPlan {
     /// The keys, shared by every object built.
     shape: Arc<Shape>,
     compact: bool,
@@ -80,7 +80,7 @@ struct Record {
     invariant: Box<[bool]>,
 }
 
-impl Record {
+impl RecordPlan {
     /// A field's value as the record holds it; `None` when `compact` drops it (blank). `text`
     /// makes a text borrowed from the input a span of the input's reply.
     fn field<'i>(&self, out: text::Out<'i>, text: impl Fn(Cow<'i, str>) -> Text) -> Option<Field> {
@@ -114,7 +114,7 @@ pub(super) struct Env {
     /// The values of a record's constant helper arguments (`lookup($tables.fuel_in)`), each
     /// worked out for the first record and kept for the rest ([`text::Straight`]).
     consts: Vec<Option<Val>>,
-    /// The fields of `Record::invariant` by position, each made for the first record of a page
+    /// The fields of `RecordPlan::invariant` by position, each made for the first record of a page
     /// (`Some(None)`: blank).
     fields: Vec<Option<Option<Field>>>,
 }
@@ -136,12 +136,12 @@ impl Plan {
         }
     }
 
-    /// Whether the root is a [`Record`].
+    /// Whether the root is a [`RecordPlan`].
     pub(super) fn is_record(&self) -> bool {
         self.record.is_some()
     }
 
-    /// The program's one output as a JSON object, for a [`Record`] root; `None` for any
+    /// The program's one output as a JSON object, for a [`RecordPlan`] root; `None` for any
     /// other. The same object (keys in order, values converted as `JqValue::to_json` does) and
     /// the same first error as running the plan and converting its output.
     pub(super) fn eval_record_json<I: Input + ?Sized>(
@@ -253,7 +253,7 @@ fn field_of(v: Val) -> Field {
 }
 
 /// What a term that gives one output runs on ([`Node::eval1`]): a value, or a record of a reply
-/// read lazily (`extract::Record`), which is made a value only when a term needs all of it.
+/// read lazily (`extract::RecordPlan`), which is made a value only when a term needs all of it.
 pub(super) trait Input {
     /// The whole input as a value.
     fn whole(&self) -> &Val;
@@ -278,7 +278,7 @@ impl Input for Val {
     }
 }
 
-impl Input for super::Record<'_> {
+impl Input for super::DocRecord<'_> {
     fn whole(&self) -> &Val {
         self.value()
     }
