@@ -106,7 +106,7 @@ impl MappingLoader<'_> {
         let format_at = format!("{pointer}/body_format");
         let (body, content_type) = match (&file.body, file.body_format.as_deref()) {
             (None, Some("adf")) if lead && !soap => {
-                // The lead as ADF/XML (`mapping::adf`), put in the context as `lead.adf`.
+                // The lead as ADF/XML (`engine::lead::adf`), put in the context as `lead.adf`.
                 // Built by the gateway, already XML: verbatim (a text body's explicit rule).
                 ok &= add(
                     self,

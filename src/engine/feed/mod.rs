@@ -1,5 +1,6 @@
 //! Feed mode: the dealer's whole inventory fetched as one document (JSON, XML or CSV), mapped to
-//! AAP vehicles, cached, and searched in the gateway.
+//! AAP vehicles, cached, and searched in the gateway. Owns the snapshot and its refresh thread;
+//! uses `engine::proxy` (the fetch), `lang`, `inventory`, `formats` and `upstream`.
 //!
 //! Freshness: a snapshot younger than `refresh` is served as is; an older one is still served
 //! while a background refresh runs; past `max_stale` a request waits for a refresh and fails

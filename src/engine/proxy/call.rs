@@ -52,7 +52,7 @@ impl ProxyMapping {
         }
     }
 
-    /// `lead.submit`: delivers the lead (`lead` = the gateway's facts, `mapping::lead`) and maps
+    /// `lead.submit`: delivers the lead (`lead` = the gateway's facts, `engine::lead`) and maps
     /// the acknowledgement to reply data.
     pub async fn execute_lead(
         &self,

@@ -1,5 +1,6 @@
-//! The mapping engine for proxy-mode skills: render the upstream call, send it, apply the error
-//! rules, decode the reply, extract AAP data with jq.
+//! Proxy mode: render the upstream call, send it, apply the error rules, decode the reply,
+//! extract AAP data with jq. Owns a compiled proxy mapping and its scans; uses `engine::request`,
+//! `lang`, `inventory`, `formats` and `upstream`.
 //!
 //! List skills (`inventory.search`) are paged by the engine. The upstream's own pages, order and
 //! total are used only when they are exactly AAP's answer: the mapping declares that the

@@ -1,4 +1,5 @@
-//! jq programs that turn upstream replies into AAP data.
+//! jq programs that turn upstream replies into AAP data. Owns the compiler, the legacy-format
+//! helpers, the lazy reading of replies and the native plans; uses `protocol` and `formats`.
 //!
 //! Sits on the reply side of a mapping: the upstream reply (JSON, or XML/SOAP decoded to JSON)
 //! becomes a [`JqValue`], and the mapping's jq programs (`items`, `total`, `item`, `jq`, error
@@ -8,7 +9,7 @@
 //!
 //! Every program sees the variables `$request` (the validated AAP request data), `$tables`
 //! (the mapping's lookup tables), `$dealer` (the dealer's settings) and `$lead` (`lead.submit`
-//! only: the gateway's facts about the lead, see `mapping::lead`), and the helpers below
+//! only: the gateway's facts about the lead, see `engine::lead`), and the helpers below
 //! for legacy formats on top of jq's standard library (`env` is disabled: it would expose the
 //! gateway's secrets).
 //!

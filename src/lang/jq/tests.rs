@@ -501,7 +501,7 @@ fn realistic_mapping() {
     );
 }
 
-/// Timing, not an assertion: `cargo test --release mapping::extract -- --nocapture timing`.
+/// Timing, not an assertion: `cargo test --release lang::jq -- --nocapture timing`.
 #[test]
 fn timing() {
     let page = json!({"TotalCount": 20, "Items": (0..20).map(dms_record).collect::<Vec<_>>()});
