@@ -27,7 +27,7 @@ impl MappingLoader<'_> {
                 "a feed is fetched over plain HTTP; a SOAP upstream cannot serve it",
             ));
         }
-        let request = self.request(&src, "/request", &file.request, false, false);
+        let request = self.request(&src, "/request", &file.request, false, false, false);
         let format = match Format::parse(Some(&file.format), &file.list_elements) {
             Ok(f) => Some(f),
             Err(e) => {

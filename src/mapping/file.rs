@@ -278,6 +278,20 @@ pub struct FileSortDetail {
     /// order, the search is completed in the gateway.
     #[serde(default)]
     pub missing: FileMissing,
+    /// How the upstream breaks ties (units with the same value): `aap` (the default: by
+    /// stock number, then VIN, as AAP does) or `own` (its own way, e.g. an internal id or
+    /// insertion order). With `own` a search sorted by this field is completed in the gateway,
+    /// so that pages never split ties differently from AAP's order.
+    #[serde(default)]
+    pub ties: FileTies,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FileTies {
+    #[default]
+    Aap,
+    Own,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]

@@ -18,7 +18,7 @@ use crate::app::Dealer;
 use crate::engine::Handler;
 use crate::engine::proxy::ProxyMapping;
 use crate::inventory::Inventory;
-use crate::protocol::Skill;
+use crate::protocol::{SearchRequest, Skill};
 
 /// One disagreement between the mapping's answer and the gateway's.
 #[derive(Debug, Clone)]
@@ -71,7 +71,7 @@ pub async fn verify(
         if i > 0 {
             tokio::time::sleep(pause).await;
         }
-        let oracle = inventory.search(&request);
+        let oracle = inventory.search(&SearchRequest::read(&request));
         match mapped.execute(&request).await {
             Ok(answer) => {
                 let answer = answer.into_value();
@@ -100,10 +100,11 @@ pub async fn verify(
 fn all_listings(inventory: &Inventory) -> Vec<Arc<Value>> {
     let mut out = Vec::new();
     loop {
-        let page = inventory.search(&json!({
+        let request = json!({
             "type": "inventory.search.request",
             "pagination": { "skip": out.len(), "limit": 100 }
-        }));
+        });
+        let page = inventory.search(&SearchRequest::read(&request));
         let done = page.vehicles.is_empty() || out.len() + page.vehicles.len() >= page.total;
         out.extend(page.vehicles);
         if done {

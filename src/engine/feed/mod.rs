@@ -35,7 +35,7 @@ use crate::inventory::packed::Packed;
 use crate::inventory::{Inventory, Prepared};
 use crate::lang::jq::{Jq, JqValue, JqVars, TextObjects};
 use crate::lang::template::Scope;
-use crate::protocol::{Data, Skill};
+use crate::protocol::{Data, SearchRequest, Skill, search};
 use crate::settings::RefreshPriority;
 use crate::telemetry::Escaped;
 use crate::upstream::Upstream;
@@ -553,8 +553,12 @@ impl Snapshot {
     /// Answers a validated call for `skill` from this snapshot.
     pub fn answer(&self, skill: Skill, request: &Value) -> Result<Data, AapError> {
         match skill {
-            Skill::InventorySearch => Ok(page_data(self.inventory.search(request))),
-            Skill::InventoryFacets => Ok(Data::Json(self.inventory.facets(request.get("filters")))),
+            Skill::InventorySearch => Ok(page_data(
+                self.inventory.search(&SearchRequest::read(request)),
+            )),
+            Skill::InventoryFacets => {
+                Ok(Data::Json(self.inventory.facets(search::filters(request))))
+            }
             Skill::InventoryVehicle => {
                 let vehicle = self.find(request).ok_or_else(|| {
                     AapError::domain(

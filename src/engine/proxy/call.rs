@@ -12,7 +12,7 @@ use crate::error::{AapCode, AapError};
 use crate::formats::{Declared, Format};
 use crate::lang::jq::{Doc, Jq, JqValue, JqVars};
 use crate::lang::template::{Lazy, Scope};
-use crate::protocol::{Data, Skill};
+use crate::protocol::{Data, SearchRequest, Skill};
 use crate::upstream::UpstreamResponse;
 use crate::upstream::soap::{self, SoapFault};
 use tracing::debug_span;
@@ -41,7 +41,9 @@ impl ProxyMapping {
         request: &Value,
     ) -> Result<Data, AapError> {
         match (&self.response, self.skill) {
-            (ResponseSpec::List { .. }, _) => self.search(transport, request).await,
+            (ResponseSpec::List { .. }, _) => {
+                self.search(transport, &SearchRequest::read(request)).await
+            }
             (ResponseSpec::Object { jq }, skill) => {
                 let data = self.object(transport, request, jq).await?;
                 if skill == Skill::InventoryVehicle {

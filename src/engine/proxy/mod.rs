@@ -22,10 +22,11 @@ mod scan_cache;
 mod spec;
 mod transport;
 
-pub use page::{check_listable, is_listable, is_listable_status, page_data, window};
+pub use list::ScanKey;
+pub use page::{check_listable, is_listable, is_listable_status, page_data};
 pub use scan_cache::ScanCache;
 pub use spec::{
-    ErrorRule, MappingGlobals, Missing, ProxyMapping, ResponseSpec, RuleOutcome, StatusMatch,
-    Supports, Values,
+    ErrorRule, MappingGlobals, Missing, ProxyMapping, ResponseSpec, RuleOutcome, SortSupport,
+    StatusMatch, Supports, Values,
 };
 pub use transport::{Canned, Transport, send};

@@ -7,24 +7,6 @@ use crate::inventory;
 use crate::protocol::Data;
 use crate::protocol::vehicle::{SearchPage, Vehicle};
 
-/// `skip` and the effective `limit` of a search request: default 20, at most 100 (docs/protocol.md
-/// §Pagination and totals).
-pub fn window(request: &Value) -> (usize, usize) {
-    // `get` twice, not `Value::pointer`, which copies each step of its path to unescape it.
-    let pagination = request.get("pagination");
-    let number = |key: &str| {
-        pagination
-            .and_then(|p| p.get(key))
-            .and_then(Value::as_u64)
-            .and_then(|n| usize::try_from(n).ok())
-    };
-    let skip = number("skip").unwrap_or(0);
-    let limit = number("limit")
-        .unwrap_or(inventory::DEFAULT_LIMIT)
-        .clamp(1, inventory::MAX_LIMIT);
-    (skip, limit)
-}
-
 /// Whether a buyer may see this vehicle: its `status` (docs/protocol.md §Listing status).
 pub fn is_listable(vehicle: &Value) -> bool {
     is_listable_status(vehicle.get("status").and_then(Value::as_str))

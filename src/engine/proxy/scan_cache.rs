@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::list::ScanKey;
 use crate::inventory::Inventory;
 
 /// Listings fetched to complete searches in the gateway, kept for `ttl` per set of upstream
@@ -10,7 +11,7 @@ use crate::inventory::Inventory;
 #[derive(Debug, Default)]
 pub struct ScanCache {
     ttl: Duration,
-    entries: Mutex<Vec<(String, Instant, Arc<Inventory>)>>,
+    entries: Mutex<Vec<(ScanKey, Instant, Arc<Inventory>)>>,
 }
 
 /// Distinct scans kept per mapping; the oldest goes first.
@@ -24,7 +25,7 @@ impl ScanCache {
         }
     }
 
-    pub(super) fn get(&self, key: &str) -> Option<Arc<Inventory>> {
+    pub(super) fn get(&self, key: &ScanKey) -> Option<Arc<Inventory>> {
         if self.ttl.is_zero() {
             return None;
         }
@@ -36,7 +37,7 @@ impl ScanCache {
             .map(|(_, _, inventory)| Arc::clone(inventory))
     }
 
-    pub(super) fn put(&self, key: String, inventory: &Arc<Inventory>) {
+    pub(super) fn put(&self, key: ScanKey, inventory: &Arc<Inventory>) {
         if self.ttl.is_zero() {
             return;
         }

@@ -12,6 +12,7 @@ use crate::error::AapCode;
 use crate::formats::Format;
 use crate::lang::jq::{Jq, JqValue, KeyPath};
 use crate::protocol::Skill;
+use crate::schema::Listings;
 use crate::upstream::Upstream;
 
 use super::scan_cache::ScanCache;
@@ -99,8 +100,8 @@ impl StatusMatch {
 pub struct Supports {
     /// Filter keys the templates translate → whether the upstream takes one value per call.
     pub filters: HashMap<String, Values>,
-    /// Sort fields the templates translate → where the upstream puts units without a value.
-    pub sort: HashMap<String, Missing>,
+    /// Sort fields the templates translate → how the upstream orders them.
+    pub sort: HashMap<String, SortSupport>,
     /// The separator the templates join list values with; a value containing it cannot be
     /// sent as one value, so such a request is completed in the gateway.
     pub list_separator: Option<String>,
@@ -112,6 +113,25 @@ pub enum Values {
     #[default]
     Many,
     One,
+}
+
+/// How an upstream sorts by one field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SortSupport {
+    /// Where units without a value go.
+    pub missing: Missing,
+    /// It breaks ties as AAP does (stock number, then VIN); `false` (`ties: own`): a sorted
+    /// search is completed in the gateway, whose order is AAP's.
+    pub aap_ties: bool,
+}
+
+impl Default for SortSupport {
+    fn default() -> SortSupport {
+        SortSupport {
+            missing: Missing::Last,
+            aap_ties: true,
+        }
+    }
 }
 
 /// Where an upstream sorts units without a value for the sort field.
@@ -160,4 +180,6 @@ pub struct ProxyMapping {
     pub listable_only: bool,
     pub scan_limit: usize,
     pub scan_cache: ScanCache,
+    /// The AAP listing schema: a record whose listing it refuses is dropped and counted.
+    pub listings: Listings,
 }

@@ -370,6 +370,15 @@ impl Templates {
         Ok(())
     }
 
+    /// Every variable the templates read, with the path it is read at (`request.filters.make`,
+    /// `page.number`): what `check` holds against what the engine gives them.
+    pub fn variables(&self) -> std::collections::BTreeSet<String> {
+        self.env
+            .templates()
+            .flat_map(|(_, template)| template.undeclared_variables(true))
+            .collect()
+    }
+
     /// Renders template `name` (as added with `context`).
     pub fn render(
         &self,
