@@ -61,7 +61,8 @@ fn units() -> Vec<Unit> {
                 5 => "ON_ORDER",
                 _ => "FOR_SALE",
             },
-            price: (i % 11 != 4).then_some(9_000 + (i * 389) % 4_000),
+            // Eight prices: runs of equal prices, whose order is only the tie-break's.
+            price: (i % 11 != 4).then_some(9_000 + (i * 389) % 4_000 / 500 * 500),
         })
         .collect()
 }
@@ -89,20 +90,32 @@ impl Unit {
 /// Harbor's own search: its make filter (exact, as stored), its order (stock, or price with
 /// unpriced units last and ties by stock), everything it lists.
 fn harbor_matches(seen: &Seen, listable_only: bool) -> Vec<&'static Unit> {
+    harbor_search(seen, listable_only, false)
+}
+
+/// [`harbor_matches`], with ties broken by Harbor's internal id (newest first) when `own_ties`.
+fn harbor_search(seen: &Seen, listable_only: bool, own_ties: bool) -> Vec<&'static Unit> {
     let mut out: Vec<&Unit> = UNITS
         .iter()
         .filter(|u| seen.param("make").is_none_or(|m| m == u.make))
         .filter(|u| !listable_only || u.listable())
         .collect();
+    let tie = |a: &Unit, b: &Unit| {
+        if own_ties {
+            b.stock.cmp(&a.stock)
+        } else {
+            a.stock.cmp(&b.stock)
+        }
+    };
     match seen.param("sort") {
         Some(field @ ("price" | "-price")) => {
             let desc = field.starts_with('-');
             out.sort_by(|a, b| match (a.price, b.price) {
-                (Some(x), Some(y)) if desc => y.cmp(&x).then(a.stock.cmp(&b.stock)),
-                (Some(x), Some(y)) => x.cmp(&y).then(a.stock.cmp(&b.stock)),
+                (Some(x), Some(y)) if desc => y.cmp(&x).then(tie(a, b)),
+                (Some(x), Some(y)) => x.cmp(&y).then(tie(a, b)),
                 (Some(_), None) => std::cmp::Ordering::Less,
                 (None, Some(_)) => std::cmp::Ordering::Greater,
-                (None, None) => a.stock.cmp(&b.stock),
+                (None, None) => tie(a, b),
             });
         }
         _ => out.sort_by(|a, b| a.stock.cmp(&b.stock)),
@@ -154,6 +167,14 @@ fn harbor(seen: Seen) -> Answer {
             let all = harbor_matches(&seen, false);
             let rows = number(&seen, "rows", 10).min(50);
             reply(&all[..rows.min(all.len())], Some(all.len()))
+        }
+        // Only units a buyer may see, sorted as asked with ties in its own order, offset paging
+        // and the count.
+        "own-ties/units" => {
+            let all = harbor_search(&seen, true, true);
+            let start = number(&seen, "start", 0).min(all.len());
+            let rows = number(&seen, "rows", 10).min(50);
+            reply(&all[start..(start + rows).min(all.len())], Some(all.len()))
         }
         // Only units a buyer may see, sorted as asked; its first 25 and the count.
         "listable/units" => {
@@ -232,8 +253,21 @@ fn dealers() -> Vec<(&'static str, String)> {
                 true,
             ),
         ),
+        (
+            "ownties",
+            search_yaml(
+                "own-ties",
+                &format!(
+                    "{SORT_QUERY}  pagination: {{ style: offset, offset: start, limit: rows, max_size: 50 }}\n  supports:\n    listing: listable\n    filters: [{{ name: make, values: one }}]\n    sort: [{{ field: price, ties: own }}]\n"
+                ),
+                true,
+            ),
+        ),
     ]
 }
+
+/// The price sort as Harbor's query takes it.
+const SORT_QUERY: &str = "    sort: \"{% if request.sort.field == 'price' %}{{ '-' if request.sort.order == 'desc' }}price{% endif %}\"\n";
 
 struct Harbor {
     gw: Gateway,
@@ -550,6 +584,51 @@ fn a_listing_the_schema_refuses_is_dropped_and_never_counted() {
         };
         assert_exact(search("offset", &s).await, &s, "offset");
         assert!(metrics().await.contains("event=\"listing_invalid\""));
+    });
+}
+
+#[test]
+fn ties_an_upstream_breaks_its_own_way_are_put_in_aaps_order() {
+    run(async {
+        // Harbor's pages split runs of equal prices by its internal id; AAP's order is by
+        // stock, then VIN. Declared `ties: own`, sorted searches are completed in the gateway.
+        for s in [
+            Search {
+                make: None,
+                sort: Some(false),
+                skip: 0,
+                limit: 20,
+            },
+            Search {
+                make: None,
+                sort: Some(true),
+                skip: 13,
+                limit: 17,
+            },
+            Search {
+                make: Some("Ford"),
+                sort: Some(false),
+                skip: 4,
+                limit: 9,
+            },
+        ] {
+            assert_exact(search("ownties", &s).await, &s, "own ties");
+        }
+        // Without a sort the upstream's own (stable) order is the dealer's: sent straight
+        // through, its total the upstream's.
+        let s = Search {
+            make: Some("Kia"),
+            sort: None,
+            skip: 0,
+            limit: 5,
+        };
+        match search("ownties", &s).await {
+            Answered::Page { total, stocks } => {
+                assert_eq!(total, s.oracle().0);
+                assert_eq!(stocks.len(), 5);
+            }
+            Answered::Refused { code, .. } => panic!("refused: {code}"),
+        }
     });
 }
 
