@@ -171,12 +171,13 @@ pub struct FileRequest {
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FilePagination {
-    /// `page` (page number + page size) or `offset` (offset + limit).
+    /// `page` (page number + page size), `offset` (offset + limit), `cursor` (each reply gives
+    /// the next page's cursor) or `next_link` (each reply gives the next page's URL).
     pub style: String,
     /// Query parameter carrying the page number (style `page`).
     #[serde(default)]
     pub page: Option<String>,
-    /// Query parameter carrying the page size (style `page`).
+    /// Query parameter carrying the page size (styles `page`, `cursor`, `next_link`).
     #[serde(default)]
     pub size: Option<String>,
     /// Number of the first page (style `page`).
@@ -191,6 +192,22 @@ pub struct FilePagination {
     /// Largest page the upstream serves.
     #[serde(default = "default_max_size")]
     pub max_size: u64,
+    /// Query parameter carrying the cursor (style `cursor`; else `{{ page.cursor }}` in a
+    /// template, e.g. a GraphQL body's `after`). Not sent on the first page.
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// Styles `cursor` and `next_link`: jq on each reply giving what follows it — the next
+    /// cursor (`.pageInfo.endCursor`, `.next_cursor`, `.nextPageToken`) or the next page's URL
+    /// (`.links.next`, `."@odata.nextLink"`); `null`, `false` or `""` on the last page.
+    #[serde(default)]
+    pub next: Option<String>,
+    /// Style `cursor` (optional): jq on each reply that is false on the last page
+    /// (`.pageInfo.hasNextPage`).
+    #[serde(default)]
+    pub has_more: Option<String>,
+    /// Style `next_link`: the next page's URL is the reply's `Link: <…>; rel="next"` header.
+    #[serde(default)]
+    pub link_header: bool,
 }
 
 fn default_first() -> u64 {

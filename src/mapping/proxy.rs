@@ -2,19 +2,20 @@
 //! says about its listings and statuses.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::engine::proxy::{
-    ErrorRule, Missing, ProxyMapping, ResponseSpec, RuleOutcome, ScanCache, SortSupport,
-    StatusMatch, Supports, Values,
+    CursorCache, ErrorRule, Missing, NextPage, ProxyMapping, ResponseSpec, RuleOutcome, ScanCache,
+    SortSupport, StatusMatch, Supports, Values,
 };
 use crate::error::AapCode;
 use crate::formats::Format;
 use crate::lang::jq::Jq;
 use crate::mapping::file::{
-    FileCommon, FileFilterSupport, FileListing, FileMissing, FileResponse, FileRuleReply,
-    FileSkill, FileSortSupport, FileSupports, FileTies, FileValues,
+    FileCommon, FileFilterSupport, FileListing, FileMissing, FilePagination, FileResponse,
+    FileRuleReply, FileSkill, FileSortSupport, FileSupports, FileTies, FileValues,
 };
 use crate::protocol::Skill;
 use crate::upstream::Upstream;
@@ -50,7 +51,26 @@ impl MappingLoader<'_> {
         let response_file = file.response.clone().unwrap_or_default();
         let (format, charset) = self.reply_format(src, soap, &response_file);
         let response = if list {
+            let paging = file.request.as_ref().and_then(|r| r.pagination.as_ref());
+            let next_page = self.next_page(src, paging, common);
             self.list_response(src, skill, &response_file, soap, format.as_ref(), common)
+                .zip(next_page)
+                .map(|(response, next)| match response {
+                    ResponseSpec::List {
+                        items,
+                        total,
+                        item,
+                        records,
+                        next_page: _,
+                    } => ResponseSpec::List {
+                        items,
+                        total,
+                        item,
+                        records,
+                        next_page: next,
+                    },
+                    other @ ResponseSpec::Object { .. } => other,
+                })
         } else {
             self.object_response(src, skill, &response_file, common)
         };
@@ -92,6 +112,7 @@ impl MappingLoader<'_> {
             supports,
             listable_only,
             scan_limit: file.scan_limit.max(1),
+            cursors: CursorCache::new(scan_cache.as_ref().map_or(Duration::ZERO, ScanCache::ttl)),
             scan_cache: scan_cache?,
             listings: self.ctx.schemas.listings(),
         })
@@ -163,6 +184,7 @@ impl MappingLoader<'_> {
                         total,
                         item,
                         records,
+                        next_page: None,
                     }),
                     _ => None,
                 }
@@ -173,6 +195,59 @@ impl MappingLoader<'_> {
                     format!(
                         "`{skill}` takes `items` and `item` (and optionally `total`), not `jq`"
                     ),
+                ));
+                None
+            }
+        }
+    }
+
+    /// Where the replies of sequential paging say what follows (`pagination.next`,
+    /// `has_more`, `link_header`); `Some(None)` for the other styles, `None` on a problem.
+    fn next_page(
+        &mut self,
+        src: &Source,
+        paging: Option<&FilePagination>,
+        common: &FileCommon,
+    ) -> Option<Option<NextPage>> {
+        let Some(p) = paging.filter(|p| matches!(p.style.as_str(), "cursor" | "next_link")) else {
+            let stray =
+                paging.is_some_and(|p| p.next.is_some() || p.has_more.is_some() || p.link_header);
+            if stray {
+                self.problems.push(src.problem(
+                    "/request/pagination",
+                    "`next`, `has_more` and `link_header` are for styles `cursor` and `next_link`",
+                ));
+                return None;
+            }
+            return Some(None);
+        };
+        let at = "/request/pagination";
+        let next = match &p.next {
+            Some(code) => Some(self.jq(src, &format!("{at}/next"), code, common)?),
+            None => None,
+        };
+        let has_more = match &p.has_more {
+            Some(code) => Some(self.jq(src, &format!("{at}/has_more"), code, common)?),
+            None => None,
+        };
+        match (p.style.as_str(), &next, p.link_header) {
+            ("cursor", Some(_), false)
+            | ("next_link", Some(_), false)
+            | ("next_link", None, true) => Some(Some(NextPage {
+                next,
+                has_more,
+                link_header: p.link_header,
+            })),
+            (style, ..) => {
+                self.problems.push(src.problem(
+                    at,
+                    if style == "cursor" {
+                        "style `cursor` needs `next`: jq giving each reply's next cursor \
+                         (e.g. `.pageInfo.endCursor`)"
+                    } else {
+                        "style `next_link` needs `next` (jq giving the next page's URL, e.g. \
+                         `.links.next`) or `link_header: true`, not both"
+                    },
                 ));
                 None
             }

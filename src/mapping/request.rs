@@ -286,6 +286,26 @@ impl MappingLoader<'_> {
                     max_size,
                 })
             }
+            ("cursor", None, size, None, None) => Some(Pagination::Cursor {
+                cursor: p.cursor.clone(),
+                size: size.clone(),
+                max_size,
+            }),
+            ("next_link", None, size, None, None) if p.cursor.is_none() => {
+                Some(Pagination::NextLink {
+                    size: size.clone(),
+                    max_size,
+                })
+            }
+            ("cursor" | "next_link", ..) => {
+                self.problems.push(src.problem(
+                    at,
+                    "styles `cursor` and `next_link` take `size` (the page size's query \
+                     parameter), `next` and `has_more` (jq on the reply), `link_header`, and \
+                     for `cursor` the `cursor` parameter; not `page`, `offset` or `limit`",
+                ));
+                None
+            }
             ("page", ..) => {
                 self.problems.push(src.problem(
                     at,
@@ -307,13 +327,20 @@ impl MappingLoader<'_> {
             (other, ..) => {
                 self.problems.push(src.problem(
                     &format!("{at}/style"),
-                    format!("`{other}` is not a paging style; use `page` or `offset`"),
+                    format!(
+                        "`{other}` is not a paging style; use `page`, `offset`, `cursor` or \
+                         `next_link`"
+                    ),
                 ));
                 None
             }
         };
-        let position_in_query = p.page.is_some() || p.offset.is_some();
-        let position_in_templates = ["page.number", "page.index", "page.offset"]
+        if matches!(pagination, Some(Pagination::NextLink { .. })) {
+            // The position is the link itself.
+            return pagination;
+        }
+        let position_in_query = p.page.is_some() || p.offset.is_some() || p.cursor.is_some();
+        let position_in_templates = ["page.number", "page.index", "page.offset", "page.cursor"]
             .iter()
             .any(|v| variables.contains(*v));
         if pagination.is_some() && soap && position_in_query {
@@ -330,8 +357,8 @@ impl MappingLoader<'_> {
                 at,
                 "the page's position never reaches the upstream, so every page would be the \
                  first: name its query parameters, or use `{{ page.number }}`, \
-                 `{{ page.index }}` or `{{ page.offset }}` (with `{{ page.size }}`) in the path, a \
-                 header or the body",
+                 `{{ page.index }}`, `{{ page.offset }}` or `{{ page.cursor }}` (with \
+                 `{{ page.size }}`) in the path, a header or the body",
             ));
             return None;
         }

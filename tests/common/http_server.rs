@@ -37,6 +37,9 @@ impl Seen {
 /// What the stand-in answers: status, `Content-Type`, body.
 pub type Answer = (u16, &'static str, Vec<u8>);
 
+/// An [`Answer`] with more headers.
+pub type FullAnswer = (u16, &'static str, Vec<u8>, Vec<(String, String)>);
+
 pub struct HttpServer {
     pub addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
@@ -51,6 +54,17 @@ impl Drop for HttpServer {
 impl HttpServer {
     /// Serves `handler` until dropped.
     pub async fn start(handler: impl Fn(Seen) -> Answer + Send + Sync + 'static) -> HttpServer {
+        HttpServer::start_full(move |seen| {
+            let (status, content_type, body) = handler(seen);
+            (status, content_type, body, Vec::new())
+        })
+        .await
+    }
+
+    /// [`HttpServer::start`] for a handler that sets headers of its own too.
+    pub async fn start_full(
+        handler: impl Fn(Seen) -> FullAnswer + Send + Sync + 'static,
+    ) -> HttpServer {
         let handler = Arc::new(handler);
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
@@ -77,16 +91,20 @@ impl HttpServer {
                                     .collect()
                             })
                             .unwrap_or_default();
-                        let (status, content_type, body) = handler(Seen {
+                        let (status, content_type, body, headers) = handler(Seen {
                             method: parts.method,
                             path: parts.uri.path().to_owned(),
                             query,
                             headers: parts.headers,
                             body,
                         });
-                        let response = Response::builder()
+                        let mut response = Response::builder()
                             .status(status)
-                            .header("content-type", content_type)
+                            .header("content-type", content_type);
+                        for (name, value) in headers {
+                            response = response.header(name, value);
+                        }
+                        let response = response
                             .body(Full::new(Bytes::from(body)))
                             .expect("response");
                         Ok::<_, Infallible>(response)

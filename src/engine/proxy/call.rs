@@ -173,11 +173,25 @@ impl ProxyMapping {
         rendered: Rendered,
         vars: &JqVars,
     ) -> Result<Called<'_>, AapError> {
+        self.call_linked(transport, rendered, vars, None).await
+    }
+
+    /// [`ProxyMapping::call`], also giving the reply's `Link: <…>; rel="next"` in `next_link`.
+    pub(super) async fn call_linked(
+        &self,
+        transport: Transport<'_>,
+        rendered: Rendered,
+        vars: &JqVars,
+        next_link: Option<&mut Option<String>>,
+    ) -> Result<Called<'_>, AapError> {
         let soap = self.upstream.soap().is_some();
         // Reads are safe to retry, SOAP reads included; a lead is never sent twice by the client.
         let idempotent = matches!(rendered.method, http::Method::GET | http::Method::HEAD)
             || (soap && self.skill != Skill::LeadSubmit);
         let mut response = send(transport, &self.upstream, rendered, idempotent).await?;
+        if let Some(out) = next_link {
+            *out = super::page::next_link(&response.headers);
+        }
         let (doc, fault) = self.decode(&response);
         for (index, rule) in self.errors.iter().enumerate() {
             let status_ok = rule

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 use tracing::debug_span;
 
-use crate::engine::request::{PageRef, plan};
+use crate::engine::request::{PageRef, Pagination, plan};
 use crate::error::{AapError, Incomplete};
 use crate::inventory::{Inventory, Listing};
 use crate::lang::jq::JqVars;
@@ -26,7 +26,7 @@ use crate::protocol::vehicle::{Field, SearchPage, Vehicle};
 
 use super::call::Called;
 use super::page::{as_count, is_listable_status, page_data};
-use super::spec::{ProxyMapping, ResponseSpec, RuleOutcome, Values};
+use super::spec::{NextPage, ProxyMapping, ResponseSpec, RuleOutcome, Values};
 use super::transport::Transport;
 
 /// One upstream page of a list skill.
@@ -40,6 +40,8 @@ struct Fetched {
     dropped: usize,
     /// The upstream's total, when the mapping reads one.
     total: Option<usize>,
+    /// Sequential paging: the cursor or link of the next page (`None`: this was the last).
+    next: Option<Arc<str>>,
 }
 
 /// What a scan asks the upstream for: the filters it takes with AAP's meaning. Scans are
@@ -121,6 +123,14 @@ impl ProxyMapping {
         transport: Transport<'_>,
         request: &SearchRequest<'_>,
     ) -> Result<Option<SearchPage>, AapError> {
+        if self
+            .request
+            .pagination
+            .as_ref()
+            .is_some_and(Pagination::sequential)
+        {
+            return self.straight_through_walk(transport, request).await;
+        }
         let (skip, limit) = (request.skip, request.limit);
         let build = || self.template_values(request.data, None);
         let context = Lazy::new(&build);
@@ -131,14 +141,14 @@ impl ProxyMapping {
         // Without paging the one reply is the whole list: the window is sliced from it.
         let (pages, start) = match &self.request.pagination {
             Some(paging) => plan(skip as u64, limit as u64, paging.max_size()),
-            None => (vec![PageRef { index: 0, size: 0 }], skip),
+            None => (vec![PageRef::at(0, 0)], skip),
         };
         for page in pages {
-            let fetched = self.fetch_page(transport, values, &vars, page).await?;
+            let fetched = self.fetch_page(transport, values, &vars, &page).await?;
             if fetched.dropped > 0 {
                 return Ok(None);
             }
-            let end = self.walked(&mut walk, page, &fetched)?;
+            let end = self.walked(&mut walk, &page, &fetched)?;
             for vehicle in fetched.vehicles {
                 if !is_listable_status(vehicle.status()) {
                     // The declaration is wrong: the upstream's pages and total count a unit
@@ -168,6 +178,85 @@ impl ProxyMapping {
             return Err(self.incomplete(Incomplete::Unreachable {
                 reported: total,
                 fetched: walk.records,
+            }));
+        }
+        Ok(Some(SearchPage::new(total, skip, limit, vehicles)))
+    }
+
+    /// [`ProxyMapping::straight_through`] for sequential paging: the upstream's pages walked
+    /// from the first (or from the furthest known page before `skip`, `cursors`) until the
+    /// window is covered.
+    async fn straight_through_walk(
+        &self,
+        transport: Transport<'_>,
+        request: &SearchRequest<'_>,
+    ) -> Result<Option<SearchPage>, AapError> {
+        let (skip, limit) = (request.skip, request.limit);
+        let build = || self.template_values(request.data, None);
+        let context = Lazy::new(&build);
+        let values = Scope::request(request.data, &self.shared.tables_tpl, &context);
+        let vars = self.vars(request.data, None);
+        let size = self
+            .request
+            .pagination
+            .as_ref()
+            .map_or(0, Pagination::max_size);
+        // The query without its window: the cursors of its pages are the same for every window.
+        let query = json!({ "filters": request.filters, "sort": request.data.get("sort") });
+        let live = matches!(transport, Transport::Live(_));
+        let (mut before, mut page) = match self.cursors.start(&query, skip).filter(|_| live) {
+            Some((before, cursor)) => (
+                before,
+                PageRef {
+                    index: 1,
+                    size,
+                    cursor: Some(cursor),
+                },
+            ),
+            None => (0, PageRef::at(0, size)),
+        };
+        let started_at = before;
+        let mut walk = Walk::default();
+        let mut listings: Vec<Vehicle> = Vec::new();
+        loop {
+            let fetched = self.fetch_page(transport, values, &vars, &page).await?;
+            if fetched.dropped > 0 {
+                return Ok(None);
+            }
+            let end = self.walked(&mut walk, &page, &fetched)?;
+            for vehicle in fetched.vehicles {
+                if !is_listable_status(vehicle.status()) {
+                    self.event("unlisted_in_listable_page", 1);
+                    return Ok(None);
+                }
+                listings.push(vehicle);
+            }
+            before += fetched.records;
+            if let Some(next) = &fetched.next
+                && live
+            {
+                self.cursors.put(&query, before, next);
+            }
+            if end || before >= skip.saturating_add(limit) {
+                break;
+            }
+            page = PageRef {
+                index: page.index + 1,
+                size,
+                cursor: fetched.next,
+            };
+        }
+        let total = walk.reported.unwrap_or(before);
+        let vehicles: Vec<Vehicle> = listings
+            .into_iter()
+            .skip(skip.saturating_sub(started_at))
+            .take(limit)
+            .collect();
+        let expected = limit.min(total.saturating_sub(skip));
+        if vehicles.len() < expected {
+            return Err(self.incomplete(Incomplete::Unreachable {
+                reported: total,
+                fetched: before,
             }));
         }
         Ok(Some(SearchPage::new(total, skip, limit, vehicles)))
@@ -251,11 +340,11 @@ impl ProxyMapping {
         let size = self.request.pagination.as_ref().map_or(0, |p| p.max_size());
         let mut walk = Walk::default();
         let mut listings = Vec::new();
-        let mut index = 0;
+        let mut page = PageRef::at(0, size);
         loop {
-            let page = PageRef { index, size };
-            let fetched = self.fetch_page(transport, values, &vars, page).await?;
-            let end = self.walked(&mut walk, page, &fetched)?;
+            let fetched = self.fetch_page(transport, values, &vars, &page).await?;
+            let end = self.walked(&mut walk, &page, &fetched)?;
+            let next = fetched.next.clone();
             listings.extend(
                 fetched
                     .vehicles
@@ -276,17 +365,18 @@ impl ProxyMapping {
                     limit: self.scan_limit,
                 }));
             }
-            index += 1;
+            page = PageRef {
+                index: page.index + 1,
+                size,
+                cursor: next,
+            };
         }
         // Offline (examples) every call gets the example's one reply: no page can prove anything.
         if let Some((page, got, asked)) = walk.short.filter(|_| live) {
             // Right after the records read, whether the upstream counts its pages by the size
             // asked or by its own cap.
-            let next = PageRef {
-                index: 1,
-                size: got as u64,
-            };
-            let after = self.fetch_page(transport, values, &vars, next).await?;
+            let next = PageRef::at(1, got as u64);
+            let after = self.fetch_page(transport, values, &vars, &next).await?;
             if after.records > 0 {
                 return Err(self.incomplete(Incomplete::ShortPage { page, got, asked }));
             }
@@ -308,7 +398,7 @@ impl ProxyMapping {
 
     /// Takes one fetched page into `walk`; whether it was the last. Refuses a walk whose answer
     /// could not be whole: a record seen before, more records than the upstream's total.
-    fn walked(&self, walk: &mut Walk, page: PageRef, fetched: &Fetched) -> Result<bool, AapError> {
+    fn walked(&self, walk: &mut Walk, page: &PageRef, fetched: &Fetched) -> Result<bool, AapError> {
         for vehicle in &fetched.vehicles {
             if let Some(identity) = identity(vehicle)
                 && !walk.seen.insert(identity)
@@ -330,8 +420,12 @@ impl ProxyMapping {
                 fetched: walk.records,
             }));
         }
-        if self.request.pagination.is_none() {
+        let Some(paging) = &self.request.pagination else {
             return Ok(true); // one call is the whole list
+        };
+        if paging.sequential() {
+            // A reply without a next cursor or link is the last; a short one is not.
+            return Ok(fetched.next.is_none() || fetched.records == 0);
         }
         let short = (fetched.records as u64) < page.size;
         if short && page.index == 0 && fetched.records > 0 && walk.reported.is_none() {
@@ -360,13 +454,14 @@ impl ProxyMapping {
         transport: Transport<'_>,
         values: Scope<'_>,
         vars: &JqVars,
-        page: PageRef,
+        page: &PageRef,
     ) -> Result<Fetched, AapError> {
         let ResponseSpec::List {
             items,
             total,
             item,
             records: path,
+            next_page,
         } = &self.response
         else {
             return Err(AapError::Internal(format!(
@@ -375,10 +470,23 @@ impl ProxyMapping {
             )));
         };
         let paged = self.request.pagination.as_ref().map(|_| page);
-        let rendered = debug_span!("render")
+        let mut rendered = debug_span!("render")
             .in_scope(|| self.request.render(values, paged))
             .map_err(|e| self.render_error(e))?;
-        let doc = match self.call(transport, rendered, vars).await? {
+        if let (Some(Pagination::NextLink { .. }), Some(link)) =
+            (&self.request.pagination, &page.cursor)
+        {
+            rendered = rendered
+                .follow(link, self.upstream.base_url())
+                .map_err(|e| self.extract_error(e))?;
+        }
+        let live = matches!(transport, Transport::Live(_));
+        let mut link = None;
+        let wants_link = live && next_page.as_ref().is_some_and(|n| n.link_header);
+        let called = self
+            .call_linked(transport, rendered, vars, wants_link.then_some(&mut link))
+            .await?;
+        let doc = match called {
             Called::Body(doc) | Called::Rule(RuleOutcome::Response, doc) => doc,
             Called::Rule(RuleOutcome::Empty, _) => {
                 return Ok(Fetched {
@@ -386,6 +494,7 @@ impl ProxyMapping {
                     records: 0,
                     dropped: 0,
                     total: Some(0),
+                    next: None,
                 });
             }
             Called::Rule(other, _) => {
@@ -473,12 +582,55 @@ impl ProxyMapping {
             }
             None => None,
         };
+        // Offline (examples) every call gets the one reply: it has no next page.
+        let next = match next_page {
+            Some(next_page) if live => self.next_position(next_page, &doc, vars, link)?,
+            _ => None,
+        };
         Ok(Fetched {
             vehicles,
             records: count,
             dropped: unmapped + refused,
             total,
+            next,
         })
+    }
+
+    /// The cursor or link of the page after the one `doc` holds; `None` on the last page.
+    fn next_position(
+        &self,
+        next_page: &NextPage,
+        doc: &crate::lang::jq::Doc,
+        vars: &JqVars,
+        link: Option<String>,
+    ) -> Result<Option<Arc<str>>, AapError> {
+        if let Some(has_more) = &next_page.has_more {
+            let more = has_more
+                .run_one(doc.value(), vars)
+                .map_err(|e| self.extract_error(format!("`pagination.has_more`: {e}")))?
+                .to_json();
+            if matches!(more, Value::Null | Value::Bool(false)) {
+                return Ok(None);
+            }
+        }
+        let next = match &next_page.next {
+            Some(jq) => match jq
+                .run_one(doc.value(), vars)
+                .map_err(|e| self.extract_error(format!("`pagination.next`: {e}")))?
+                .to_json()
+            {
+                Value::String(s) => Some(s),
+                Value::Number(n) => Some(n.to_string()),
+                Value::Null | Value::Bool(false) => None,
+                other => {
+                    return Err(self.extract_error(format!(
+                        "`pagination.next` gave {other}, not a cursor or link"
+                    )));
+                }
+            },
+            None => link,
+        };
+        Ok(next.filter(|s| !s.is_empty()).map(Arc::from))
     }
 }
 

@@ -24,9 +24,9 @@ mod transport;
 
 pub use list::ScanKey;
 pub use page::{check_listable, is_listable, is_listable_status, page_data};
-pub use scan_cache::ScanCache;
+pub use scan_cache::{CursorCache, ScanCache};
 pub use spec::{
-    ErrorRule, MappingGlobals, Missing, ProxyMapping, ResponseSpec, RuleOutcome, SortSupport,
-    StatusMatch, Supports, Values,
+    ErrorRule, MappingGlobals, Missing, NextPage, ProxyMapping, ResponseSpec, RuleOutcome,
+    SortSupport, StatusMatch, Supports, Values,
 };
 pub use transport::{Canned, Transport, send};

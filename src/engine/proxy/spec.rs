@@ -15,7 +15,7 @@ use crate::protocol::Skill;
 use crate::schema::Listings;
 use crate::upstream::Upstream;
 
-use super::scan_cache::ScanCache;
+use super::scan_cache::{CursorCache, ScanCache};
 
 /// Values every template and jq program of one mapping file sees besides the request.
 #[derive(Debug, Clone)]
@@ -36,10 +36,24 @@ pub enum ResponseSpec {
         /// `items` as keys, when it is a path of literal keys (`.Items`): the records are
         /// then read straight off a JSON reply's tape (`extract::Doc::records`).
         records: Option<KeyPath>,
+        /// Sequential paging (`style: cursor | next_link`): where a reply says what follows.
+        next_page: Option<NextPage>,
     },
     Object {
         jq: Jq,
     },
+}
+
+/// Where a reply of sequential paging says what page follows it.
+#[derive(Debug)]
+pub struct NextPage {
+    /// jq giving the next cursor (`style: cursor`) or the next page's URL (`style: next_link`);
+    /// `null`, `false` or `""` on the last page.
+    pub next: Option<Jq>,
+    /// jq that is false on the last page (`.pageInfo.hasNextPage`), when the reply says so.
+    pub has_more: Option<Jq>,
+    /// The next page's URL is the reply's `Link: <…>; rel="next"` header.
+    pub link_header: bool,
 }
 
 /// `when: { status, fault, jq }` → an AAP error, or a reply.
@@ -180,6 +194,8 @@ pub struct ProxyMapping {
     pub listable_only: bool,
     pub scan_limit: usize,
     pub scan_cache: ScanCache,
+    /// Sequential paging: where each query's pages begin (`scan_cache`'s lifetime).
+    pub cursors: CursorCache,
     /// The AAP listing schema: a record whose listing it refuses is dropped and counted.
     pub listings: Listings,
 }
