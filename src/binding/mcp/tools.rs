@@ -447,12 +447,29 @@ fn summary(reply: &Reply) -> String {
                     )
                 }
                 Skill::InventoryFacets => {
+                    let makes: Vec<String> = data
+                        .get("makes")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .take(5)
+                        .filter_map(|m| {
+                            Some(format!("{} {}", m.get("value")?.as_str()?, m.get("count")?))
+                        })
+                        .collect();
                     let keys: Vec<&str> = data
-                        .get("facets")
-                        .and_then(Value::as_object)
+                        .as_object()
                         .map(|f| f.keys().map(String::as_str).collect())
                         .unwrap_or_default();
-                    format!("Counts per value for: {}.", keys.join(", "))
+                    format!(
+                        "Counts per value for: {}. Most common makes: {}.",
+                        keys.join(", "),
+                        if makes.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            makes.join(", ")
+                        }
+                    )
                 }
                 Skill::InventoryVehicle => {
                     let v = data.get("vehicle").unwrap_or(data);
