@@ -196,14 +196,14 @@ impl Refusal {
         id: &Id,
         message: impl Into<String>,
         outcome: &'static str,
-    ) -> Refusal {
-        Refusal {
+    ) -> Box<Refusal> {
+        Box::new(Refusal {
             status,
             id: id.clone(),
             code: -32600,
             message: message.into(),
             outcome,
-        }
+        })
     }
 
     fn respond(self, log: &mut RequestLog) -> Response<Full<Bytes>> {
@@ -213,7 +213,7 @@ impl Refusal {
 }
 
 /// Steps 2–3: media types, then one JSON-RPC message.
-fn envelope(headers: &HeaderMap, body: &[u8]) -> Result<Message, Refusal> {
+fn envelope(headers: &HeaderMap, body: &[u8]) -> Result<Message, Box<Refusal>> {
     let null = Value::Null;
     if a2a_headers::check_media_type(headers, &["application/json"]).is_err() {
         return Err(Refusal::new(
@@ -231,14 +231,16 @@ fn envelope(headers: &HeaderMap, body: &[u8]) -> Result<Message, Refusal> {
             "NOT_ACCEPTABLE",
         ));
     }
-    let value: Value = serde_json::from_slice(body).map_err(|_| Refusal {
-        code: -32700,
-        ..Refusal::new(
-            StatusCode::BAD_REQUEST,
-            &null,
-            "Parse error: the body is not JSON",
-            "JSON_PARSE_ERROR",
-        )
+    let value: Value = serde_json::from_slice(body).map_err(|_| {
+        Box::new(Refusal {
+            code: -32700,
+            ..*Refusal::new(
+                StatusCode::BAD_REQUEST,
+                &null,
+                "Parse error: the body is not JSON",
+                "JSON_PARSE_ERROR",
+            )
+        })
     })?;
     let Value::Object(mut object) = value else {
         return Err(Refusal::new(
@@ -359,7 +361,12 @@ fn initialize(
 }
 
 /// Step 5: the request's session at this dealer, and its protocol version header.
-fn resume(dealer: &Dealer, headers: &HeaderMap, id: &Id, bounds: Bounds) -> Result<(), Refusal> {
+fn resume(
+    dealer: &Dealer,
+    headers: &HeaderMap,
+    id: &Id,
+    bounds: Bounds,
+) -> Result<(), Box<Refusal>> {
     let Some(session) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return Err(Refusal::new(
             StatusCode::BAD_REQUEST,
@@ -369,15 +376,15 @@ fn resume(dealer: &Dealer, headers: &HeaderMap, id: &Id, bounds: Bounds) -> Resu
         ));
     };
     let Some(version) = SESSIONS.resume(session, dealer.id(), Instant::now(), bounds) else {
-        return Err(Refusal {
+        return Err(Box::new(Refusal {
             code: -32001,
-            ..Refusal::new(
+            ..*Refusal::new(
                 StatusCode::NOT_FOUND,
                 id,
                 "Session not found: it ended or expired; send initialize again",
                 SESSION_NOT_FOUND,
             )
-        });
+        }));
     };
     match headers.get(VERSION_HEADER).map(HeaderValue::to_str) {
         None => Ok(()),
@@ -458,7 +465,7 @@ async fn tools_call(
 ) -> Answer {
     let call = match call_params(dealer, params) {
         Ok(call) => call,
-        Err(answer) => return answer,
+        Err(answer) => return *answer,
     };
     let (skill, arguments) = call;
     let decode = || tools::decode(skill, arguments);
@@ -493,9 +500,12 @@ async fn tools_call(
 }
 
 /// The tool (one this dealer serves) and the arguments of a `tools/call`.
-fn call_params(dealer: &Dealer, params: Option<Value>) -> Result<(Skill, Option<Value>), Answer> {
+fn call_params(
+    dealer: &Dealer,
+    params: Option<Value>,
+) -> Result<(Skill, Option<Value>), Box<Answer>> {
     let invalid = |field: &str, description: String| {
-        Answer::Failed(McpError::Rpc {
+        Box::new(Answer::Failed(McpError::Rpc {
             code: mcp_error::INVALID_PARAMS,
             message: format!("Invalid params: {field} {description}"),
             data: Some(
@@ -503,7 +513,7 @@ fn call_params(dealer: &Dealer, params: Option<Value>) -> Result<(Skill, Option<
             ),
             status: StatusCode::OK,
             retry_after: None,
-        })
+        }))
     };
     let mut params = match params {
         Some(Value::Object(p)) => p,
