@@ -26,6 +26,7 @@ use crate::protocol::vehicle::{Field, SearchPage, Vehicle};
 
 use super::call::Called;
 use super::page::{as_count, is_listable_status, page_data};
+use super::scan_cache::ScanKey;
 use super::spec::{NextPage, ProxyMapping, ResponseSpec, RuleOutcome, Values};
 use super::transport::Transport;
 
@@ -42,28 +43,6 @@ struct Fetched {
     total: Option<usize>,
     /// Sequential paging: the cursor or link of the next page (`None`: this was the last).
     next: Option<Arc<str>>,
-}
-
-/// What a scan asks the upstream for: the filters it takes with AAP's meaning. Scans are
-/// cached under it (`scan_cache`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ScanKey {
-    filters: Map<String, Value>,
-}
-
-impl ScanKey {
-    /// No filter: every listing.
-    fn everything() -> ScanKey {
-        ScanKey {
-            filters: Map::new(),
-        }
-    }
-
-    /// What the templates see as `request` (and jq as `$request`) on a scan's calls: a search
-    /// with these filters and nothing else; paging reaches them as `page`.
-    fn template_request(&self) -> Value {
-        json!({ "type": "inventory.search.request", "filters": self.filters })
-    }
 }
 
 /// The range filters that no unit without a value for `field` can match: with one of them in

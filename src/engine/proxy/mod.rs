@@ -22,9 +22,8 @@ mod scan_cache;
 mod spec;
 mod transport;
 
-pub use list::ScanKey;
 pub use page::{check_listable, is_listable, is_listable_status, page_data};
-pub use scan_cache::{CursorCache, ScanCache};
+pub use scan_cache::{CursorCache, ScanCache, ScanKey};
 pub use spec::{
     ErrorRule, MappingGlobals, Missing, NextPage, ProxyMapping, ResponseSpec, RuleOutcome,
     SortSupport, StatusMatch, Supports, Values,

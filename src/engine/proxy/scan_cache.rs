@@ -3,10 +3,30 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
-use super::list::ScanKey;
 use crate::inventory::Inventory;
+use serde_json::{Map, Value, json};
+
+/// What a scan asks the upstream for: the filters it takes with AAP's meaning. Scans are
+/// cached under it (`scan_cache`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScanKey {
+    pub(super) filters: Map<String, Value>,
+}
+
+impl ScanKey {
+    /// No filter: every listing.
+    pub(super) fn everything() -> ScanKey {
+        ScanKey {
+            filters: Map::new(),
+        }
+    }
+
+    /// What the templates see as `request` (and jq as `$request`) on a scan's calls: a search
+    /// with these filters and nothing else; paging reaches them as `page`.
+    pub(super) fn template_request(&self) -> Value {
+        json!({ "type": "inventory.search.request", "filters": self.filters })
+    }
+}
 
 /// Listings fetched to complete searches in the gateway, kept for `ttl` per set of upstream
 /// filters (a buyer paging through results, facets after a search).
