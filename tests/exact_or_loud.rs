@@ -409,12 +409,7 @@ fn harbor_count(make: Option<&str>, listable_only: bool) -> usize {
 }
 
 async fn metrics() -> String {
-    let reply = HARBOR
-        .gw
-        .client()
-        .get(HARBOR.gw.admin_url("/metrics"))
-        .send();
-    reply.await.expect("metrics").text().await.expect("text")
+    HARBOR.gw.metrics().await
 }
 
 fn assert_refused(answer: &Answered, context: &str) {

@@ -615,15 +615,7 @@ async fn mcp_calls_are_counted_under_their_binding() {
             .await,
         "VEHICLE_NOT_FOUND",
     );
-    let scrape = gw
-        .client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
+    let scrape = gw.metrics().await;
     let line = |skill: &str, outcome: &str| {
         scrape.lines().any(|l| {
             l.starts_with("aap_gateway_requests_total")
