@@ -288,7 +288,7 @@ fn case_helpers() {
 }
 
 /// The choices an unknown function's message lists.
-const HELPERS_LISTED: &str = "besides jq's builtins the gateway's helpers are nonempty/0, lookup/1, dollars/0, miles/0, int/0, num/0, legacy_date/0, legacy_datetime/1, lower/0, upper/0, title/0, compact/0, split_list/1";
+const HELPERS_LISTED: &str = "besides jq's builtins the gateway's helpers are nonempty/0, lookup/1, dollars/0, dollars/1, miles/0, miles/1, int/0, int/1, num/0, num/1, legacy_date/0, legacy_datetime/1, lower/0, upper/0, title/0, compact/0, split_list/1";
 
 #[test]
 fn compile_errors_are_located() {
