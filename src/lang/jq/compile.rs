@@ -213,7 +213,9 @@ pub(super) fn helper_funs<D: for<'a> DataT<V<'a> = Val>>() -> impl Iterator<Item
         ("nonempty", v(0), |cv| bome(nonempty(cv.1))),
         ("lookup", v(1), |cv| unary(cv, lookup)),
         ("dollars", v(0), |cv| bome(dollars(&cv.1, None))),
-        ("dollars", v(1), |cv| unary(cv, |v, f| dollars(&v, Some(&f)))),
+        ("dollars", v(1), |cv| {
+            unary(cv, |v, f| dollars(&v, Some(&f)))
+        }),
         ("miles", v(0), |cv| bome(miles(&cv.1, None))),
         ("miles", v(1), |cv| unary(cv, |v, f| miles(&v, Some(&f)))),
         ("int", v(0), |cv| bome(int(&cv.1, None))),

@@ -258,7 +258,9 @@ impl NumberFormat {
             _ => None,
         };
         let thousands = seps.first().map(|(c, _)| *c);
-        if seps.iter().any(|(c, n)| Some(*c) != thousands || *n != 3) || first > 3 && thousands.is_some() {
+        if seps.iter().any(|(c, n)| Some(*c) != thousands || *n != 3)
+            || first > 3 && thousands.is_some()
+        {
             return bad("does not group its digits in threes with one separator");
         }
         if thousands.is_some() && thousands == decimal {
@@ -297,8 +299,11 @@ pub(super) fn text_format(
 /// The [`NumberFormat`] of a helper's argument (the example is read per call: a few bytes).
 fn number_format(helper: &str, example: &Val) -> Result<NumberFormat, jaq_core::Error<Val>> {
     let fail = |why: String| jaq_core::Error::str(format_args!("{helper}: {why}"));
-    let text = as_str(example)
-        .ok_or_else(|| fail(format!("the format must be an example string such as \"1.234,56\", not {example}")))?;
+    let text = as_str(example).ok_or_else(|| {
+        fail(format!(
+            "the format must be an example string such as \"1.234,56\", not {example}"
+        ))
+    })?;
     NumberFormat::by_example(text).map_err(fail)
 }
 
@@ -321,33 +326,41 @@ fn has_digit(s: &str) -> bool {
     s.bytes().any(|b| b.is_ascii_digit())
 }
 
-/// Whether the number in `s` is one to three digits (not a lone `0`), a `.` and three digits:
-/// `"12.345"` is twelve and a bit the US way and 12,345 where `.` groups thousands, so an
-/// integer quantity read without a named format refuses it rather than guess.
-fn dot_thousands_ambiguous(s: &str) -> bool {
+/// Whether the number in `s` is one to three digits (not a lone `0`), the `decimal` separator
+/// and three digits: `"12.345"` is twelve and a bit the US way and 12,345 where `.` groups
+/// thousands (and `"12,499"` the other way round), and a whole quantity — money, miles, a
+/// count — is never written to three decimals; so [`integer_read`] refuses it rather than guess.
+fn looks_like_a_thousands_group(s: &str, decimal: char) -> bool {
     let core = s.trim_matches(|c: char| !c.is_ascii_digit());
-    let Some((int, frac)) = core.split_once('.') else {
+    let Some((int, frac)) = core.split_once(decimal) else {
         return false;
     };
     let digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
-    (1..=3).contains(&int.len())
-        && int != "0"
-        && digits(int)
-        && frac.len() == 3
-        && digits(frac)
+    (1..=3).contains(&int.len()) && int != "0" && digits(int) && frac.len() == 3 && digits(frac)
 }
 
 /// The error for a text a helper cannot read exactly: what it says and what to write instead.
 /// (Vehicle values are no personal data; the text is cut to keep the log line short.)
-fn refused(helper: &str, s: &str, format: Option<NumberFormat>, ambiguous: bool) -> jaq_core::Error<Val> {
+fn refused(
+    helper: &str,
+    s: &str,
+    format: Option<NumberFormat>,
+    ambiguous: bool,
+) -> jaq_core::Error<Val> {
     let shown: String = trim_str(s).chars().take(40).collect();
     if ambiguous {
-        return jaq_core::Error::str(format_args!(
-            "{helper}: {shown:?} could be {} or {}; name the format: {helper}(\"1.234\") or \
-             {helper}(\"1,234.5\")",
-            shown.trim_matches(|c: char| !c.is_ascii_digit()),
-            shown.trim_matches(|c: char| !c.is_ascii_digit()).replace('.', "")
-        ));
+        let core = shown.trim_matches(|c: char| !c.is_ascii_digit());
+        let (fraction, whole) = (core.replace(',', "."), core.replace([',', '.'], ""));
+        return match format {
+            None => jaq_core::Error::str(format_args!(
+                "{helper}: {shown:?} could be {fraction} or {whole}; if `.` groups thousands, \
+                 name the format: {helper}(\"1.234\")"
+            )),
+            Some(_) => jaq_core::Error::str(format_args!(
+                "{helper}: {shown:?} could be {fraction} or {whole} (three decimals in a whole \
+                 quantity)"
+            )),
+        };
     }
     if format.is_some() {
         return jaq_core::Error::str(format_args!(
@@ -381,9 +394,15 @@ fn read_or_refuse(
     }
 }
 
-/// An integer quantity read without a named format: refused when ambiguous.
-pub(super) fn integer_read(helper: &str, s: &str, format: Option<NumberFormat>, read: Option<Val>) -> jaq_core::ValR<Val> {
-    if format.is_none() && read.is_some() && dot_thousands_ambiguous(s) {
+/// A whole quantity's reading, refused when it [`looks_like_a_thousands_group`].
+pub(super) fn integer_read(
+    helper: &str,
+    s: &str,
+    format: Option<NumberFormat>,
+    read: Option<Val>,
+) -> jaq_core::ValR<Val> {
+    let decimal = format.map_or(Some('.'), |f| f.decimal);
+    if read.is_some() && decimal.is_some_and(|d| looks_like_a_thousands_group(s, d)) {
         return Err(refused(helper, s, format, true));
     }
     read_or_refuse(helper, s, format, read)
@@ -457,7 +476,9 @@ pub(super) fn parse_dollars_in_full(s: &str, format: Option<NumberFormat>) -> Op
 /// `miles` and `miles($format)`.
 pub(super) fn miles(v: &Val, format: Option<&Val>) -> jaq_core::ValR<Val> {
     let format = text_format("miles", format)?;
-    Ok(not_negative(numeric(v, f64::round, |s| miles_str(s, format))?))
+    Ok(not_negative(numeric(v, f64::round, |s| {
+        miles_str(s, format)
+    })?))
 }
 
 /// `miles` of a string.

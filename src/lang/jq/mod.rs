@@ -39,7 +39,8 @@
 //! decimal point; no exponents. `dollars`, `miles`, `int` and `num` also take a format named by
 //! example (`dollars("1.234,56")`, `miles("1 234")`, `num("1234,5")`) and then read only that
 //! format. A text with digits the helper cannot read exactly (`"1,5"`, `"45.999,00"` without a
-//! format, and for the whole quantities `"12.345"`, which `.`-grouping systems mean as 12345)
+//! format, and for the whole quantities a decimal separator before three digits: `"12.345"`,
+//! which `.`-grouping systems mean as 12345)
 //! is an error naming the format to write, so the record is skipped and counted, never given a
 //! different number; a text without digits is `null`. Whole floats leave the gateway as integers
 //! (`24990.0` → `24990`, as jq prints them); NaN and infinities as `null`.
