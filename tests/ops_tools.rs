@@ -400,11 +400,20 @@ async fn verify_reports_a_false_supports_declaration_with_the_request_that_shows
     let diff = stdout
         .lines()
         .position(|l| {
-            l.starts_with("DIFF  total: the mapping answers 1, the gateway's full scan 0")
+            l.starts_with(
+                "DIFF  total: the mapping answers 1; the gateway, searching the 216 listings its \
+                 scan read, 0",
+            )
         })
         .unwrap_or_else(|| panic!("{stdout}"));
     let request = stdout.lines().nth(diff + 1).unwrap_or_default();
     assert!(request.contains(r#""filters":{"stock":"#), "{stdout}");
+    let fix = stdout.lines().nth(diff + 2).unwrap_or_default();
+    assert_eq!(
+        fix,
+        "      fix: drop `stock` from `supports.filters`, or make the template send what AAP means",
+        "{stdout}"
+    );
 }
 
 #[test]
