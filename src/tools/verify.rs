@@ -278,9 +278,10 @@ fn first_tie(listings: &[Arc<Value>], field: &str) -> Option<usize> {
         .filter_map(|v| v.get(field).filter(|x| !x.is_null()))
         .collect();
     values.sort_by(|a, b| compare_values(a, b));
-    let run = values.windows(2).position(|w| w[0] == w[1])?;
-    // Units without a value sort last: the run's position is among those with one.
-    Some(run)
+    // Units without a value sort last: the run's position is among those with one. (Text is
+    // compared as written here; where AAP's order of text differs, the page of 20 that starts
+    // here still holds the run unless the text orders differ by more than that.)
+    values.windows(2).position(|w| w[0] == w[1])
 }
 
 /// JSON numbers by value, strings by text (what a sort field holds).
@@ -291,7 +292,8 @@ fn compare_values(a: &Value, b: &Value) -> std::cmp::Ordering {
     }
 }
 
-/// Values for filter `key`: the most common one, it in lower case, and the two most common.
+/// Values for filter `key`: the most common one, it in lower case, and the two most common;
+/// for a range, its boundaries on units' own values.
 fn filter_cases(key: &str, listings: &[Arc<Value>]) -> Vec<Value> {
     let field = match key {
         "rooftops" => "rooftop",
