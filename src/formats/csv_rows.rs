@@ -36,12 +36,12 @@ impl<'b> CsvText<'b> {
 /// [`CsvText`] gives for the whole body, without holding it. The charset is chosen as the module
 /// doc says from `declared` and the first bytes (a byte order mark); a document in another
 /// charset than UTF-8 is read whole and transcoded first, as [`CsvText`] does.
-pub fn csv_stream<R>(
+pub fn csv_stream<'r, R>(
     source: R,
     declared: Declared<'_>,
-) -> Result<CsvRows<Box<dyn std::io::Read + Send>>, String>
+) -> Result<CsvRows<Box<dyn std::io::Read + 'r>>, String>
 where
-    R: std::io::Read + Send + 'static,
+    R: std::io::Read + 'r,
 {
     use std::io::{BufRead, BufReader, Read};
     let mut source = BufReader::with_capacity(64 * 1024, source);

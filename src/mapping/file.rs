@@ -399,6 +399,29 @@ pub struct FileFeed {
     /// XML feeds: element names that are always lists.
     #[serde(default)]
     pub list_elements: Vec<String>,
+    /// Compressed exports. A gzip file or a zip archive is recognised by its first bytes and
+    /// unpacked whatever this says; these settings pick the zip member and cap what a document
+    /// may unpack to.
+    #[serde(default)]
+    pub unpack: Option<FileUnpack>,
+}
+
+/// `feed.yaml` `unpack:`: reading a gzip or zip export.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileUnpack {
+    /// Zip archives: the member to read, by its path in the archive (`export/units.csv`).
+    /// Required when the archive holds more than one file; unset, its only file is read.
+    #[serde(default)]
+    pub member: Option<String>,
+    /// Most bytes the document may unpack to; past it the refresh fails and the previous copy
+    /// stays. Default: the upstream's `max_response_bytes` (what a plain document may be).
+    #[serde(default)]
+    pub max_bytes: Option<u64>,
+    /// Most unpacked bytes per packed byte, checked once 1 MiB is out: above it the document is
+    /// refused as a decompression bomb. Default 100 (exports pack 5 to 20 times).
+    #[serde(default)]
+    pub max_ratio: Option<u64>,
 }
 
 fn default_refresh() -> String {

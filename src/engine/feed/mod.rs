@@ -29,7 +29,7 @@ use crate::engine::IntoAap as _;
 use crate::engine::proxy::{MappingGlobals, Transport, check_listable, page_data, send};
 use crate::engine::request::RequestSpec;
 use crate::error::{AapCode, AapError};
-use crate::formats::{self, Declared, Format};
+use crate::formats::{self, Declared, Format, Unpack};
 use crate::inventory::packed::Packed;
 use crate::inventory::{Inventory, Prepared};
 use crate::lang::jq::{Jq, JqValue, JqVars, TextObjects};
@@ -53,6 +53,8 @@ pub struct Feed {
     pub format: Format,
     /// The mapping's `charset:` for the document, if it names one.
     pub charset: Option<&'static encoding_rs::Encoding>,
+    /// How a gzip or zip export is unpacked (the mapping's `unpack:`, with its defaults).
+    pub unpack: Unpack,
     pub items: Option<Jq>,
     /// The records are the CSV document's rows (a CSV feed without `items`): they are read and
     /// mapped one at a time instead of through `items` over the whole document.
@@ -111,6 +113,7 @@ impl Feed {
         request: RequestSpec,
         format: Format,
         charset: Option<&'static encoding_rs::Encoding>,
+        unpack: Unpack,
         items: Option<Jq>,
         csv_rows: bool,
         item: Jq,
@@ -124,6 +127,7 @@ impl Feed {
             request,
             format,
             charset,
+            unpack,
             items,
             csv_rows,
             item,
@@ -369,8 +373,14 @@ impl Feed {
         let build = self.thread.run(idle, move || {
             let declared = Declared::reply(feed.charset, &headers);
             let bad = |cause: String| feed.bad_document(cause);
-            let rows = formats::csv_stream(ChunkReader::new(reader), declared).map_err(bad)?;
-            feed.build_rows(rows, previous.as_deref())
+            // A gzip file is unpacked as it arrives; a zip archive is held packed, its member
+            // read as a stream (`formats::unpacked`).
+            let source = ChunkReader::new(reader);
+            formats::unpacked(source, declared.content_type, &feed.unpack, |document| {
+                let rows = formats::csv_stream(document, declared).map_err(bad)?;
+                feed.build_rows(rows, previous.as_deref())
+            })
+            .map_err(bad)?
         });
         let mut bytes = response.body.len();
         let pumped = match stream {
@@ -442,14 +452,19 @@ impl Feed {
         previous: Option<&Snapshot>,
     ) -> Result<Snapshot, AapError> {
         let bad = |cause: String| self.bad_document(cause);
+        let packed = body.len();
+        let unpacked = formats::unpacked_whole(body, declared.content_type, &self.unpack)
+            .map_err(bad)?
+            .map(bytes::Bytes::from);
+        let body = unpacked.as_ref().unwrap_or(body);
         if self.csv_rows {
             let text = formats::CsvText::new(body, declared).map_err(bad)?;
             let mut snapshot = self.build_rows(text.rows().map_err(bad)?, previous)?;
-            snapshot.stats.bytes = body.len();
+            snapshot.stats.bytes = packed;
             return Ok(snapshot);
         }
         let vars = self.vars();
-        let mut building = Building::new(previous, body.len());
+        let mut building = Building::new(previous, packed);
         let doc = JqValue::decode(&self.format, body, declared).map_err(bad)?;
         let records = match &self.items {
             Some(items) => items.run(&doc, &vars).map_err(|e| bad(e.to_string()))?,
