@@ -35,7 +35,9 @@ use serde_json::Value;
 
 use self::charsets::to_utf8;
 use self::csv_rows::decode_csv;
-pub use self::csv_rows::{CsvColumns, CsvRow, CsvRows, CsvText, csv_stream};
+pub use self::csv_rows::{
+    CsvColumns, CsvDialect, CsvRow, CsvRows, CsvText, csv_stream, csv_stream_with,
+};
 pub use self::unpack::{DEFAULT_MAX_RATIO, Packing, RATIO_FLOOR, Unpack, unpacked, unpacked_whole};
 use self::xml_tree::decode_xml;
 pub use self::xml_tree::{MAX_XML_DEPTH, MAX_XML_NODES};

@@ -643,3 +643,40 @@ fn a_truncated_or_corrupt_gzip_file_is_an_error_that_says_so() {
         "{error}"
     );
 }
+
+// === CSV dialects ===
+
+#[test]
+fn numbers_with_decimal_commas_are_rewritten_and_other_text_is_not() {
+    let dialect = CsvDialect {
+        delimiter: b';',
+        quote: b'\'',
+        decimal_comma: true,
+    };
+    let body = "Prix;Heures;Date;Tel;Note;Stock #\n\
+        '12.499,50';1.250 h;07.12.2026;0 800 123 456;'vu; 2x';A-1\n\
+        € 9.999;-3,5;12,5;1'250'000,00;abc;12a34\n";
+    let text = CsvText::new(body.as_bytes(), Declared::default()).unwrap();
+    let mut rows = text.rows_with(&dialect).unwrap();
+    let names: Vec<&str> = rows.columns().names().collect();
+    assert_eq!(names, ["Prix", "Heures", "Date", "Tel", "Note", "Stock #"]);
+    let mut record = csv::StringRecord::new();
+    let mut all = Vec::new();
+    while rows.next_into(&mut record).unwrap() {
+        all.push(record.iter().map(str::to_owned).collect::<Vec<_>>());
+    }
+    assert_eq!(
+        all,
+        [
+            [
+                "12499.50",
+                "1250 h",
+                "07.12.2026",
+                "0 800 123 456",
+                "vu; 2x",
+                "A-1"
+            ],
+            ["€ 9999", "-3.5", "12.5", "1250000.00", "abc", "12a34"],
+        ]
+    );
+}

@@ -4,8 +4,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use crate::engine::feed::Feed;
-use crate::formats::{DEFAULT_MAX_RATIO, Format, Unpack};
-use crate::mapping::file::{FileCommon, FileFeed, FileUnpack};
+use crate::formats::{CsvDialect, DEFAULT_MAX_RATIO, Format, Unpack};
+use crate::mapping::file::{FileCommon, FileCsvDialect, FileFeed, FileUnpack};
 
 use super::context::Upstreams;
 use super::loader::{MappingLoader, Source, items_program};
@@ -50,6 +50,7 @@ impl MappingLoader<'_> {
         // read and mapped one at a time, never held as one document.
         let csv_rows = file.items.is_none() && matches!(format, Some(Format::Csv));
         let unpack = self.unpack(&src, file.unpack.as_ref(), upstream.as_deref());
+        let dialect = self.csv_dialect(&src, file.csv.as_ref(), csv_rows);
         let refresh = self.duration(&src, "/refresh", &file.refresh);
         let max_stale = self.duration(&src, "/max_stale", &file.max_stale);
         if let (Some(r), Some(m)) = (refresh, max_stale)
@@ -83,6 +84,7 @@ impl MappingLoader<'_> {
             format?,
             charset?,
             unpack?,
+            dialect?,
             items?,
             csv_rows,
             item?,
@@ -92,6 +94,65 @@ impl MappingLoader<'_> {
         ));
         self.carried.feed = Some((definition, Arc::clone(&feed)));
         Some(feed)
+    }
+
+    /// The `csv:` dialect; only a feed read row by row has one.
+    fn csv_dialect(
+        &mut self,
+        src: &Source,
+        file: Option<&FileCsvDialect>,
+        csv_rows: bool,
+    ) -> Option<CsvDialect> {
+        let Some(file) = file else {
+            return Some(CsvDialect::default());
+        };
+        if !csv_rows {
+            self.problems.push(src.problem(
+                "/csv",
+                "`csv` is for a CSV feed read row by row: `format: csv` without `items`",
+            ));
+            return None;
+        }
+        let mut ok = true;
+        let mut byte = |pointer: &str, value: &Option<String>, default: u8| match value.as_deref() {
+            None => Some(default),
+            Some("\\t") => Some(b'\t'),
+            Some(text) if text.len() == 1 && text.is_ascii() && text != "\n" && text != "\r" => {
+                Some(text.as_bytes()[0])
+            }
+            Some(text) => {
+                self.problems.push(src.problem(
+                    pointer,
+                    format!("`{text}` is not one ASCII character (write a tab as `\\t`)"),
+                ));
+                ok = false;
+                None
+            }
+        };
+        let delimiter = byte("/csv/delimiter", &file.delimiter, b',');
+        let quote = byte("/csv/quote", &file.quote, b'"');
+        let decimal_comma = match file.decimal.as_deref() {
+            None | Some("point") => Some(false),
+            Some("comma") => Some(true),
+            Some(other) => {
+                self.problems.push(src.problem(
+                    "/csv/decimal",
+                    format!("unknown decimal `{other}`; expected point or comma"),
+                ));
+                None
+            }
+        };
+        let (delimiter, quote, decimal_comma) = (delimiter?, quote?, decimal_comma?);
+        if delimiter == quote {
+            self.problems
+                .push(src.problem("/csv/quote", "must differ from the delimiter"));
+            ok = false;
+        }
+        ok.then_some(CsvDialect {
+            delimiter,
+            quote,
+            decimal_comma,
+        })
     }
 
     /// The `unpack:` caps, defaulting to what a plain document may be.

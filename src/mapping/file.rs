@@ -404,6 +404,28 @@ pub struct FileFeed {
     /// may unpack to.
     #[serde(default)]
     pub unpack: Option<FileUnpack>,
+    /// CSV feeds read row by row (no `items`): the export's dialect, where it is not plain
+    /// comma-separated values with decimal points.
+    #[serde(default)]
+    pub csv: Option<FileCsvDialect>,
+}
+
+/// `feed.yaml` `csv:`: how a CSV export is written.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileCsvDialect {
+    /// The field separator, one ASCII character: `","` (the default), `";"`, `"|"`, or `"\t"`
+    /// for a tab.
+    #[serde(default)]
+    pub delimiter: Option<String>,
+    /// The quote character, one ASCII character (default `"`).
+    #[serde(default)]
+    pub quote: Option<String>,
+    /// `point` (the default) or `comma`: numbers are written `12.499,50`. With `comma`, a field
+    /// that is such a number (text without digits around it allowed: `€ 12.499,50`) reaches the
+    /// item mapping as `12499.50`; dates and other text are left alone.
+    #[serde(default)]
+    pub decimal: Option<String>,
 }
 
 /// `feed.yaml` `unpack:`: reading a gzip or zip export.

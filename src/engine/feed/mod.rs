@@ -41,7 +41,7 @@ use crate::engine::IntoAap as _;
 use crate::engine::proxy::{MappingGlobals, Transport, check_listable, page_data, send};
 use crate::engine::request::RequestSpec;
 use crate::error::{AapCode, AapError};
-use crate::formats::{self, Declared, Format, Unpack};
+use crate::formats::{self, CsvDialect, Declared, Format, Unpack};
 use crate::inventory::packed::Packed;
 use crate::inventory::{Inventory, Prepared};
 use crate::lang::jq::{Jq, JqValue, JqVars, TextObjects};
@@ -67,6 +67,8 @@ pub struct Feed {
     pub charset: Option<&'static encoding_rs::Encoding>,
     /// How a gzip or zip export is unpacked (the mapping's `unpack:`, with its defaults).
     pub unpack: Unpack,
+    /// How a CSV document read row by row is written (the mapping's `csv:`).
+    pub csv_dialect: CsvDialect,
     pub items: Option<Jq>,
     /// The records are the CSV document's rows (a CSV feed without `items`): they are read and
     /// mapped one at a time instead of through `items` over the whole document.
@@ -186,6 +188,7 @@ impl Feed {
         format: Format,
         charset: Option<&'static encoding_rs::Encoding>,
         unpack: Unpack,
+        csv_dialect: CsvDialect,
         items: Option<Jq>,
         csv_rows: bool,
         item: Jq,
@@ -200,6 +203,7 @@ impl Feed {
             format,
             charset,
             unpack,
+            csv_dialect,
             items,
             csv_rows,
             item,
@@ -576,7 +580,8 @@ impl Feed {
                 declared.content_type,
                 &feed.unpack,
                 |document| {
-                    let rows = formats::csv_stream(document, declared).map_err(bad)?;
+                    let rows = formats::csv_stream_with(document, declared, &feed.csv_dialect)
+                        .map_err(bad)?;
                     feed.build_rows(rows, previous.as_deref())
                 },
             )
@@ -660,7 +665,8 @@ impl Feed {
         let body = unpacked.as_ref().unwrap_or(body);
         if self.csv_rows {
             let text = formats::CsvText::new(body, declared).map_err(bad)?;
-            let mut snapshot = self.build_rows(text.rows().map_err(bad)?, previous)?;
+            let rows = text.rows_with(&self.csv_dialect).map_err(bad)?;
+            let mut snapshot = self.build_rows(rows, previous)?;
             snapshot.stats.bytes = packed;
             return Ok(snapshot);
         }
