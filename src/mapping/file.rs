@@ -430,6 +430,51 @@ pub struct FileFeed {
     /// XML feeds: element names that are always lists.
     #[serde(default)]
     pub list_elements: Vec<String>,
+    /// Compressed exports. A gzip file or a zip archive is recognised by its first bytes and
+    /// unpacked whatever this says; these settings pick the zip member and cap what a document
+    /// may unpack to.
+    #[serde(default)]
+    pub unpack: Option<FileUnpack>,
+    /// CSV feeds read row by row (no `items`): the export's dialect, where it is not plain
+    /// comma-separated values with decimal points.
+    #[serde(default)]
+    pub csv: Option<FileCsvDialect>,
+}
+
+/// `feed.yaml` `csv:`: how a CSV export is written.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileCsvDialect {
+    /// The field separator, one ASCII character: `","` (the default), `";"`, `"|"`, or `"\t"`
+    /// for a tab.
+    #[serde(default)]
+    pub delimiter: Option<String>,
+    /// The quote character, one ASCII character (default `"`).
+    #[serde(default)]
+    pub quote: Option<String>,
+    /// `point` (the default) or `comma`: numbers are written `12.499,50`. With `comma`, a field
+    /// that is such a number (text without digits around it allowed: `€ 12.499,50`) reaches the
+    /// item mapping as `12499.50`; dates and other text are left alone.
+    #[serde(default)]
+    pub decimal: Option<String>,
+}
+
+/// `feed.yaml` `unpack:`: reading a gzip or zip export.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileUnpack {
+    /// Zip archives: the member to read, by its path in the archive (`export/units.csv`).
+    /// Required when the archive holds more than one file; unset, its only file is read.
+    #[serde(default)]
+    pub member: Option<String>,
+    /// Most bytes the document may unpack to; past it the refresh fails and the previous copy
+    /// stays. Default: the upstream's `max_response_bytes` (what a plain document may be).
+    #[serde(default)]
+    pub max_bytes: Option<u64>,
+    /// Most unpacked bytes per packed byte, checked once 1 MiB is out: above it the document is
+    /// refused as a decompression bomb. Default 100 (exports pack 5 to 20 times).
+    #[serde(default)]
+    pub max_ratio: Option<u64>,
 }
 
 fn default_refresh() -> String {
