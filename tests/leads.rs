@@ -342,6 +342,45 @@ async fn a_mail_server_ending_a_pooled_session_loses_no_lead() {
     assert_eq!(sims.smtp.messages().len(), LEADS, "one e-mail per lead");
 }
 
+/// Issue 38 item 9: a buyer's line break in a value the mail subject uses is bad input, answered
+/// once and not retryable (a retry would meet it again), never an endless `INTERNAL_ERROR`; no
+/// mail leaves, and the corrected lead goes under the same key.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_line_break_in_a_mail_subject_value_is_bad_input_not_a_retry_loop() {
+    let sims = Simulators::start().await.expect("simulators");
+    let files = DemoCopy::new();
+    files.edit(
+        "mappings/demo-honda/lead.submit.yaml",
+        "subject: \"New AAP lead {{ lead.reference }}\"",
+        "subject: \"New AAP lead {{ lead.reference }} for {{ request.customer.last_name }}\"",
+    );
+    let gw = files.start(simulator_vars(&sims)).await;
+    let bike = honda(Status::InStock);
+    let request = with(
+        lead(&bike, "subject-crlf"),
+        "/customer/last_name",
+        json!("Lee\r\nBcc: attacker@example.com"),
+    );
+    let reply = gw.send(HONDA, request.clone()).await;
+    assert_code(&reply, "SCHEMA_VALIDATION_FAILED");
+    assert_eq!(reply.aap_error()["retryable"], false, "{}", reply.text);
+    assert!(reply.text.contains("mail subject"), "{}", reply.text);
+    assert!(!reply.text.contains("attacker"), "{}", reply.text);
+    assert!(sims.smtp.messages().is_empty(), "no mail left");
+    // Nothing was sent: the key is free for the corrected lead.
+    let fixed = with(request, "/customer/last_name", json!("Lee"));
+    let reply = gw.send(HONDA, fixed).await;
+    assert_eq!(data(&reply)["status"], "received");
+    let messages = sims.smtp.messages();
+    assert_eq!(messages.len(), 1);
+    assert!(
+        messages[0]["subject"]
+            .as_str()
+            .is_some_and(|s| s.ends_with("for Lee")),
+        "{messages:?}"
+    );
+}
+
 /// A copy of the demo whose Demo Honda delivers leads to the HTTP intake with `mapping`.
 async fn intake_rig(mapping: &str) -> (Gateway, aap_sim::sim::SimHandle, Simulators) {
     let sims = Simulators::start().await.expect("simulators");

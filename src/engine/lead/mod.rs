@@ -264,7 +264,7 @@ impl LeadMapping {
         let subject = mail
             .subject
             .render("subject", Context::Header, Scope::context(&values))
-            .map_err(|e| AapError::Internal(format!("{}: mail subject: {e}", self.file)))
+            .map_err(|e| subject_error(&self.file, &e))
             .map_err(certain)?;
         let text = |key: &str| {
             facts
@@ -343,6 +343,23 @@ impl LeadMapping {
         let message = message(&data, request);
         Reply::new(Skill::LeadSubmit, data, Some(message))
     }
+}
+
+/// Why the mail subject could not be rendered. A buyer's value with a line break (which would
+/// start a header of its own) is bad input, answered as such and never retryable: a retry would
+/// meet the same value. Anything else is a defect in the mapping.
+fn subject_error(file: &str, message: &str) -> AapError {
+    if message.starts_with(crate::lang::template::UNSENDABLE) {
+        return AapError::Validation {
+            code: AapCode::SchemaValidationFailed,
+            violations: vec![crate::error::Violation {
+                instance_location: String::new(),
+                keyword: "format".to_owned(),
+                error: "a value placed in the mail subject contains a line break".to_owned(),
+            }],
+        };
+    }
+    AapError::Internal(format!("{file}: mail subject: {message}"))
 }
 
 /// The `inventory.vehicle` request that finds the vehicle of interest, when it names one.
