@@ -446,6 +446,30 @@ async fn a_lead_sent_as_rest_json_keeps_every_value() {
     assert_eq!(stored["lead"]["message"], HOSTILE_MESSAGE);
 }
 
+/// Issue 38 item 10: an `errors` rule whose jq fails on a lead is a mapping defect, logged
+/// without the jq message (jaq quotes the value it failed on: here the customer's e-mail).
+#[tokio::test]
+async fn a_failing_error_rule_never_logs_the_leads_values() {
+    let (logs, _capture) = common::logs::capture();
+    let (gw, _intake, _sims) = intake_rig(concat!(
+        "skill: lead.submit\nupstream: intake\nrequest:\n  method: POST\n  path: /api/leads\n",
+        "  body: |\n",
+        "    { \"external_ref\": {{ lead.reference }}, \"customer\": {{ request.customer }},\n",
+        "      \"consent\": {{ request.consent }} }\n",
+        "response:\n  jq: '{ lead_id: .leadId, status: \"received\" }'\n",
+        "errors:\n  - when: { jq: '($request.customer.email | tonumber) > 0' }\n",
+        "    code: APPOINTMENT_TIME_UNAVAILABLE\n",
+    ))
+    .await;
+    let reply = gw
+        .send(HONDA, lead(&honda(Status::InStock), "rule-fails"))
+        .await;
+    assert_code(&reply, "INTERNAL_ERROR");
+    let text = logs.text();
+    assert!(text.contains("when.jq"), "the defect is logged: {text}");
+    assert!(!text.contains("anna.lee"), "{text}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Appointments
 

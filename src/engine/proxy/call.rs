@@ -200,8 +200,16 @@ impl ProxyMapping {
                     if let Some(verdict) = response.verdict.take() {
                         verdict.answered();
                     }
+                    // jq messages quote the value they failed on: for a lead, personal data.
+                    let cause = if self.skill == Skill::LeadSubmit {
+                        "details withheld: they may quote personal data; reproduce with \
+                         test-mappings"
+                            .to_owned()
+                    } else {
+                        e.to_string()
+                    };
                     AapError::Internal(format!(
-                        "mapping error: `errors[{index}].when.jq` of {} failed: {e}",
+                        "mapping error: `errors[{index}].when.jq` of {} failed: {cause}",
                         self.file
                     ))
                 })?,
