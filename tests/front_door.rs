@@ -712,6 +712,8 @@ async fn a_flood_from_one_address_is_refused_before_auth_or_parsing_and_logged_b
         .expect("refused");
     assert_eq!(reply.status(), 200);
     assert!(reply.headers().contains_key("retry-after"));
+    // AAP content: the activated extension is echoed (issue 38 item 13).
+    assert_eq!(reply.headers()["a2a-extensions"], common::EXT);
     let body: serde_json::Value = reply.json().await.expect("json");
     assert_eq!(body["id"], serde_json::Value::Null);
     assert_eq!(body["error"]["code"], -32000);
@@ -730,6 +732,7 @@ async fn a_flood_from_one_address_is_refused_before_auth_or_parsing_and_logged_b
         .await
         .expect("http+json");
     assert_eq!(rest.status(), 429);
+    assert_eq!(rest.headers()["a2a-extensions"], common::EXT);
     // Another address is another client.
     let other = client_from(attacker(1))
         .get(gw.url("/.well-known/agent-card.json"))

@@ -170,7 +170,9 @@ fn refuse(
     let id = dealer.map_or("none", Dealer::id);
     let mut log = RequestLog::arrived(target.binding(), id, headers, arrived);
     let response = match (target, dealer) {
-        (Target::JsonRpc(_), Some(d)) => binding::jsonrpc::refusal(app, d, error, &mut log),
+        (Target::JsonRpc(_), Some(d)) => {
+            binding::jsonrpc::refusal(app, d, headers, error, &mut log)
+        }
         (Target::HttpJson(..), Some(d)) => http_json::refusal(d, headers, error, &mut log),
         _ => {
             log.outcome = "RATE_LIMITED";
