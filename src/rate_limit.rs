@@ -100,7 +100,9 @@ pub fn client_ip(
     if !is_trusted(&peer) {
         return peer;
     }
-    let mut hops: Vec<IpAddr> = Vec::new();
+    // One entry per hop, `None` where the hop's address cannot be read (`for=unknown`, an
+    // obfuscated `_id`, garbage).
+    let mut hops: Vec<Option<IpAddr>> = Vec::new();
     let mut values = headers
         .get_all(header.name())
         .iter()
@@ -109,31 +111,34 @@ pub fn client_ip(
         ClientIpHeader::Forwarded => {
             for text in values {
                 for element in text.split(',') {
-                    for pair in element.split(';') {
-                        if let Some((k, v)) = pair.trim().split_once('=')
-                            && k.trim().eq_ignore_ascii_case("for")
-                            && let Some(ip) = parse_node(v)
-                        {
-                            hops.push(ip);
-                        }
-                    }
+                    let node = element.split(';').find_map(|pair| {
+                        let (k, v) = pair.trim().split_once('=')?;
+                        k.trim().eq_ignore_ascii_case("for").then_some(v)
+                    });
+                    hops.push(node.and_then(parse_node));
                 }
             }
         }
         ClientIpHeader::XForwardedFor => {
             for text in values {
-                hops.extend(text.split(',').filter_map(parse_node));
+                hops.extend(text.split(',').map(parse_node));
             }
         }
         // Set (not appended) by the proxy: the last one is the proxy's.
-        ClientIpHeader::XRealIp => hops.extend(values.next_back().and_then(parse_node)),
+        ClientIpHeader::XRealIp => hops.extend(values.next_back().map(parse_node)),
     }
-    // Walk back from the proxy nearest to us; the first untrusted hop is the client.
-    hops.into_iter()
-        .map(|ip| ip.to_canonical())
-        .rev()
-        .find(|ip| !is_trusted(ip))
-        .unwrap_or(peer)
+    // Walk back from the proxy nearest to us; the first untrusted hop is the client. A hop a
+    // trusted proxy wrote but that cannot be read ends the walk at that proxy: skipping it would
+    // take the next entry to the left — written by whoever sent the request — as the client.
+    let mut proxy = peer;
+    for hop in hops.into_iter().rev() {
+        match hop.map(|ip| ip.to_canonical()) {
+            None => return proxy,
+            Some(ip) if is_trusted(&ip) => proxy = ip,
+            Some(ip) => return ip,
+        }
+    }
+    peer
 }
 
 /// The address a client is counted by: IPv4 as is, IPv6 by its /64 (the smallest block a
@@ -721,6 +726,46 @@ mod tests {
             client_ip(proxy, &only_proxies, &trusted, XForwardedFor),
             proxy
         );
+    }
+
+    /// Issue 38 item 14: a hop a trusted proxy wrote but that names no address (`for=unknown`,
+    /// an obfuscated `_id`, garbage) ends the walk; the attacker's own entry to its left never
+    /// becomes the client.
+    #[test]
+    fn an_unreadable_hop_from_a_trusted_proxy_ends_the_walk_at_that_proxy() {
+        use ClientIpHeader::{Forwarded, XForwardedFor, XRealIp};
+        let trusted: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let proxy = ip("10.0.0.5");
+        let with = |name: &'static str, value: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(name, value.parse().unwrap());
+            h
+        };
+        // The attacker wrote 198.51.100.66 itself; our proxy could only say `unknown`.
+        for value in [
+            "for=198.51.100.66, for=unknown",
+            "for=198.51.100.66, for=_hidden",
+            "for=198.51.100.66, by=10.0.0.5",
+        ] {
+            let h = with("forwarded", value);
+            assert_eq!(client_ip(proxy, &h, &trusted, Forwarded), proxy, "{value}");
+        }
+        let h = with("x-forwarded-for", "198.51.100.66, unknown");
+        assert_eq!(client_ip(proxy, &h, &trusted, XForwardedFor), proxy);
+        // Behind a second trusted proxy that wrote `unknown`: that proxy's address stands.
+        let h = with("forwarded", "for=198.51.100.66, for=_x, for=10.3.3.3");
+        assert_eq!(client_ip(proxy, &h, &trusted, Forwarded), ip("10.3.3.3"));
+        let h = with("x-forwarded-for", "198.51.100.66, garbage, 10.3.3.3");
+        assert_eq!(
+            client_ip(proxy, &h, &trusted, XForwardedFor),
+            ip("10.3.3.3")
+        );
+        let h = with("x-real-ip", "unknown");
+        assert_eq!(client_ip(proxy, &h, &trusted, XRealIp), proxy);
+        // Readable hops still walk as before.
+        let h = with("forwarded", "for=198.51.100.66, for=192.0.2.9");
+        assert_eq!(client_ip(proxy, &h, &trusted, Forwarded), ip("192.0.2.9"));
     }
 
     #[test]
