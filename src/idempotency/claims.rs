@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use crate::error::{AapCode, AapError};
+use crate::error::AapError;
 use crate::protocol::{Reply, Skill};
 use crate::redis_backend::{Claiming, HeldClaim, RedisBackend, Renewal, Reservation};
 use crate::settings::{OnAmbiguous, OnBackendError};
@@ -18,7 +18,9 @@ use crate::telemetry::metrics::Metrics;
 
 use super::scope::{Fingerprint, KeyScope, hex};
 use super::shared::{ClaimState, ClaimsShared, Hold};
-use super::store::{Claim, IN_PROGRESS_RETRY_AFTER, Store, Ticket, conflict, held, in_progress};
+use super::store::{
+    Claim, IN_PROGRESS_RETRY_AFTER, Store, Ticket, conflict, held, in_progress, not_registered,
+};
 
 /// What the store's Redis did, beyond what metrics count (replays, conflicts, "in progress"
 /// answers and unknown outcomes are counted there, once).
@@ -245,13 +247,7 @@ impl Idempotency {
                     self.counters.backend_errors.fetch_add(1, Ordering::Relaxed);
                     shared.restore.store(true, Ordering::Relaxed);
                     return if shared.on_backend_error == OnBackendError::Deny {
-                        Err(AapError::Domain {
-                            code: AapCode::InternalError,
-                            message: "The lead could not be registered right now; retry with \
-                                      the same idempotency_key."
-                                .to_owned(),
-                            details: None,
-                        })
+                        Err(not_registered())
                     } else {
                         Ok(Claim::Fresh(ticket))
                     };

@@ -10,8 +10,8 @@ use tokio::sync::watch;
 
 use crate::error::{AapCode, AapError};
 use crate::protocol::Reply;
-use crate::redis_backend::{HeldClaim, Seed};
-use crate::settings::OnAmbiguous;
+use crate::redis_backend::{HeldClaim, Renewal, Seed};
+use crate::settings::{OnAmbiguous, OnBackendError};
 
 use super::scope::{Fingerprint, KeyScope, hex};
 use super::shared::Hold;
@@ -361,15 +361,19 @@ impl Inner {
 impl Ticket {
     /// The lead is about to leave for the CRM, under `reference`: from now on a claim this
     /// replica stops renewing is an unknown outcome, not a free key. Waits (at most the Redis
-    /// timeout) until the shared store knows, so no delivery starts unrecorded.
-    pub async fn delivering(&mut self, reference: &str) {
+    /// timeout) until the shared store knows, so no delivery starts unrecorded: a claim another
+    /// replica took meanwhile stops the delivery ("in progress": that replica runs the key), and
+    /// a Redis that does not answer stops it under `on_backend_error: deny` (nothing was sent;
+    /// the key is freed) or, under `local`, lets it go with the keeper recording it as soon as
+    /// Redis answers (a lead delivered beats a lead lost).
+    pub async fn delivering(&mut self, reference: &str) -> Result<(), AapError> {
         let Some(hold) = &self.hold else {
-            return;
+            return Ok(());
         };
         let state = {
             let mut claims = hold.shared.lock_claims();
             let Some(claim) = claims.get_mut(&hold.key).filter(|c| c.token == hold.token) else {
-                return;
+                return Ok(());
             };
             claim.delivering = true;
             claim.reference = reference.to_owned();
@@ -381,12 +385,30 @@ impl Ticket {
             reference: &state.reference,
             delivering: true,
         };
-        // A failure is noted by the backend; the keeper retries.
-        let _ = hold
+        let recorded = hold
             .shared
             .redis
             .renew(&hold.key, &held, hold.shared.lock_ttl, hold.shared.ttl)
             .await;
+        match recorded {
+            Ok(Renewal::Renewed | Renewal::PutBack) => Ok(()),
+            Ok(Renewal::Lost) => {
+                tracing::warn!(
+                    reference,
+                    "idempotency claim lost to another replica before its delivery began; \
+                     not delivered here"
+                );
+                Err(in_progress(IN_PROGRESS_RETRY_AFTER))
+            }
+            // Logged once per outage by the backend.
+            Err(_) => {
+                hold.shared.restore.store(true, Ordering::Relaxed);
+                match hold.shared.on_backend_error {
+                    OnBackendError::Deny => Err(not_registered()),
+                    OnBackendError::Local => Ok(()),
+                }
+            }
+        }
     }
 
     /// The lead was delivered: stores `reply` for the key (in the shared store too) and hands
@@ -523,6 +545,17 @@ pub(super) fn conflict() -> AapError {
         "This idempotency_key was already used with a different request; use a new key for a \
          new lead.",
     )
+}
+
+/// Redis did not answer while a lead was to be registered (`on_backend_error: deny`).
+pub(super) fn not_registered() -> AapError {
+    AapError::Domain {
+        code: AapCode::InternalError,
+        message: "The lead could not be registered right now; retry with the same \
+                  idempotency_key."
+            .to_owned(),
+        details: None,
+    }
 }
 
 pub(super) fn in_progress(retry_after: Duration) -> AapError {
