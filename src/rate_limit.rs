@@ -15,8 +15,10 @@
 //! - **Quota**: the skill's own quota when configured, else the key's quota, else the default.
 //!   Each (dealer, client, skill) has its own bucket.
 //! - **Per dealer** (`rate_limit.per_dealer`, always set for `lead.submit`): one bucket per
-//!   (dealer, skill) shared by every client, checked after the client's own, so that many keys
-//!   or addresses together cannot push more leads into one dealer's CRM than it expects.
+//!   (dealer, skill) shared by every client, so that many keys or addresses together cannot push
+//!   more leads into one dealer's CRM than it expects. Charged ([`Limiter::check_dealer`]) only
+//!   for calls that passed the client's own quota and the request schema: invalid calls must not
+//!   drain a bucket every buyer shares.
 //! - **Memory** (`governor`, keyed GCRA): keys whose bucket is full again carry no information
 //!   and are swept, so memory stays bounded however many distinct clients appear; past
 //!   [`MAX_KEYS`] a sweep runs inline.
@@ -341,9 +343,10 @@ impl<C: Clock + Clone> Limiter<C> {
             })
     }
 
-    /// Counts one call of `client` to `skill` at dealer number `dealer` — against the client's
-    /// quota, then the dealer's for that skill when it has one; `RATE_LIMITED` with the time
-    /// until the next call would be admitted when either is spent.
+    /// Counts one call of `client` to `skill` at dealer number `dealer` against the client's
+    /// quota; `RATE_LIMITED` with the time until the next call would be admitted when it is
+    /// spent. Checked before the request schema, so a client's malformed calls spend its own
+    /// quota.
     pub async fn check(
         &self,
         dealer: u16,
@@ -359,6 +362,23 @@ impl<C: Clock + Clone> Limiter<C> {
         let key = format!("{dealer_id}:{}:{client}", skill.id());
         if !self.shared(&key, quota).await? {
             self.check_local(limiter, (dealer, skill, client.clone()))?;
+        }
+        Ok(())
+    }
+
+    /// Counts one call to `skill` against the dealer's quota for all clients together, when it
+    /// has one (`rate_limit.per_dealer`). Checked only once the call passed the client's own
+    /// quota and the request schema: a bucket every client shares must not be drained by calls
+    /// that would be refused anyway, or two clients sending invalid leads at their own quota
+    /// would starve every other buyer of the dealer's lead intake.
+    pub async fn check_dealer(
+        &self,
+        dealer: u16,
+        dealer_id: &str,
+        skill: Skill,
+    ) -> Result<(), AapError> {
+        if !self.enabled {
+            return Ok(());
         }
         if let Some((limiter, quota)) = self.per_dealer.get(&skill) {
             // `all` names no client (those are `key:…` and `ip:…`).
@@ -518,8 +538,22 @@ mod tests {
         Client::Ip(IpAddr::from([192, 0, 2, n]))
     }
 
+    /// One call through both stages, as the pipeline runs them (the schema passing between).
+    fn both(
+        l: &Limiter<FakeRelativeClock>,
+        dealer: u16,
+        id: &str,
+        skill: Skill,
+        c: &Client,
+    ) -> Result<(), AapError> {
+        futures_lite(async {
+            l.check(dealer, id, skill, c).await?;
+            l.check_dealer(dealer, id, skill).await
+        })
+    }
+
     fn admitted(l: &Limiter<FakeRelativeClock>, skill: Skill, c: &Client) -> bool {
-        futures_lite(l.check(0, "d", skill, c)).is_ok()
+        both(l, 0, "d", skill, c).is_ok()
     }
 
     /// Polls a future that never waits (memory backend) to completion.
@@ -624,7 +658,7 @@ mod tests {
             assert!(admitted(&l, Skill::LeadSubmit, &ip(n)), "lead {n}");
         }
         // ...so a fourth client, well within its own quota, is refused with the dealer's wait.
-        match futures_lite(l.check(0, "d", Skill::LeadSubmit, &ip(4))) {
+        match both(&l, 0, "d", Skill::LeadSubmit, &ip(4)) {
             Err(AapError::RateLimited { retry_after }) => {
                 assert_eq!(retry_after, Duration::from_secs(10));
             }
@@ -632,7 +666,7 @@ mod tests {
         }
         // Other skills and other dealers are not held back.
         assert!(admitted(&l, Skill::InventorySearch, &ip(4)));
-        assert!(futures_lite(l.check(1, "e", Skill::LeadSubmit, &ip(4))).is_ok());
+        assert!(both(&l, 1, "e", Skill::LeadSubmit, &ip(4)).is_ok());
         clock.advance(Duration::from_secs(10));
         assert!(admitted(&l, Skill::LeadSubmit, &ip(4)));
     }

@@ -625,6 +625,46 @@ async fn a_grant_that_reaches_no_contact_point_needs_consent() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Quotas
+
+/// Issue 38 item 11: invalid lead calls spend their sender's quota, never the dealer-wide lead
+/// bucket every buyer shares; a valid lead after a burst of invalid ones still goes through.
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_leads_never_drain_the_dealers_shared_lead_quota() {
+    let sims = Simulators::start().await.expect("simulators");
+    let files = DemoCopy::new();
+    files.edit(
+        "config/demo.yaml",
+        "lead.submit: { rate: 60/min, burst: 20 }",
+        "lead.submit: { rate: 100/s, burst: 100 }\n  per_dealer:\n    lead.submit: { rate: 1/min, burst: 3 }",
+    );
+    let gw = files.start(simulator_vars(&sims)).await;
+    let good = lead(&toyota(Status::InStock), "after-the-flood");
+    let invalid = without(good.clone(), "", "customer");
+    for _ in 0..10 {
+        let reply = gw.send(TOYOTA, invalid.clone()).await;
+        assert_code(&reply, "MISSING_REQUIRED_FIELD");
+    }
+    let reply = gw.send(TOYOTA, good).await;
+    assert_eq!(data(&reply)["status"], "received", "{}", reply.text);
+    // The shared bucket still holds: three valid leads spend its burst, the fourth waits.
+    for n in 0..2 {
+        let reply = gw
+            .send(
+                TOYOTA,
+                lead(&toyota(Status::InStock), &format!("valid-{n}")),
+            )
+            .await;
+        // The same customer again: the CRM merges it (`duplicate`), but it was delivered.
+        data(&reply);
+    }
+    let reply = gw
+        .send(TOYOTA, lead(&toyota(Status::InStock), "one-too-many"))
+        .await;
+    assert_code(&reply, "RATE_LIMITED");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Idempotency
 
 #[tokio::test(flavor = "multi_thread")]
