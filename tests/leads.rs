@@ -383,9 +383,20 @@ async fn a_line_break_in_a_mail_subject_value_is_bad_input_not_a_retry_loop() {
 
 /// A copy of the demo whose Demo Honda delivers leads to the HTTP intake with `mapping`.
 async fn intake_rig(mapping: &str) -> (Gateway, aap_sim::sim::SimHandle, Simulators) {
+    intake_rig_with(mapping, "").await
+}
+
+/// [`intake_rig`], with `config` appended to the gateway's configuration.
+async fn intake_rig_with(
+    mapping: &str,
+    config: &str,
+) -> (Gateway, aap_sim::sim::SimHandle, Simulators) {
     let sims = Simulators::start().await.expect("simulators");
     let intake = aap_sim::intake::start_intake().await.expect("intake");
     let files = DemoCopy::new();
+    if !config.is_empty() {
+        files.append("config/demo.yaml", config);
+    }
     files.append(
         "mappings/demo-honda/upstreams.yaml",
         "\nintake:\n  kind: rest\n  base_url: ${INTAKE_URL}\n  auth: { kind: api_key, header: X-Api-Key, value: demo-intake-key }\n",
@@ -468,6 +479,57 @@ async fn a_failing_error_rule_never_logs_the_leads_values() {
     let text = logs.text();
     assert!(text.contains("when.jq"), "the defect is logged: {text}");
     assert!(!text.contains("anna.lee"), "{text}");
+}
+
+/// A REST JSON lead mapping for the intake; `lead` is its `lead:` block (or empty).
+fn json_intake_mapping(lead: &str) -> String {
+    format!(
+        "skill: lead.submit\nupstream: intake\n{lead}request:\n  method: POST\n  path: /api/leads\n  body: |\n    {{ \"external_ref\": {{{{ lead.reference }}}}, \"customer\": {{{{ request.customer }}}} }}\nresponse:\n  jq: '{{ lead_id: .leadId, status: \"received\" }}'\n"
+    )
+}
+
+/// Issue 38 item 1: a load balancer's 502 after the CRM committed says nothing about the lead.
+/// Under `on_ambiguous: hold` it is held, never sent again; only a status the CRM's contract
+/// declares "not processed" (`lead.not_processed`) frees the key for a retry.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_502_after_commit_is_an_unknown_outcome_unless_declared_not_processed() {
+    let hold = "idempotency:\n  on_ambiguous: hold\n";
+    let (gw, intake, _sims) = intake_rig_with(&json_intake_mapping(""), hold).await;
+    intake.set_mode(Mode::Commit502, 0);
+    let request = lead(&honda(Status::InStock), "committed-then-502");
+    let first = gw.send(HONDA, request.clone()).await;
+    assert_eq!(
+        first.aap_error()["details"]["lead"],
+        "held",
+        "{}",
+        first.text
+    );
+    intake.set_mode(Mode::Normal, 0);
+    let retry = gw.send(HONDA, request.clone()).await;
+    assert_eq!(
+        retry.aap_error()["details"]["lead"],
+        "held",
+        "{}",
+        retry.text
+    );
+    assert_eq!(intake.received().len(), 1, "never sent again");
+    assert_eq!(intake.fixtures()["json"].as_array().map(Vec::len), Some(1));
+
+    // The CRM's contract says a 502 means nothing was stored: the retry delivers.
+    let declared = json_intake_mapping("lead:\n  not_processed: { status: [502] }\n");
+    let (gw, intake, _sims) = intake_rig_with(&declared, hold).await;
+    intake.set_mode(Mode::Commit502, 0);
+    let first = gw.send(HONDA, request.clone()).await;
+    assert_code(&first, "INTERNAL_ERROR");
+    assert!(
+        first.aap_error()["details"]["lead"].is_null(),
+        "{}",
+        first.text
+    );
+    intake.set_mode(Mode::Normal, 0);
+    let retry = gw.send(HONDA, request).await;
+    assert_eq!(data(&retry)["status"], "received");
+    assert_eq!(intake.received().len(), 2, "sent again");
 }
 
 // ---------------------------------------------------------------------------------------------

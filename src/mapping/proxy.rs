@@ -283,6 +283,8 @@ impl MappingLoader<'_> {
             listable_only,
             scan_limit: file.scan_limit.max(1),
             scan_cache: scan_cache?,
+            // Set by the lead compiler from `lead.not_processed`.
+            not_processed: crate::engine::proxy::NotProcessed::default(),
         })
     }
 

@@ -24,7 +24,7 @@ mod transport;
 pub use page::{check_listable, is_listable, is_listable_status, page_data, window};
 pub use scan_cache::ScanCache;
 pub use spec::{
-    ErrorRule, MappingGlobals, Missing, ProxyMapping, ResponseSpec, RuleOutcome, StatusMatch,
-    Supports, Values,
+    ErrorRule, MappingGlobals, Missing, NotProcessed, ProxyMapping, ResponseSpec, RuleOutcome,
+    StatusMatch, Supports, Values,
 };
 pub use transport::{Canned, Transport, send};
