@@ -532,6 +532,36 @@ async fn a_502_after_commit_is_an_unknown_outcome_unless_declared_not_processed(
     assert_eq!(intake.received().len(), 2, "sent again");
 }
 
+/// Issue 38 item 6: a key freed after an unknown outcome (`resend`) and reused with another body
+/// is another lead under another reference: a CRM that de-duplicates on the reference keeps both
+/// instead of answering the new lead with the old one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_freed_key_reused_with_another_body_is_sent_under_a_new_reference() {
+    let (gw, intake, _sims) = intake_rig_with(&json_intake_mapping(""), "").await;
+    intake.set_mode(Mode::Commit502, 0);
+    let first = lead(&honda(Status::InStock), "reused-after-502");
+    let reply = gw.send(HONDA, first.clone()).await;
+    assert_code(&reply, "INTERNAL_ERROR"); // unknown outcome, `resend`: the key is freed
+    intake.set_mode(Mode::Normal, 0);
+    let second = with(first, "/customer/first_name", json!("Someone Else"));
+    let reply = gw.send(HONDA, second).await;
+    assert_eq!(data(&reply)["status"], "received");
+    let stored = intake.fixtures()["json"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(stored.len(), 2, "both leads kept: {stored:?}");
+    assert_ne!(
+        stored[0]["lead"]["external_ref"],
+        stored[1]["lead"]["external_ref"]
+    );
+    assert_eq!(
+        stored[1]["id"],
+        data(&reply)["lead_id"],
+        "the reply names the new lead"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Appointments
 
