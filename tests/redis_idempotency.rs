@@ -127,3 +127,52 @@ async fn a_claim_taken_over_before_the_delivery_began_stops_it() {
         "{refused:?}"
     );
 }
+
+// === item 5: the keeper renews every claim, whatever one renewal does ===
+
+#[tokio::test]
+async fn one_failing_renewal_does_not_let_the_other_claims_lapse() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let lock = Duration::from_millis(900);
+    let redis = RedisBackend::new(&server.url, TIMEOUT, "i5:").expect("valid url");
+    let keys = Arc::new(Idempotency::shared(
+        limits(OnAmbiguous::Hold),
+        redis,
+        lock,
+        OnBackendError::Local,
+    ));
+    let mut tickets = Vec::new();
+    for n in 0..20 {
+        tickets.push(fresh(&keys, &format!("k{n}"), [1; 32]).await);
+    }
+    // One entry Redis cannot renew (a value of the wrong type: every renewal of it errors).
+    let mut conn = raw(&server).await;
+    let broken = entry("i5:", "k7");
+    let _: () = redis::cmd("DEL")
+        .arg(&broken)
+        .query_async(&mut conn)
+        .await
+        .expect("DEL");
+    let _: () = redis::cmd("SET")
+        .arg(&broken)
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+    let keeper = tokio::spawn(Arc::clone(&keys).keep_shared());
+    // Three leases long: without renewals every claim would have lapsed twice.
+    tokio::time::sleep(lock * 3).await;
+    let other = replica(&server, "i5:", OnAmbiguous::Hold, OnBackendError::Local);
+    for n in (0..20).filter(|n| *n != 7) {
+        let until = Instant::now() + Duration::from_millis(50);
+        let claim = other.claim(scope(&format!("k{n}")), [1; 32], until).await;
+        assert!(
+            matches!(claim, Err(AapError::LeadInProgress { .. })),
+            "k{n} lapsed while its replica lived: {claim:?}"
+        );
+    }
+    keeper.abort();
+    drop(tickets);
+}
