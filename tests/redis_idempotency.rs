@@ -176,3 +176,36 @@ async fn one_failing_renewal_does_not_let_the_other_claims_lapse() {
     keeper.abort();
     drop(tickets);
 }
+
+// === item 4: a replica that starts fresh against a restarted Redis does not skip recovery ===
+
+#[tokio::test]
+async fn a_fresh_replica_first_at_a_restarted_redis_does_not_skip_the_recovery_window() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let old = replica(&server, "i4:", OnAmbiguous::Hold, OnBackendError::Local);
+    let ticket = fresh(&old, "before", [1; 32]).await; // `old` knows Redis's epoch now
+    drop(ticket);
+    // Redis comes back empty (a restart without persistence, a failover to an empty replica).
+    let mut conn = raw(&server).await;
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut conn)
+        .await
+        .expect("FLUSHALL");
+    // A replica started just now gets there first: it cannot tell, and makes the new epoch.
+    let new = replica(&server, "i4:", OnAmbiguous::Hold, OnBackendError::Local);
+    let _first = fresh(&new, "first-after", [1; 32]).await;
+    // The replica that remembers the lost data finds a young epoch: recovery starts, for all.
+    let until = Instant::now() + Duration::from_millis(100);
+    let claim = old.claim(scope("o1"), [1; 32], until).await;
+    assert!(
+        matches!(claim, Err(AapError::LeadInProgress { .. })),
+        "{claim:?}"
+    );
+    let claim = new.claim(scope("n2"), [1; 32], until).await;
+    assert!(
+        matches!(claim, Err(AapError::LeadInProgress { .. })),
+        "{claim:?}"
+    );
+}
