@@ -313,14 +313,42 @@ impl Inner {
         }
     }
 
-    /// Makes room for one more entry of `incoming` bytes by dropping the oldest finished ones.
+    /// Makes room for one more entry of `incoming` bytes by dropping the oldest finished ones:
+    /// delivered replies first; a key held for reconciliation (`on_ambiguous: hold`) only when
+    /// nothing else is left, with a warning, since its lead may then be sent again.
     fn evict(&mut self, max_entries: usize, max_bytes: usize, incoming: usize) {
-        while self.entries.len() >= max_entries || self.bytes.saturating_add(incoming) > max_bytes {
-            let Some((_, scope, seq)) = self.order.pop_front() else {
-                // Only calls in flight: they are bounded by the server's concurrency limit.
-                return;
+        let over = |inner: &Inner| {
+            inner.entries.len() >= max_entries || inner.bytes.saturating_add(incoming) > max_bytes
+        };
+        let mut held = Vec::new();
+        while over(self) {
+            let Some((expires, scope, seq)) = self.order.pop_front() else {
+                break;
             };
+            if matches!(self.entries.get(&scope), Some(Entry::Held { seq: s, .. }) if *s == seq) {
+                held.push((expires, scope, seq));
+                continue;
+            }
             self.remove_finished(&scope, seq);
+        }
+        let mut held = held.into_iter();
+        while over(self) {
+            // Only held keys and calls in flight (bounded by the server's concurrency limit).
+            let Some((_, scope, seq)) = held.next() else {
+                break;
+            };
+            if let Some(Entry::Held { reference, .. }) = self.entries.get(&scope) {
+                tracing::warn!(
+                    reference = %reference,
+                    "idempotency: a key held for reconciliation was dropped to stay within \
+                     idempotency.max_entries / max_bytes; a retry of its lead delivers again"
+                );
+            }
+            self.remove_finished(&scope, seq);
+        }
+        // The held keys kept go back in front, in their order (the oldest expire first).
+        for kept in held.rev() {
+            self.order.push_front(kept);
         }
     }
 
@@ -765,6 +793,32 @@ mod tests {
         ] {
             assert!(matches!(err, AapError::LeadHeld { .. }), "{err:?}");
         }
+    }
+
+    /// Issue 38 item 8: the bounds drop delivered replies before a key held for reconciliation.
+    #[tokio::test]
+    async fn held_keys_outlive_the_replies_evicted_around_them() {
+        let store = Arc::new(Store::new(Duration::from_secs(60), 3));
+        let ticket = fresh(&store, "held", OnAmbiguous::Hold).await;
+        assert!(ticket.unknown("aap-held").await.is_some());
+        for i in 0..10 {
+            let t = fresh(&store, &format!("k{i}"), OnAmbiguous::Hold).await;
+            t.complete(&reply(&format!("L-{i}"))).await;
+            assert!(store.len() <= 3, "{} entries", store.len());
+        }
+        let err = claim(&store, "held", OnAmbiguous::Hold).await.unwrap_err();
+        assert!(matches!(err, AapError::LeadHeld { .. }), "{err:?}");
+        // Only held keys left: the oldest goes, so the store stays bounded.
+        let store = Arc::new(Store::new(Duration::from_secs(60), 2));
+        for key in ["h0", "h1", "h2"] {
+            let t = fresh(&store, key, OnAmbiguous::Hold).await;
+            assert!(t.unknown(key).await.is_some());
+            assert!(store.len() <= 2, "{} entries", store.len());
+        }
+        assert!(matches!(
+            claim(&store, "h2", OnAmbiguous::Hold).await,
+            Err(AapError::LeadHeld { .. })
+        ));
     }
 
     #[tokio::test]
