@@ -29,7 +29,8 @@
 //!   is a debug line (at most once per [`BACKEND_WARN_EVERY`]) and [`Limiter::backend_errors`]
 //!   counts it.
 //! - **Overload**: [`Limiter::admit`] sheds calls beyond `limits.max_concurrency` with the same
-//!   `RATE_LIMITED` and a short retry hint, instead of queueing without bound.
+//!   `RATE_LIMITED` and a short retry hint, instead of queueing without bound; and
+//!   [`Limiter::body_bytes`] bounds the bytes all bodies being received hold together.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -202,6 +203,8 @@ pub struct Limiter<C: Clock + Clone = DefaultClock> {
     backend_errors: AtomicU64,
     last_warning: Mutex<Option<Instant>>,
     slots: Arc<Semaphore>,
+    /// Bytes that partly received request bodies may hold together (one permit a byte).
+    bodies: Arc<Semaphore>,
     max_keys: usize,
     /// Buckets at which the next inline sweep runs: `max_keys`, or twice what the last sweep
     /// kept, so clients that are all live cannot make every call sweep.
@@ -298,6 +301,7 @@ impl<C: Clock + Clone> Limiter<C> {
             backend_errors: AtomicU64::new(0),
             last_warning: Mutex::new(None),
             slots: Arc::new(Semaphore::new(max_concurrency.max(1))),
+            bodies: Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)),
             max_keys: MAX_KEYS,
             sweep_at: std::sync::atomic::AtomicUsize::new(MAX_KEYS),
             clock,
@@ -308,6 +312,37 @@ impl<C: Clock + Clone> Limiter<C> {
     pub fn set_max_keys(&mut self, max_keys: usize) {
         self.max_keys = max_keys.max(1);
         self.sweep_at.store(self.max_keys, Ordering::Relaxed);
+    }
+
+    /// Bounds the bytes all request bodies being received may hold together (see
+    /// [`Limiter::body_bytes`]); without it, only each body's own limit holds.
+    #[must_use]
+    pub fn with_body_budget(mut self, bytes: usize) -> Self {
+        self.bodies = Arc::new(Semaphore::new(bytes.clamp(1, Semaphore::MAX_PERMITS)));
+        self
+    }
+
+    /// Room for `bytes` more of a body being received, held until the returned permit (merged
+    /// into `held`) is dropped; `None` when the budget is spent. Many slow bodies from a few
+    /// addresses would otherwise add up to the pod's memory limit, and an OOM kill loses the
+    /// deliveries in flight: past the budget a body is refused at once instead.
+    pub fn body_bytes(&self, held: &mut Option<OwnedSemaphorePermit>, bytes: usize) -> bool {
+        if bytes == 0 {
+            return self.bodies.available_permits() > 0;
+        }
+        let Ok(n) = u32::try_from(bytes) else {
+            return false;
+        };
+        match Arc::clone(&self.bodies).try_acquire_many_owned(n) {
+            Ok(permit) => {
+                match held {
+                    Some(h) => h.merge(permit),
+                    None => *held = Some(permit),
+                }
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// A slot among `limits.max_concurrency`, or `RATE_LIMITED` (shed) when all are taken.
