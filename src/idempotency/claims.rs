@@ -41,6 +41,9 @@ const POLL_MAX: Duration = Duration::from_millis(250);
 /// as it is back).
 const KEEPER_RETRY: Duration = Duration::from_millis(200);
 
+/// One renewal's lead reference (for the log) and result.
+type RenewalDone = (String, Result<Renewal, BackendError>);
+
 /// Lease renewals in flight at once (one multiplexed connection pipelines them).
 const RENEW_AT_ONCE: usize = 32;
 
@@ -350,10 +353,7 @@ impl Idempotency {
     }
 
     /// Notes one renewal's result; `false` when Redis did not answer it.
-    fn renewed(
-        &self,
-        done: Option<Result<(String, Result<Renewal, BackendError>), tokio::task::JoinError>>,
-    ) -> bool {
+    fn renewed(&self, done: Option<Result<RenewalDone, tokio::task::JoinError>>) -> bool {
         match done {
             Some(Ok((_, Ok(Renewal::Renewed)))) | None => true,
             Some(Ok((_, Ok(Renewal::PutBack)))) => {
