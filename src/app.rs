@@ -203,12 +203,21 @@ impl App {
             .flat_map(|a| a.keys.iter())
             .filter_map(|k| k.quota.map(|q| (Arc::from(k.id.as_str()), q)))
             .collect();
-        let limits = Arc::new(Limiter::new(
-            &settings.rate_limit,
-            &key_quotas,
-            redis,
-            settings.limits.max_concurrency,
-        ));
+        let limits = Arc::new(
+            Limiter::new(
+                &settings.rate_limit,
+                &key_quotas,
+                redis,
+                settings.limits.max_concurrency,
+            )
+            // Bodies being received hold at most as much as `max_concurrency` full bodies.
+            .with_body_budget(
+                settings
+                    .limits
+                    .max_concurrency
+                    .saturating_mul(settings.limits.max_body_bytes),
+            ),
+        );
         let auth = settings.auth.as_ref().map(Authenticator::new);
         let deliveries = old.map_or_else(Deliveries::new, |old| Arc::clone(&old.deliveries));
         Ok(App {

@@ -15,8 +15,10 @@
 //! - **Quota**: the skill's own quota when configured, else the key's quota, else the default.
 //!   Each (dealer, client, skill) has its own bucket.
 //! - **Per dealer** (`rate_limit.per_dealer`, always set for `lead.submit`): one bucket per
-//!   (dealer, skill) shared by every client, checked after the client's own, so that many keys
-//!   or addresses together cannot push more leads into one dealer's CRM than it expects.
+//!   (dealer, skill) shared by every client, so that many keys or addresses together cannot push
+//!   more leads into one dealer's CRM than it expects. Charged ([`Limiter::check_dealer`]) only
+//!   for calls that passed the client's own quota and the request schema: invalid calls must not
+//!   drain a bucket every buyer shares.
 //! - **Memory** (`governor`, keyed GCRA): keys whose bucket is full again carry no information
 //!   and are swept, so memory stays bounded however many distinct clients appear; past
 //!   [`MAX_KEYS`] a sweep runs inline.
@@ -27,7 +29,8 @@
 //!   is a debug line (at most once per [`BACKEND_WARN_EVERY`]) and [`Limiter::backend_errors`]
 //!   counts it.
 //! - **Overload**: [`Limiter::admit`] sheds calls beyond `limits.max_concurrency` with the same
-//!   `RATE_LIMITED` and a short retry hint, instead of queueing without bound.
+//!   `RATE_LIMITED` and a short retry hint, instead of queueing without bound; and
+//!   [`Limiter::body_bytes`] bounds the bytes all bodies being received hold together.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -100,7 +103,9 @@ pub fn client_ip(
     if !is_trusted(&peer) {
         return peer;
     }
-    let mut hops: Vec<IpAddr> = Vec::new();
+    // One entry per hop, `None` where the hop's address cannot be read (`for=unknown`, an
+    // obfuscated `_id`, garbage).
+    let mut hops: Vec<Option<IpAddr>> = Vec::new();
     let mut values = headers
         .get_all(header.name())
         .iter()
@@ -109,31 +114,34 @@ pub fn client_ip(
         ClientIpHeader::Forwarded => {
             for text in values {
                 for element in text.split(',') {
-                    for pair in element.split(';') {
-                        if let Some((k, v)) = pair.trim().split_once('=')
-                            && k.trim().eq_ignore_ascii_case("for")
-                            && let Some(ip) = parse_node(v)
-                        {
-                            hops.push(ip);
-                        }
-                    }
+                    let node = element.split(';').find_map(|pair| {
+                        let (k, v) = pair.trim().split_once('=')?;
+                        k.trim().eq_ignore_ascii_case("for").then_some(v)
+                    });
+                    hops.push(node.and_then(parse_node));
                 }
             }
         }
         ClientIpHeader::XForwardedFor => {
             for text in values {
-                hops.extend(text.split(',').filter_map(parse_node));
+                hops.extend(text.split(',').map(parse_node));
             }
         }
         // Set (not appended) by the proxy: the last one is the proxy's.
-        ClientIpHeader::XRealIp => hops.extend(values.next_back().and_then(parse_node)),
+        ClientIpHeader::XRealIp => hops.extend(values.next_back().map(parse_node)),
     }
-    // Walk back from the proxy nearest to us; the first untrusted hop is the client.
-    hops.into_iter()
-        .map(|ip| ip.to_canonical())
-        .rev()
-        .find(|ip| !is_trusted(ip))
-        .unwrap_or(peer)
+    // Walk back from the proxy nearest to us; the first untrusted hop is the client. A hop a
+    // trusted proxy wrote but that cannot be read ends the walk at that proxy: skipping it would
+    // take the next entry to the left — written by whoever sent the request — as the client.
+    let mut proxy = peer;
+    for hop in hops.into_iter().rev() {
+        match hop.map(|ip| ip.to_canonical()) {
+            None => return proxy,
+            Some(ip) if is_trusted(&ip) => proxy = ip,
+            Some(ip) => return ip,
+        }
+    }
+    peer
 }
 
 /// The address a client is counted by: IPv4 as is, IPv6 by its /64 (the smallest block a
@@ -195,6 +203,8 @@ pub struct Limiter<C: Clock + Clone = DefaultClock> {
     backend_errors: AtomicU64,
     last_warning: Mutex<Option<Instant>>,
     slots: Arc<Semaphore>,
+    /// Bytes that partly received request bodies may hold together (one permit a byte).
+    bodies: Arc<Semaphore>,
     max_keys: usize,
     /// Buckets at which the next inline sweep runs: `max_keys`, or twice what the last sweep
     /// kept, so clients that are all live cannot make every call sweep.
@@ -291,6 +301,7 @@ impl<C: Clock + Clone> Limiter<C> {
             backend_errors: AtomicU64::new(0),
             last_warning: Mutex::new(None),
             slots: Arc::new(Semaphore::new(max_concurrency.max(1))),
+            bodies: Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)),
             max_keys: MAX_KEYS,
             sweep_at: std::sync::atomic::AtomicUsize::new(MAX_KEYS),
             clock,
@@ -301,6 +312,37 @@ impl<C: Clock + Clone> Limiter<C> {
     pub fn set_max_keys(&mut self, max_keys: usize) {
         self.max_keys = max_keys.max(1);
         self.sweep_at.store(self.max_keys, Ordering::Relaxed);
+    }
+
+    /// Bounds the bytes all request bodies being received may hold together (see
+    /// [`Limiter::body_bytes`]); without it, only each body's own limit holds.
+    #[must_use]
+    pub fn with_body_budget(mut self, bytes: usize) -> Self {
+        self.bodies = Arc::new(Semaphore::new(bytes.clamp(1, Semaphore::MAX_PERMITS)));
+        self
+    }
+
+    /// Room for `bytes` more of a body being received, held until the returned permit (merged
+    /// into `held`) is dropped; `None` when the budget is spent. Many slow bodies from a few
+    /// addresses would otherwise add up to the pod's memory limit, and an OOM kill loses the
+    /// deliveries in flight: past the budget a body is refused at once instead.
+    pub fn body_bytes(&self, held: &mut Option<OwnedSemaphorePermit>, bytes: usize) -> bool {
+        if bytes == 0 {
+            return self.bodies.available_permits() > 0;
+        }
+        let Ok(n) = u32::try_from(bytes) else {
+            return false;
+        };
+        match Arc::clone(&self.bodies).try_acquire_many_owned(n) {
+            Ok(permit) => {
+                match held {
+                    Some(h) => h.merge(permit),
+                    None => *held = Some(permit),
+                }
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// A slot among `limits.max_concurrency`, or `RATE_LIMITED` (shed) when all are taken.
@@ -336,9 +378,10 @@ impl<C: Clock + Clone> Limiter<C> {
             })
     }
 
-    /// Counts one call of `client` to `skill` at dealer number `dealer` — against the client's
-    /// quota, then the dealer's for that skill when it has one; `RATE_LIMITED` with the time
-    /// until the next call would be admitted when either is spent.
+    /// Counts one call of `client` to `skill` at dealer number `dealer` against the client's
+    /// quota; `RATE_LIMITED` with the time until the next call would be admitted when it is
+    /// spent. Checked before the request schema, so a client's malformed calls spend its own
+    /// quota.
     pub async fn check(
         &self,
         dealer: u16,
@@ -354,6 +397,23 @@ impl<C: Clock + Clone> Limiter<C> {
         let key = format!("{dealer_id}:{}:{client}", skill.id());
         if !self.shared(&key, quota).await? {
             self.check_local(limiter, (dealer, skill, client.clone()))?;
+        }
+        Ok(())
+    }
+
+    /// Counts one call to `skill` against the dealer's quota for all clients together, when it
+    /// has one (`rate_limit.per_dealer`). Checked only once the call passed the client's own
+    /// quota and the request schema: a bucket every client shares must not be drained by calls
+    /// that would be refused anyway, or two clients sending invalid leads at their own quota
+    /// would starve every other buyer of the dealer's lead intake.
+    pub async fn check_dealer(
+        &self,
+        dealer: u16,
+        dealer_id: &str,
+        skill: Skill,
+    ) -> Result<(), AapError> {
+        if !self.enabled {
+            return Ok(());
         }
         if let Some((limiter, quota)) = self.per_dealer.get(&skill) {
             // `all` names no client (those are `key:…` and `ip:…`).
@@ -513,8 +573,22 @@ mod tests {
         Client::Ip(IpAddr::from([192, 0, 2, n]))
     }
 
+    /// One call through both stages, as the pipeline runs them (the schema passing between).
+    fn both(
+        l: &Limiter<FakeRelativeClock>,
+        dealer: u16,
+        id: &str,
+        skill: Skill,
+        c: &Client,
+    ) -> Result<(), AapError> {
+        futures_lite(async {
+            l.check(dealer, id, skill, c).await?;
+            l.check_dealer(dealer, id, skill).await
+        })
+    }
+
     fn admitted(l: &Limiter<FakeRelativeClock>, skill: Skill, c: &Client) -> bool {
-        futures_lite(l.check(0, "d", skill, c)).is_ok()
+        both(l, 0, "d", skill, c).is_ok()
     }
 
     /// Polls a future that never waits (memory backend) to completion.
@@ -619,7 +693,7 @@ mod tests {
             assert!(admitted(&l, Skill::LeadSubmit, &ip(n)), "lead {n}");
         }
         // ...so a fourth client, well within its own quota, is refused with the dealer's wait.
-        match futures_lite(l.check(0, "d", Skill::LeadSubmit, &ip(4))) {
+        match both(&l, 0, "d", Skill::LeadSubmit, &ip(4)) {
             Err(AapError::RateLimited { retry_after }) => {
                 assert_eq!(retry_after, Duration::from_secs(10));
             }
@@ -627,7 +701,7 @@ mod tests {
         }
         // Other skills and other dealers are not held back.
         assert!(admitted(&l, Skill::InventorySearch, &ip(4)));
-        assert!(futures_lite(l.check(1, "e", Skill::LeadSubmit, &ip(4))).is_ok());
+        assert!(both(&l, 1, "e", Skill::LeadSubmit, &ip(4)).is_ok());
         clock.advance(Duration::from_secs(10));
         assert!(admitted(&l, Skill::LeadSubmit, &ip(4)));
     }
@@ -721,6 +795,46 @@ mod tests {
             client_ip(proxy, &only_proxies, &trusted, XForwardedFor),
             proxy
         );
+    }
+
+    /// Issue 38 item 14: a hop a trusted proxy wrote but that names no address (`for=unknown`,
+    /// an obfuscated `_id`, garbage) ends the walk; the attacker's own entry to its left never
+    /// becomes the client.
+    #[test]
+    fn an_unreadable_hop_from_a_trusted_proxy_ends_the_walk_at_that_proxy() {
+        use ClientIpHeader::{Forwarded, XForwardedFor, XRealIp};
+        let trusted: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let proxy = ip("10.0.0.5");
+        let with = |name: &'static str, value: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(name, value.parse().unwrap());
+            h
+        };
+        // The attacker wrote 198.51.100.66 itself; our proxy could only say `unknown`.
+        for value in [
+            "for=198.51.100.66, for=unknown",
+            "for=198.51.100.66, for=_hidden",
+            "for=198.51.100.66, by=10.0.0.5",
+        ] {
+            let h = with("forwarded", value);
+            assert_eq!(client_ip(proxy, &h, &trusted, Forwarded), proxy, "{value}");
+        }
+        let h = with("x-forwarded-for", "198.51.100.66, unknown");
+        assert_eq!(client_ip(proxy, &h, &trusted, XForwardedFor), proxy);
+        // Behind a second trusted proxy that wrote `unknown`: that proxy's address stands.
+        let h = with("forwarded", "for=198.51.100.66, for=_x, for=10.3.3.3");
+        assert_eq!(client_ip(proxy, &h, &trusted, Forwarded), ip("10.3.3.3"));
+        let h = with("x-forwarded-for", "198.51.100.66, garbage, 10.3.3.3");
+        assert_eq!(
+            client_ip(proxy, &h, &trusted, XForwardedFor),
+            ip("10.3.3.3")
+        );
+        let h = with("x-real-ip", "unknown");
+        assert_eq!(client_ip(proxy, &h, &trusted, XRealIp), proxy);
+        // Readable hops still walk as before.
+        let h = with("forwarded", "for=198.51.100.66, for=192.0.2.9");
+        assert_eq!(client_ip(proxy, &h, &trusted, Forwarded), ip("192.0.2.9"));
     }
 
     #[test]

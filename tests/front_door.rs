@@ -255,6 +255,66 @@ async fn slow_loris(gw: SocketAddr, connections: usize) -> Vec<TcpStream> {
     held
 }
 
+/// Issue 38 item 12: the bytes all partly received bodies hold are bounded together
+/// (`max_concurrency` × `max_body_bytes`); past that a body is refused at once (503, counted),
+/// not after `body_read_timeout`, and room comes back as held bodies go.
+#[tokio::test(flavor = "multi_thread")]
+async fn bytes_held_in_partly_received_bodies_are_bounded_in_total() {
+    // Budget: 2 × 4096 = 8192 bytes.
+    let gw = gateway(&format!(
+        "limits: {{ max_concurrency: 2, max_body_bytes: 4096, body_read_timeout: 5s }}\n{EVERY_REQUEST_IN}"
+    ))
+    .await;
+    let head = "POST /a2a HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\nContent-Length: 4000\r\n\r\n";
+    let part = " ".repeat(2700);
+    let mut held = Vec::new();
+    for i in 0..3 {
+        let mut stream = connect_from(attacker(i), gw.addr).await.expect("connects");
+        stream.write_all(head.as_bytes()).await.expect("head");
+        stream.write_all(part.as_bytes()).await.expect("part");
+        held.push(stream);
+    }
+    // 8100 bytes held. One more body of 200 bytes is past the budget: refused at once.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let mut late = connect_from(attacker(3), gw.addr).await.expect("connects");
+    late.write_all(head.as_bytes()).await.expect("head");
+    late.write_all(" ".repeat(200).as_bytes())
+        .await
+        .expect("part");
+    let answer = read_all(&mut late, Duration::from_secs(2)).await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("retry-after: 1"),
+        "{answer}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "at once, not at the body timeout"
+    );
+    let text = scrape(&gw).await;
+    assert_eq!(
+        sample(
+            &text,
+            "aap_gateway_requests_total{dealer=\"front_motors\",skill=\"none\",binding=\"jsonrpc\",outcome=\"BODIES_FULL\"}"
+        ),
+        1.0,
+        "{text}"
+    );
+    // The held bodies go (their senders vanish): the budget is free again.
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let info = common::send_message(json!({ "type": "dealer.information.request" })).to_string();
+    let reply = client_from(VICTIM)
+        .post(gw.url("/a2a"))
+        .headers(headers())
+        .body(info)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(reply.status(), 200);
+}
+
 async fn slow_loris_attack(connections: usize, hold: &str, victim_for: Duration) {
     let gw = gateway(&format!(
         "limits: {{ max_concurrency: 16, body_read_timeout: {hold} }}\nconnections: {{ max_per_ip: {connections} }}\n{EVERY_REQUEST_IN}"
@@ -712,6 +772,8 @@ async fn a_flood_from_one_address_is_refused_before_auth_or_parsing_and_logged_b
         .expect("refused");
     assert_eq!(reply.status(), 200);
     assert!(reply.headers().contains_key("retry-after"));
+    // AAP content: the activated extension is echoed (issue 38 item 13).
+    assert_eq!(reply.headers()["a2a-extensions"], common::EXT);
     let body: serde_json::Value = reply.json().await.expect("json");
     assert_eq!(body["id"], serde_json::Value::Null);
     assert_eq!(body["error"]["code"], -32000);
@@ -730,6 +792,7 @@ async fn a_flood_from_one_address_is_refused_before_auth_or_parsing_and_logged_b
         .await
         .expect("http+json");
     assert_eq!(rest.status(), 429);
+    assert_eq!(rest.headers()["a2a-extensions"], common::EXT);
     // Another address is another client.
     let other = client_from(attacker(1))
         .get(gw.url("/.well-known/agent-card.json"))

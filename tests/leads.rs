@@ -342,11 +342,61 @@ async fn a_mail_server_ending_a_pooled_session_loses_no_lead() {
     assert_eq!(sims.smtp.messages().len(), LEADS, "one e-mail per lead");
 }
 
+/// Issue 38 item 9: a buyer's line break in a value the mail subject uses is bad input, answered
+/// once and not retryable (a retry would meet it again), never an endless `INTERNAL_ERROR`; no
+/// mail leaves, and the corrected lead goes under the same key.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_line_break_in_a_mail_subject_value_is_bad_input_not_a_retry_loop() {
+    let sims = Simulators::start().await.expect("simulators");
+    let files = DemoCopy::new();
+    files.edit(
+        "mappings/demo-honda/lead.submit.yaml",
+        "subject: \"New AAP lead {{ lead.reference }}\"",
+        "subject: \"New AAP lead {{ lead.reference }} for {{ request.customer.last_name }}\"",
+    );
+    let gw = files.start(simulator_vars(&sims)).await;
+    let bike = honda(Status::InStock);
+    let request = with(
+        lead(&bike, "subject-crlf"),
+        "/customer/last_name",
+        json!("Lee\r\nBcc: attacker@example.com"),
+    );
+    let reply = gw.send(HONDA, request.clone()).await;
+    assert_code(&reply, "SCHEMA_VALIDATION_FAILED");
+    assert_eq!(reply.aap_error()["retryable"], false, "{}", reply.text);
+    assert!(reply.text.contains("mail subject"), "{}", reply.text);
+    assert!(!reply.text.contains("attacker"), "{}", reply.text);
+    assert!(sims.smtp.messages().is_empty(), "no mail left");
+    // Nothing was sent: the key is free for the corrected lead.
+    let fixed = with(request, "/customer/last_name", json!("Lee"));
+    let reply = gw.send(HONDA, fixed).await;
+    assert_eq!(data(&reply)["status"], "received");
+    let messages = sims.smtp.messages();
+    assert_eq!(messages.len(), 1);
+    assert!(
+        messages[0]["subject"]
+            .as_str()
+            .is_some_and(|s| s.ends_with("for Lee")),
+        "{messages:?}"
+    );
+}
+
 /// A copy of the demo whose Demo Honda delivers leads to the HTTP intake with `mapping`.
 async fn intake_rig(mapping: &str) -> (Gateway, aap_sim::sim::SimHandle, Simulators) {
+    intake_rig_with(mapping, "").await
+}
+
+/// [`intake_rig`], with `config` appended to the gateway's configuration.
+async fn intake_rig_with(
+    mapping: &str,
+    config: &str,
+) -> (Gateway, aap_sim::sim::SimHandle, Simulators) {
     let sims = Simulators::start().await.expect("simulators");
     let intake = aap_sim::intake::start_intake().await.expect("intake");
     let files = DemoCopy::new();
+    if !config.is_empty() {
+        files.append("config/demo.yaml", config);
+    }
     files.append(
         "mappings/demo-honda/upstreams.yaml",
         "\nintake:\n  kind: rest\n  base_url: ${INTAKE_URL}\n  auth: { kind: api_key, header: X-Api-Key, value: demo-intake-key }\n",
@@ -405,6 +455,111 @@ async fn a_lead_sent_as_rest_json_keeps_every_value() {
     assert_eq!(stored["lead"]["customer"], request["customer"]);
     assert_eq!(stored["lead"]["consent"], request["consent"]);
     assert_eq!(stored["lead"]["message"], HOSTILE_MESSAGE);
+}
+
+/// Issue 38 item 10: an `errors` rule whose jq fails on a lead is a mapping defect, logged
+/// without the jq message (jaq quotes the value it failed on: here the customer's e-mail).
+#[tokio::test]
+async fn a_failing_error_rule_never_logs_the_leads_values() {
+    let (logs, _capture) = common::logs::capture();
+    let (gw, _intake, _sims) = intake_rig(concat!(
+        "skill: lead.submit\nupstream: intake\nrequest:\n  method: POST\n  path: /api/leads\n",
+        "  body: |\n",
+        "    { \"external_ref\": {{ lead.reference }}, \"customer\": {{ request.customer }},\n",
+        "      \"consent\": {{ request.consent }} }\n",
+        "response:\n  jq: '{ lead_id: .leadId, status: \"received\" }'\n",
+        "errors:\n  - when: { jq: '($request.customer.email | tonumber) > 0' }\n",
+        "    code: APPOINTMENT_TIME_UNAVAILABLE\n",
+    ))
+    .await;
+    let reply = gw
+        .send(HONDA, lead(&honda(Status::InStock), "rule-fails"))
+        .await;
+    assert_code(&reply, "INTERNAL_ERROR");
+    let text = logs.text();
+    assert!(text.contains("when.jq"), "the defect is logged: {text}");
+    assert!(!text.contains("anna.lee"), "{text}");
+}
+
+/// A REST JSON lead mapping for the intake; `lead` is its `lead:` block (or empty).
+fn json_intake_mapping(lead: &str) -> String {
+    format!(
+        "skill: lead.submit\nupstream: intake\n{lead}request:\n  method: POST\n  path: /api/leads\n  body: |\n    {{ \"external_ref\": {{{{ lead.reference }}}}, \"customer\": {{{{ request.customer }}}} }}\nresponse:\n  jq: '{{ lead_id: .leadId, status: \"received\" }}'\n"
+    )
+}
+
+/// Issue 38 item 1: a load balancer's 502 after the CRM committed says nothing about the lead.
+/// Under `on_ambiguous: hold` it is held, never sent again; only a status the CRM's contract
+/// declares "not processed" (`lead.not_processed`) frees the key for a retry.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_502_after_commit_is_an_unknown_outcome_unless_declared_not_processed() {
+    let hold = "idempotency:\n  on_ambiguous: hold\n";
+    let (gw, intake, _sims) = intake_rig_with(&json_intake_mapping(""), hold).await;
+    intake.set_mode(Mode::Commit502, 0);
+    let request = lead(&honda(Status::InStock), "committed-then-502");
+    let first = gw.send(HONDA, request.clone()).await;
+    assert_eq!(
+        first.aap_error()["details"]["lead"],
+        "held",
+        "{}",
+        first.text
+    );
+    intake.set_mode(Mode::Normal, 0);
+    let retry = gw.send(HONDA, request.clone()).await;
+    assert_eq!(
+        retry.aap_error()["details"]["lead"],
+        "held",
+        "{}",
+        retry.text
+    );
+    assert_eq!(intake.received().len(), 1, "never sent again");
+    assert_eq!(intake.fixtures()["json"].as_array().map(Vec::len), Some(1));
+
+    // The CRM's contract says a 502 means nothing was stored: the retry delivers.
+    let declared = json_intake_mapping("lead:\n  not_processed: { status: [502] }\n");
+    let (gw, intake, _sims) = intake_rig_with(&declared, hold).await;
+    intake.set_mode(Mode::Commit502, 0);
+    let first = gw.send(HONDA, request.clone()).await;
+    assert_code(&first, "INTERNAL_ERROR");
+    assert!(
+        first.aap_error()["details"]["lead"].is_null(),
+        "{}",
+        first.text
+    );
+    intake.set_mode(Mode::Normal, 0);
+    let retry = gw.send(HONDA, request).await;
+    assert_eq!(data(&retry)["status"], "received");
+    assert_eq!(intake.received().len(), 2, "sent again");
+}
+
+/// Issue 38 item 6: a key freed after an unknown outcome (`resend`) and reused with another body
+/// is another lead under another reference: a CRM that de-duplicates on the reference keeps both
+/// instead of answering the new lead with the old one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_freed_key_reused_with_another_body_is_sent_under_a_new_reference() {
+    let (gw, intake, _sims) = intake_rig_with(&json_intake_mapping(""), "").await;
+    intake.set_mode(Mode::Commit502, 0);
+    let first = lead(&honda(Status::InStock), "reused-after-502");
+    let reply = gw.send(HONDA, first.clone()).await;
+    assert_code(&reply, "INTERNAL_ERROR"); // unknown outcome, `resend`: the key is freed
+    intake.set_mode(Mode::Normal, 0);
+    let second = with(first, "/customer/first_name", json!("Someone Else"));
+    let reply = gw.send(HONDA, second).await;
+    assert_eq!(data(&reply)["status"], "received");
+    let stored = intake.fixtures()["json"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(stored.len(), 2, "both leads kept: {stored:?}");
+    assert_ne!(
+        stored[0]["lead"]["external_ref"],
+        stored[1]["lead"]["external_ref"]
+    );
+    assert_eq!(
+        stored[1]["id"],
+        data(&reply)["lead_id"],
+        "the reply names the new lead"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -559,6 +714,46 @@ async fn a_grant_that_reaches_no_contact_point_needs_consent() {
     request["consent"]["allowed_channels"] = json!(["email"]);
     request["customer"]["preferred_contact"] = json!("any");
     refused(request, "CONTACT_CONSENT_REQUIRED").await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quotas
+
+/// Issue 38 item 11: invalid lead calls spend their sender's quota, never the dealer-wide lead
+/// bucket every buyer shares; a valid lead after a burst of invalid ones still goes through.
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_leads_never_drain_the_dealers_shared_lead_quota() {
+    let sims = Simulators::start().await.expect("simulators");
+    let files = DemoCopy::new();
+    files.edit(
+        "config/demo.yaml",
+        "lead.submit: { rate: 60/min, burst: 20 }",
+        "lead.submit: { rate: 100/s, burst: 100 }\n  per_dealer:\n    lead.submit: { rate: 1/min, burst: 3 }",
+    );
+    let gw = files.start(simulator_vars(&sims)).await;
+    let good = lead(&toyota(Status::InStock), "after-the-flood");
+    let invalid = without(good.clone(), "", "customer");
+    for _ in 0..10 {
+        let reply = gw.send(TOYOTA, invalid.clone()).await;
+        assert_code(&reply, "MISSING_REQUIRED_FIELD");
+    }
+    let reply = gw.send(TOYOTA, good).await;
+    assert_eq!(data(&reply)["status"], "received", "{}", reply.text);
+    // The shared bucket still holds: three valid leads spend its burst, the fourth waits.
+    for n in 0..2 {
+        let reply = gw
+            .send(
+                TOYOTA,
+                lead(&toyota(Status::InStock), &format!("valid-{n}")),
+            )
+            .await;
+        // The same customer again: the CRM merges it (`duplicate`), but it was delivered.
+        data(&reply);
+    }
+    let reply = gw
+        .send(TOYOTA, lead(&toyota(Status::InStock), "one-too-many"))
+        .await;
+    assert_code(&reply, "RATE_LIMITED");
 }
 
 // ---------------------------------------------------------------------------------------------

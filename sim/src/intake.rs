@@ -32,7 +32,8 @@
 //! "lead": <parsed>, "raw": "<document as received>"}], "json": [{"id", "lead": <object>}]}`,
 //! oldest first (the last [`sim::RECEIVED_CAP`] of each kind).
 //!
-//! Misbehaviour: `fail` → 500 `{"error": "lead store unavailable"}`, nothing stored; `garbage`
+//! Misbehaviour: `commit_502` / `commit_504` store the lead, then answer a proxy's 502 / 504
+//! (the caller cannot tell it was committed). `fail` → 500 `{"error": "lead store unavailable"}`, nothing stored; `garbage`
 //! → 200 `application/json` that is not JSON; `huge` → 200, a valid JSON acknowledgement padded
 //! to about [`sim::HUGE_BYTES`].
 

@@ -10,7 +10,7 @@
 //! | `GET /_sim/received` | JSON array of the non-control requests in arrival order (the last [`RECEIVED_CAP`]): `{"method", "path", "query", "headers", "body", "raw_query"}` — `path` as sent (not decoded), `query` an object of decoded name → value (a repeated name's values joined with `,`), `headers` an object of lower-case name → value (repeated headers joined with `, `), `body` a (lossy UTF-8) string, `raw_query` the query string as sent |
 //! | `DELETE /_sim/received` | Forgets the recorded requests (204) |
 //! | `GET /_sim/mode` | `{"mode": "normal", "delay_ms": 0}` |
-//! | `PUT /_sim/mode` | Body `{"mode": M, "delay_ms": N}`; answers the new mode. `normal`; `fail` = HTTP 500 with the system's legacy error body; `slow` = wait `delay_ms` (default 1000) then answer normally; `hang` = read the request and never answer (the task ends when the client goes away, the simulator shuts down, or after [`HANG_CAP`]); `garbage` = 200 with an undecodable body of the right content type; `huge` = 200 with a valid-looking body of about 8 MiB |
+//! | `PUT /_sim/mode` | Body `{"mode": M, "delay_ms": N}`; answers the new mode. `normal`; `fail` = HTTP 500 with the system's legacy error body; `slow` = wait `delay_ms` (default 1000) then answer normally; `hang` = read the request and never answer (the task ends when the client goes away, the simulator shuts down, or after [`HANG_CAP`]); `garbage` = 200 with an undecodable body of the right content type; `huge` = 200 with a valid-looking body of about 8 MiB; `commit_502` / `commit_504` = handle the request normally (a lead is stored) and answer a proxy's 502 / 504 instead |
 //! | `GET /_sim/fixtures` | Facts tests need (sold VINs, an unknown VIN, counts …), per simulator |
 //! | `POST /_sim/reset` | Mode back to `normal`, the recording cleared and the simulator's own state reset ([`SimApp::reset`]: stored leads, for the intakes) (204) |
 //!
@@ -164,6 +164,11 @@ pub enum Mode {
     Hang,
     Garbage,
     Huge,
+    /// The request is handled (a lead is stored) and then a load balancer's `502` is answered
+    /// instead: the caller cannot tell that the system committed.
+    Commit502,
+    /// As [`Mode::Commit502`], with a gateway timeout's `504`.
+    Commit504,
 }
 
 impl Mode {
@@ -175,6 +180,8 @@ impl Mode {
             Mode::Hang => "hang",
             Mode::Garbage => "garbage",
             Mode::Huge => "huge",
+            Mode::Commit502 => "commit_502",
+            Mode::Commit504 => "commit_504",
         }
     }
 
@@ -186,6 +193,8 @@ impl Mode {
             Mode::Hang,
             Mode::Garbage,
             Mode::Huge,
+            Mode::Commit502,
+            Mode::Commit504,
         ]
         .into_iter()
         .find(|m| m.as_str().eq_ignore_ascii_case(s.trim()))
@@ -460,6 +469,15 @@ async fn dispatch(shared: &Shared, req: Request<Incoming>) -> SimResponse {
         }
         Mode::Garbage => shared.app.garbage(&req),
         Mode::Huge => shared.app.huge(&req),
+        Mode::Commit502 | Mode::Commit504 => {
+            // Committed behind the proxy; the proxy's answer is all the caller sees.
+            let _committed = shared.app.handle(&req);
+            if setting.mode == Mode::Commit502 {
+                text(StatusCode::BAD_GATEWAY, "bad gateway")
+            } else {
+                text(StatusCode::GATEWAY_TIMEOUT, "gateway timeout")
+            }
+        }
     }
 }
 
@@ -509,7 +527,9 @@ fn parse_mode(body: &[u8]) -> Result<ModeSetting, String> {
         .get("mode")
         .and_then(Value::as_str)
         .and_then(Mode::parse)
-        .ok_or("mode must be one of normal, fail, slow, hang, garbage, huge")?;
+        .ok_or(
+            "mode must be one of normal, fail, slow, hang, garbage, huge, commit_502, commit_504",
+        )?;
     let delay_ms = match value.get("delay_ms") {
         None | Some(Value::Null) => {
             if mode == Mode::Slow {

@@ -590,12 +590,24 @@ impl Session {
                     .await?;
             }
             Mode::Huge => self.reply(TOO_BIG_REPLY).await?,
+            Mode::Commit502 | Mode::Commit504 => {
+                // Taken, then the connection drops before the `250`: the acknowledgement is lost.
+                self.keep(&message);
+                return Ok(Flow::Close);
+            }
         }
         Ok(Flow::Continue)
     }
 
     /// Keeps the message (parsed) and acknowledges it.
     async fn accept(&mut self, raw: &[u8]) -> std::io::Result<()> {
+        let n = self.keep(raw);
+        self.reply(&format!("250 2.0.0 Ok: queued as DEMO{n:06}"))
+            .await
+    }
+
+    /// Keeps the message (parsed); returns its queue number.
+    fn keep(&mut self, raw: &[u8]) -> u64 {
         let entry = describe(raw);
         {
             let mut messages = lock(&self.server.messages);
@@ -604,9 +616,7 @@ impl Session {
             }
             messages.push_back(entry);
         }
-        let n = self.server.queued.fetch_add(1, Ordering::Relaxed) + 1;
-        self.reply(&format!("250 2.0.0 Ok: queued as DEMO{n:06}"))
-            .await
+        self.server.queued.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// `hang`: answer nothing, read and drop whatever arrives until the client goes away.

@@ -148,7 +148,9 @@ pub fn refusal(
     error: &AapError,
     log: &mut RequestLog,
 ) -> Response<Full<Bytes>> {
-    error_response(dealer, error, reply_media_type(headers), None, log)
+    // AAP's error payload: echo the extension if the request activated it, as every reply does.
+    let extension = headers::activated(dealer, headers).then_some(dealer.extension_uri());
+    error_response(dealer, error, reply_media_type(headers), extension, log)
 }
 
 /// An error as a `google.rpc.Status` body with its HTTP status; notes its outcome in `log`.

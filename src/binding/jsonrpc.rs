@@ -62,11 +62,15 @@ pub async fn serve(
 pub fn refusal(
     app: &App,
     dealer: &Dealer,
+    headers: &HeaderMap,
     error: &AapError,
     log: &mut RequestLog,
 ) -> Response<Full<Bytes>> {
     let (body, status, retry_after) = error_body(app, dealer, &Value::Null, error, log);
-    let mut response = respond(body, None);
+    // The reply carries AAP's error payload: echo the extension if the request activated it,
+    // as every other reply does.
+    let extension = headers::activated(dealer, headers).then_some(dealer.extension_uri());
+    let mut response = respond(body, extension);
     *response.status_mut() = status;
     headers::error_headers(response.headers_mut(), status, retry_after);
     response

@@ -10,15 +10,17 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use crate::error::{AapCode, AapError};
+use crate::error::AapError;
 use crate::protocol::{Reply, Skill};
-use crate::redis_backend::{Claiming, HeldClaim, RedisBackend, Renewal, Reservation};
+use crate::redis_backend::{BackendError, Claiming, HeldClaim, RedisBackend, Renewal, Reservation};
 use crate::settings::{OnAmbiguous, OnBackendError};
 use crate::telemetry::metrics::Metrics;
 
 use super::scope::{Fingerprint, KeyScope, hex};
 use super::shared::{ClaimState, ClaimsShared, Hold};
-use super::store::{Claim, IN_PROGRESS_RETRY_AFTER, Store, Ticket, conflict, held, in_progress};
+use super::store::{
+    Claim, IN_PROGRESS_RETRY_AFTER, Store, Ticket, conflict, held, in_progress, not_registered,
+};
 
 /// What the store's Redis did, beyond what metrics count (replays, conflicts, "in progress"
 /// answers and unknown outcomes are counted there, once).
@@ -38,6 +40,12 @@ const POLL_MAX: Duration = Duration::from_millis(250);
 /// How often the keeper tries Redis while it does not answer (leases must be renewed as soon
 /// as it is back).
 const KEEPER_RETRY: Duration = Duration::from_millis(200);
+
+/// One renewal's lead reference (for the log) and result.
+type RenewalDone = (String, Result<Renewal, BackendError>);
+
+/// Lease renewals in flight at once (one multiplexed connection pipelines them).
+const RENEW_AT_ONCE: usize = 32;
 
 /// Outcomes put back per Redis round trip.
 const RESTORE_BATCH: usize = 64;
@@ -245,13 +253,7 @@ impl Idempotency {
                     self.counters.backend_errors.fetch_add(1, Ordering::Relaxed);
                     shared.restore.store(true, Ordering::Relaxed);
                     return if shared.on_backend_error == OnBackendError::Deny {
-                        Err(AapError::Domain {
-                            code: AapCode::InternalError,
-                            message: "The lead could not be registered right now; retry with \
-                                      the same idempotency_key."
-                                .to_owned(),
-                            details: None,
-                        })
+                        Err(not_registered())
                     } else {
                         Ok(Claim::Fresh(ticket))
                     };
@@ -293,7 +295,7 @@ impl Idempotency {
     }
 
     /// One round of [`Idempotency::keep_shared`]; `false` when Redis did not answer.
-    async fn tend(&self, shared: &ClaimsShared) -> bool {
+    async fn tend(&self, shared: &Arc<ClaimsShared>) -> bool {
         let known = shared.epoch();
         match shared.redis.epoch(&known, shared.recovery()).await {
             Ok(current) if current != known => shared.adopt(current),
@@ -308,32 +310,37 @@ impl Idempotency {
             .iter()
             .map(|(k, c)| (k.clone(), c.clone()))
             .collect();
+        // Every claim is renewed, RENEW_AT_ONCE at a time on the multiplexed connection, and a
+        // failure stops none of the others: one by one, stopping at the first error, the tail
+        // of a long list would lapse behind a slow Redis while this replica is alive, and be
+        // taken over.
+        let mut renewals = tokio::task::JoinSet::new();
+        let mut answered = true;
         for (key, claim) in claims {
-            let held = HeldClaim {
-                token: &claim.token,
-                fingerprint: &claim.fingerprint,
-                reference: &claim.reference,
-                delivering: claim.delivering,
-            };
-            match shared
-                .redis
-                .renew(&key, &held, shared.lock_ttl, shared.ttl)
-                .await
-            {
-                Ok(Renewal::Renewed) => {}
-                Ok(Renewal::PutBack) => {
-                    self.counters.restored.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(Renewal::Lost) => tracing::warn!(
-                    reference = %claim.reference,
-                    "idempotency claim lost to another replica (its lease ran out while Redis \
-                     did not answer)"
-                ),
-                Err(_) => {
-                    shared.restore.store(true, Ordering::Relaxed);
-                    return false;
-                }
+            while renewals.len() >= RENEW_AT_ONCE {
+                answered &= self.renewed(renewals.join_next().await);
             }
+            let shared = Arc::clone(shared);
+            renewals.spawn(async move {
+                let held = HeldClaim {
+                    token: &claim.token,
+                    fingerprint: &claim.fingerprint,
+                    reference: &claim.reference,
+                    delivering: claim.delivering,
+                };
+                let renewal = shared
+                    .redis
+                    .renew(&key, &held, shared.lock_ttl, shared.ttl)
+                    .await;
+                (claim.reference, renewal)
+            });
+        }
+        while let Some(done) = renewals.join_next().await {
+            answered &= self.renewed(Some(done));
+        }
+        if !answered {
+            shared.restore.store(true, Ordering::Relaxed);
+            return false;
         }
         if shared.restore.swap(false, Ordering::Relaxed)
             && let Err(error) = self.restore(shared).await
@@ -343,6 +350,26 @@ impl Idempotency {
             return false;
         }
         true
+    }
+
+    /// Notes one renewal's result; `false` when Redis did not answer it.
+    fn renewed(&self, done: Option<Result<RenewalDone, tokio::task::JoinError>>) -> bool {
+        match done {
+            Some(Ok((_, Ok(Renewal::Renewed)))) | None => true,
+            Some(Ok((_, Ok(Renewal::PutBack)))) => {
+                self.counters.restored.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Some(Ok((reference, Ok(Renewal::Lost)))) => {
+                tracing::warn!(
+                    %reference,
+                    "idempotency claim lost to another replica (its lease ran out while Redis \
+                     did not answer)"
+                );
+                true
+            }
+            Some(Ok((_, Err(_))) | Err(_)) => false,
+        }
     }
 
     /// Writes the outcomes this replica's store holds into Redis where it lacks them.

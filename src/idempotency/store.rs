@@ -10,8 +10,8 @@ use tokio::sync::watch;
 
 use crate::error::{AapCode, AapError};
 use crate::protocol::Reply;
-use crate::redis_backend::{HeldClaim, Seed};
-use crate::settings::OnAmbiguous;
+use crate::redis_backend::{HeldClaim, Renewal, Seed};
+use crate::settings::{OnAmbiguous, OnBackendError};
 
 use super::scope::{Fingerprint, KeyScope, hex};
 use super::shared::Hold;
@@ -313,14 +313,42 @@ impl Inner {
         }
     }
 
-    /// Makes room for one more entry of `incoming` bytes by dropping the oldest finished ones.
+    /// Makes room for one more entry of `incoming` bytes by dropping the oldest finished ones:
+    /// delivered replies first; a key held for reconciliation (`on_ambiguous: hold`) only when
+    /// nothing else is left, with a warning, since its lead may then be sent again.
     fn evict(&mut self, max_entries: usize, max_bytes: usize, incoming: usize) {
-        while self.entries.len() >= max_entries || self.bytes.saturating_add(incoming) > max_bytes {
-            let Some((_, scope, seq)) = self.order.pop_front() else {
-                // Only calls in flight: they are bounded by the server's concurrency limit.
-                return;
+        let over = |inner: &Inner| {
+            inner.entries.len() >= max_entries || inner.bytes.saturating_add(incoming) > max_bytes
+        };
+        let mut held = Vec::new();
+        while over(self) {
+            let Some((expires, scope, seq)) = self.order.pop_front() else {
+                break;
             };
+            if matches!(self.entries.get(&scope), Some(Entry::Held { seq: s, .. }) if *s == seq) {
+                held.push((expires, scope, seq));
+                continue;
+            }
             self.remove_finished(&scope, seq);
+        }
+        let mut held = held.into_iter();
+        while over(self) {
+            // Only held keys and calls in flight (bounded by the server's concurrency limit).
+            let Some((_, scope, seq)) = held.next() else {
+                break;
+            };
+            if let Some(Entry::Held { reference, .. }) = self.entries.get(&scope) {
+                tracing::warn!(
+                    reference = %reference,
+                    "idempotency: a key held for reconciliation was dropped to stay within \
+                     idempotency.max_entries / max_bytes; a retry of its lead delivers again"
+                );
+            }
+            self.remove_finished(&scope, seq);
+        }
+        // The held keys kept go back in front, in their order (the oldest expire first).
+        for kept in held.rev() {
+            self.order.push_front(kept);
         }
     }
 
@@ -361,15 +389,19 @@ impl Inner {
 impl Ticket {
     /// The lead is about to leave for the CRM, under `reference`: from now on a claim this
     /// replica stops renewing is an unknown outcome, not a free key. Waits (at most the Redis
-    /// timeout) until the shared store knows, so no delivery starts unrecorded.
-    pub async fn delivering(&mut self, reference: &str) {
+    /// timeout) until the shared store knows, so no delivery starts unrecorded: a claim another
+    /// replica took meanwhile stops the delivery ("in progress": that replica runs the key), and
+    /// a Redis that does not answer stops it under `on_backend_error: deny` (nothing was sent;
+    /// the key is freed) or, under `local`, lets it go with the keeper recording it as soon as
+    /// Redis answers (a lead delivered beats a lead lost).
+    pub async fn delivering(&mut self, reference: &str) -> Result<(), AapError> {
         let Some(hold) = &self.hold else {
-            return;
+            return Ok(());
         };
         let state = {
             let mut claims = hold.shared.lock_claims();
             let Some(claim) = claims.get_mut(&hold.key).filter(|c| c.token == hold.token) else {
-                return;
+                return Ok(());
             };
             claim.delivering = true;
             claim.reference = reference.to_owned();
@@ -381,12 +413,30 @@ impl Ticket {
             reference: &state.reference,
             delivering: true,
         };
-        // A failure is noted by the backend; the keeper retries.
-        let _ = hold
+        let recorded = hold
             .shared
             .redis
             .renew(&hold.key, &held, hold.shared.lock_ttl, hold.shared.ttl)
             .await;
+        match recorded {
+            Ok(Renewal::Renewed | Renewal::PutBack) => Ok(()),
+            Ok(Renewal::Lost) => {
+                tracing::warn!(
+                    reference,
+                    "idempotency claim lost to another replica before its delivery began; \
+                     not delivered here"
+                );
+                Err(in_progress(IN_PROGRESS_RETRY_AFTER))
+            }
+            // Logged once per outage by the backend.
+            Err(_) => {
+                hold.shared.restore.store(true, Ordering::Relaxed);
+                match hold.shared.on_backend_error {
+                    OnBackendError::Deny => Err(not_registered()),
+                    OnBackendError::Local => Ok(()),
+                }
+            }
+        }
     }
 
     /// The lead was delivered: stores `reply` for the key (in the shared store too) and hands
@@ -523,6 +573,17 @@ pub(super) fn conflict() -> AapError {
         "This idempotency_key was already used with a different request; use a new key for a \
          new lead.",
     )
+}
+
+/// Redis did not answer while a lead was to be registered (`on_backend_error: deny`).
+pub(super) fn not_registered() -> AapError {
+    AapError::Domain {
+        code: AapCode::InternalError,
+        message: "The lead could not be registered right now; retry with the same \
+                  idempotency_key."
+            .to_owned(),
+        details: None,
+    }
 }
 
 pub(super) fn in_progress(retry_after: Duration) -> AapError {
@@ -732,6 +793,32 @@ mod tests {
         ] {
             assert!(matches!(err, AapError::LeadHeld { .. }), "{err:?}");
         }
+    }
+
+    /// Issue 38 item 8: the bounds drop delivered replies before a key held for reconciliation.
+    #[tokio::test]
+    async fn held_keys_outlive_the_replies_evicted_around_them() {
+        let store = Arc::new(Store::new(Duration::from_secs(60), 3));
+        let ticket = fresh(&store, "held", OnAmbiguous::Hold).await;
+        assert!(ticket.unknown("aap-held").await.is_some());
+        for i in 0..10 {
+            let t = fresh(&store, &format!("k{i}"), OnAmbiguous::Hold).await;
+            t.complete(&reply(&format!("L-{i}"))).await;
+            assert!(store.len() <= 3, "{} entries", store.len());
+        }
+        let err = claim(&store, "held", OnAmbiguous::Hold).await.unwrap_err();
+        assert!(matches!(err, AapError::LeadHeld { .. }), "{err:?}");
+        // Only held keys left: the oldest goes, so the store stays bounded.
+        let store = Arc::new(Store::new(Duration::from_secs(60), 2));
+        for key in ["h0", "h1", "h2"] {
+            let t = fresh(&store, key, OnAmbiguous::Hold).await;
+            assert!(t.unknown(key).await.is_some());
+            assert!(store.len() <= 2, "{} entries", store.len());
+        }
+        assert!(matches!(
+            claim(&store, "h2", OnAmbiguous::Hold).await,
+            Err(AapError::LeadHeld { .. })
+        ));
     }
 
     #[tokio::test]

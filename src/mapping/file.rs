@@ -98,6 +98,25 @@ pub struct FileLead {
     /// The dealer's phone (E.164) returned in `data.dealer` with every lead reply.
     #[serde(default)]
     pub dealer_phone: Option<String>,
+    /// The answers the CRM's own contract says mean "not processed, nothing stored" (HTTP
+    /// delivery only). An error status or SOAP fault that no `errors` rule handles frees the
+    /// idempotency key for a retry only when listed here; any other (a `502` / `504` from a load
+    /// balancer after the CRM committed, a `500` mid-transaction) is an unknown outcome, left
+    /// to `idempotency.on_ambiguous`. Unset: every unhandled error answer is an unknown outcome.
+    #[serde(default)]
+    pub not_processed: Option<FileNotProcessed>,
+}
+
+/// `lead.not_processed`: answers that prove the CRM did not take the lead.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileNotProcessed {
+    /// HTTP statuses (400–599), e.g. `[400, 409, 422]`: the CRM refused the request whole.
+    #[serde(default)]
+    pub status: Vec<u16>,
+    /// SOAP fault codes or subcodes (local names), e.g. `[Client, Sender]`.
+    #[serde(default)]
+    pub fault: Vec<String>,
 }
 
 fn default_timezone() -> String {

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::engine::Handler;
 use crate::engine::lead::{Destination, LeadMapping, LeadPolicy, MailDelivery};
+use crate::engine::proxy::NotProcessed;
 use crate::lang::template::{Context, Templates};
 use crate::mapping::file::{FileCommon, FileLead, FileMode, FileSkill};
 use crate::protocol::Skill;
@@ -38,6 +39,17 @@ impl MappingLoader<'_> {
         let path = src.path.display().to_string();
         match target {
             Some(Target::Smtp(mailer)) => {
+                if file
+                    .lead
+                    .as_ref()
+                    .is_some_and(|l| l.not_processed.is_some())
+                {
+                    self.problems.push(src.problem(
+                        "/lead/not_processed",
+                        "`not_processed` is for HTTP delivery; a mail server's refusal is \
+                         always certain",
+                    ));
+                }
                 let delivery = self.mail_delivery(src, &file, mailer, common);
                 Some(Handler::Lead(Arc::new(LeadMapping {
                     file: path,
@@ -52,7 +64,13 @@ impl MappingLoader<'_> {
                         format!("`{name}` is not an SMTP upstream; `mail` is for e-mail delivery"),
                     ));
                 }
-                let mapped = self.proxy(Skill::LeadSubmit, src, file, Some(upstream), common);
+                let not_processed = self.not_processed(src, file.lead.as_ref());
+                let mapped = self
+                    .proxy(Skill::LeadSubmit, src, file, Some(upstream), common)
+                    .map(|mut mapped| {
+                        mapped.not_processed = not_processed;
+                        mapped
+                    });
                 Some(Handler::Lead(Arc::new(LeadMapping {
                     file: path,
                     policy: policy?,
@@ -76,6 +94,7 @@ impl MappingLoader<'_> {
             check_vehicle: false,
             test_drive_needs_vehicle: false,
             dealer_phone: None,
+            not_processed: None,
         };
         let file = file.unwrap_or(&default);
         let mut ok = true;
@@ -120,6 +139,37 @@ impl MappingLoader<'_> {
             dealer_name: self.ctx.dealer_name.to_owned(),
             dealer_id: self.ctx.dealer_id.to_owned(),
         })
+    }
+
+    /// `lead.not_processed` of an HTTP delivery: statuses must be error statuses; unset, `check`
+    /// notes that every unhandled error answer is an unknown outcome.
+    fn not_processed(&mut self, src: &Source, file: Option<&FileLead>) -> NotProcessed {
+        let Some(declared) = file.and_then(|f| f.not_processed.as_ref()) else {
+            self.notes.push(src.problem(
+                "/lead",
+                "no `lead.not_processed`: every error status or SOAP fault no `errors` rule \
+                 handles is an unknown outcome (the CRM may have committed the lead before a \
+                 proxy answered 502/504), left to `idempotency.on_ambiguous`; list the answers \
+                 the CRM's contract says mean \"nothing stored\" (e.g. `status: [400, 422]`, \
+                 `fault: [Client]`) so a retry of those is certainly safe",
+            ));
+            return NotProcessed::default();
+        };
+        let mut status = Vec::new();
+        for (i, code) in declared.status.iter().enumerate() {
+            if (400..=599).contains(code) {
+                status.push(*code);
+            } else {
+                self.problems.push(src.problem(
+                    &format!("/lead/not_processed/status/{i}"),
+                    format!("`{code}` is not an HTTP error status (400–599)"),
+                ));
+            }
+        }
+        NotProcessed {
+            status,
+            fault: declared.fault.clone(),
+        }
     }
 
     fn mail_delivery(

@@ -115,6 +115,8 @@ impl MappingLoader<'_> {
             cursors: CursorCache::new(scan_cache.as_ref().map_or(Duration::ZERO, ScanCache::ttl)),
             scan_cache: scan_cache?,
             listings: self.ctx.schemas.listings(),
+            // Set by the lead compiler from `lead.not_processed`.
+            not_processed: crate::engine::proxy::NotProcessed::default(),
         })
     }
 

@@ -58,9 +58,14 @@ async fn stages(
     app.limits
         .check(dealer.index, dealer.id(), skill, &client)
         .instrument(debug_span!("rate_limit"))
-        .await?; // RATE_LIMITED
+        .await?; // RATE_LIMITED: the client's own quota
     // The request schema, every failure at once.
     debug_span!("validate_request").in_scope(|| app.schemas.validate_call(skill, &call))?;
+    // The dealer's quota for all clients, charged only for calls that got this far.
+    app.limits
+        .check_dealer(dealer.index, dealer.id(), skill)
+        .instrument(debug_span!("dealer_rate_limit"))
+        .await?; // RATE_LIMITED
     if let Handler::Lead(mapping) = handler {
         // idempotency → consent → dealer rules → vehicle → delivery
         return lead::submit(app, dealer, &client, mapping, &call, deadline).await;

@@ -48,7 +48,8 @@ impl RedisBackend {
         let candidate = uuid::Uuid::new_v4().to_string();
         let mut call = self.inner.reserve.key(self.key("idem:", key));
         call.key(self.key("idem-", "epoch"))
-            .key(self.key("idem-", "recovering"));
+            .key(self.key("idem-", "recovering"))
+            .key(self.key("idem-", "epoch-young"));
         call.arg(fingerprint)
             .arg(&token)
             .arg(millis(claiming.lease))
@@ -161,7 +162,8 @@ impl RedisBackend {
     pub async fn epoch(&self, known: &str, recovery: Duration) -> Result<String, BackendError> {
         let candidate = uuid::Uuid::new_v4().to_string();
         let mut call = self.inner.epoch.key(self.key("idem-", "epoch"));
-        call.key(self.key("idem-", "recovering"));
+        call.key(self.key("idem-", "recovering"))
+            .key(self.key("idem-", "epoch-young"));
         call.arg(known).arg(&candidate).arg(millis(recovery));
         self.bounded(|mut conn| async move { call.invoke_async(&mut conn).await })
             .await

@@ -30,6 +30,7 @@
 //!                              state=held, fp, ref                      expires after the reply TTL
 //! {prefix}idem-epoch   string  a random id; gone = Redis lost its data  never expires
 //! {prefix}idem-recovering  string  no free key handed out while it lives  expires after a lease
+//! {prefix}idem-epoch-young string  the epoch was made less than a lease ago  expires after a lease
 //! ```
 //!
 //! ## Files

@@ -19,14 +19,17 @@ redis.call('SET', KEYS[1], string.format('%d', new_tat), 'PX', math.ceil((new_ta
 return {1, 0}
 ";
 
-/// Idempotency claim. KEYS[1]: the entry, KEYS[2]: the epoch, KEYS[3]: the recovery marker.
+/// Idempotency claim. KEYS[1]: the entry, KEYS[2]: the epoch, KEYS[3]: the recovery marker,
+/// KEYS[4]: the young-epoch marker (lives for the recovery time after an epoch is made).
 /// ARGV[1]: fingerprint, ARGV[2]: the new token, ARGV[3]: lease (ms), ARGV[4]: entry TTL (ms),
 /// ARGV[5]: the epoch the caller knows ('' if none), ARGV[6]: a new epoch in case there is none,
 /// ARGV[7]: the recovery time (ms), ARGV[8]: 'hold' or 'resend' for an orphaned delivery.
 ///
 /// An absent epoch means Redis lost its data (or never had any): a caller that knew an epoch
 /// starts the recovery time, during which free keys are not handed out (the replicas put back
-/// what they know first). Returns {'epoch', e} when the caller's epoch is not Redis's,
+/// what they know first). A caller that knew another epoch and finds a young one starts it too:
+/// a replica that started fresh made the epoch first (it cannot tell a restarted Redis from a
+/// new one), and the replicas that remember the lost data must still put it back. Returns {'epoch', e} when the caller's epoch is not Redis's,
 /// {'done', fp, reply}, {'held', fp, ref[, 'orphan']}, {'inflight', fp, lease_left_ms},
 /// {'recovering', ms}, {'reserved'} or {'reserved', 'orphan', ref} (taken over from a replica
 /// whose lease ran out while it delivered).
@@ -36,9 +39,16 @@ local epoch = redis.call('GET', KEYS[2])
 if not epoch then
   epoch = ARGV[6]
   redis.call('SET', KEYS[2], epoch)
+  redis.call('SET', KEYS[4], '1', 'PX', ARGV[7])
   if ARGV[5] ~= '' then redis.call('SET', KEYS[3], '1', 'PX', ARGV[7]) end
 end
-if epoch ~= ARGV[5] then return {'epoch', epoch} end
+if epoch ~= ARGV[5] then
+  if ARGV[5] ~= '' and redis.call('EXISTS', KEYS[4]) == 1
+      and redis.call('EXISTS', KEYS[3]) == 0 then
+    redis.call('SET', KEYS[3], '1', 'PX', ARGV[7])
+  end
+  return {'epoch', epoch}
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local e = redis.call('HMGET', KEYS[1], 'state', 'fp', 'reply', 'lease', 'phase', 'ref')
@@ -111,12 +121,20 @@ redis.call('DEL', KEYS[1])
 return 1
 ";
 
-/// KEYS[1]: the epoch, KEYS[2]: the recovery marker. ARGV as RESERVE_LUA's 5 to 7. Returns
-/// Redis's epoch (made now if there was none).
+/// KEYS[1]: the epoch, KEYS[2]: the recovery marker, KEYS[3]: the young-epoch marker. ARGV as
+/// RESERVE_LUA's 5 to 7. Returns Redis's epoch (made now if there was none), starting the
+/// recovery time as RESERVE_LUA does.
 pub(super) const EPOCH_LUA: &str = r"
 local epoch = redis.call('GET', KEYS[1])
-if epoch then return epoch end
+if epoch then
+  if ARGV[1] ~= '' and epoch ~= ARGV[1] and redis.call('EXISTS', KEYS[3]) == 1
+      and redis.call('EXISTS', KEYS[2]) == 0 then
+    redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+  end
+  return epoch
+end
 redis.call('SET', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
 if ARGV[1] ~= '' then redis.call('SET', KEYS[2], '1', 'PX', ARGV[3]) end
 return ARGV[2]
 ";

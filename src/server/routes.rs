@@ -3,8 +3,9 @@
 //!
 //! Every request is first counted against its client address's quota (`rate_limit.per_ip`)
 //! and refused before any other work when over it. Bodies are read under their own short
-//! deadline (`limits.body_read_timeout`) before any concurrency slot is taken; requests
-//! answered early (408, 413, 400, refused) are logged and counted like the others.
+//! deadline (`limits.body_read_timeout`) before any concurrency slot is taken, within a budget
+//! of bytes for all bodies being received together; requests answered early (408, 413, 400,
+//! 503, refused) are logged and counted like the others.
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -204,7 +205,9 @@ fn refuse(
     let id = dealer.map_or("none", Dealer::id);
     let mut log = RequestLog::arrived(target.binding(), id, headers, arrived);
     let response = match (target, dealer) {
-        (Target::JsonRpc(_), Some(d)) => binding::jsonrpc::refusal(app, d, error, &mut log),
+        (Target::JsonRpc(_), Some(d)) => {
+            binding::jsonrpc::refusal(app, d, headers, error, &mut log)
+        }
         (Target::HttpJson(..), Some(d)) => http_json::refusal(d, headers, error, &mut log),
         (Target::Mcp(..), Some(d)) => binding::mcp::refusal(d, error, &mut log),
         _ => {
@@ -328,10 +331,30 @@ where
     if declared.is_some_and(|n| n > limit as u64) {
         return Err((too_large(limit), request::BODY_TOO_LARGE));
     }
+    // What this body holds counts against the budget of all bodies being received
+    // (`max_concurrency` full bodies); past it the body is refused at once (503), so slow
+    // bodies from a few addresses cannot add up to the pod's memory limit.
+    let mut held = None;
+    if !app.limits.body_bytes(&mut held, 0) {
+        return Err((bodies_full(), request::BODIES_FULL));
+    }
     let _waiting = app.metrics.waiting();
-    let collect = Limited::new(body, limit).collect();
+    let collect = async {
+        let mut body = std::pin::pin!(Limited::new(body, limit));
+        let mut buf = bytes::BytesMut::new();
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame?.into_data() {
+                if !app.limits.body_bytes(&mut held, data.len()) {
+                    return Ok(None);
+                }
+                buf.extend_from_slice(&data);
+            }
+        }
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Some(buf.freeze()))
+    };
     match tokio::time::timeout(app.settings.limits.body_read_timeout, collect).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Ok(Some(collected))) => Ok(collected),
+        Ok(Ok(None)) => Err((bodies_full(), request::BODIES_FULL)),
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
             Err((too_large(limit), request::BODY_TOO_LARGE))
         }
@@ -350,6 +373,18 @@ where
             request::BODY_TIMEOUT,
         )),
     }
+}
+
+/// 503 with `Retry-After: 1`: the bodies being received already hold the whole budget.
+fn bodies_full() -> Response<Full<Bytes>> {
+    let mut response = plain(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the gateway is receiving too many request bodies; retry shortly",
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
 }
 
 fn too_large(limit: usize) -> Response<Full<Bytes>> {

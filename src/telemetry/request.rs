@@ -27,6 +27,8 @@ pub const NO_SKILL: &str = "none";
 pub const BODY_TIMEOUT: &str = "BODY_TIMEOUT";
 pub const BODY_TOO_LARGE: &str = "BODY_TOO_LARGE";
 pub const BODY_UNREADABLE: &str = "BODY_UNREADABLE";
+/// Refused at once: the bodies being received hold the whole budget (503).
+pub const BODIES_FULL: &str = "BODIES_FULL";
 
 /// Outcomes whose log lines are sampled: refusals a client can provoke at will.
 const REFUSALS: &[&str] = &[
@@ -38,6 +40,7 @@ const REFUSALS: &[&str] = &[
     BODY_TIMEOUT,
     BODY_TOO_LARGE,
     BODY_UNREADABLE,
+    BODIES_FULL,
 ];
 
 /// Refusal lines written per second at most (process-wide, bursts of as many).

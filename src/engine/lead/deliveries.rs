@@ -115,7 +115,9 @@ impl Delivery {
             .unwrap_or_default()
             .to_owned();
         if let Some(ticket) = &mut self.ticket {
-            ticket.delivering(&reference).await; // recorded before the first byte leaves
+            // Recorded before the first byte leaves; unrecorded, nothing leaves (the ticket,
+            // dropped, frees the key).
+            ticket.delivering(&reference).await?;
         }
         let delivered = self.lead.deliver(None, &self.request, &self.facts).await;
         let result = delivered.and_then(|data| {

@@ -266,7 +266,7 @@ impl LeadMapping {
         let subject = mail
             .subject
             .render("subject", Context::Header, Scope::context(&values))
-            .map_err(|e| AapError::Internal(format!("{}: mail subject: {e}", self.file)))
+            .map_err(|e| subject_error(&self.file, &e))
             .map_err(certain)?;
         let text = |key: &str| {
             facts
@@ -347,6 +347,23 @@ impl LeadMapping {
     }
 }
 
+/// Why the mail subject could not be rendered. A buyer's value with a line break (which would
+/// start a header of its own) is bad input, answered as such and never retryable: a retry would
+/// meet the same value. Anything else is a defect in the mapping.
+fn subject_error(file: &str, message: &str) -> AapError {
+    if message.starts_with(crate::lang::template::UNSENDABLE) {
+        return AapError::Validation {
+            code: AapCode::SchemaValidationFailed,
+            violations: vec![crate::error::Violation {
+                instance_location: String::new(),
+                keyword: "format".to_owned(),
+                error: "a value placed in the mail subject contains a line break".to_owned(),
+            }],
+        };
+    }
+    AapError::Internal(format!("{file}: mail subject: {message}"))
+}
+
 /// The `inventory.vehicle` request that finds the vehicle of interest, when it names one.
 pub fn vehicle_lookup(request: &Value) -> Option<Value> {
     let vehicle = request.get("vehicle_of_interest")?;
@@ -361,10 +378,13 @@ pub fn vehicle_lookup(request: &Value) -> Option<Value> {
 }
 
 /// The lead's stable external reference: the same for every retry of one submission. With an
-/// idempotency key it is derived from (dealer, the key's owner, key) — the owner as
+/// idempotency key it is derived from (dealer, the key's owner, key, payload) — the owner as
 /// [`crate::idempotency::key_owner`] says, so two clients' keys never share a reference a CRM
-/// would de-duplicate on; without one from (dealer, payload), so even a keyless retry of the very
-/// same lead is recognised by the CRM.
+/// would de-duplicate on; the payload because a key reused with another body once its first
+/// delivery was forgotten (freed after an unknown outcome or a refusal, expired, evicted) is
+/// another lead, which a CRM de-duplicating on the reference must not take for the first.
+/// Without a key it is derived from (dealer, payload), so even a keyless retry of the very same
+/// lead is recognised by the CRM.
 pub fn reference(
     dealer: &str,
     api_key: Option<&str>,
@@ -380,6 +400,8 @@ pub fn reference(
             hasher.update(crate::idempotency::key_owner(api_key, request).as_bytes());
             hasher.update([0]);
             hasher.update(key.as_bytes());
+            hasher.update([0]);
+            hasher.update(fingerprint);
         }
         None => {
             hasher.update(b"payload\0");
@@ -479,13 +501,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_reference_is_stable_per_key_and_scoped_by_dealer_and_agent() {
+    fn the_reference_is_stable_per_key_and_payload_and_scoped_by_dealer_and_agent() {
         let a = json!({ "idempotency_key": "k1", "source_agent": { "name": "x" }, "message": "a" });
         let b = json!({ "idempotency_key": "k1", "source_agent": { "name": "x" }, "message": "b" });
         let c = json!({ "idempotency_key": "k1", "source_agent": { "name": "y" } });
         let f1 = [1; 32];
         let f2 = [2; 32];
-        assert_eq!(reference("d", None, &a, &f1), reference("d", None, &b, &f2));
+        assert_eq!(reference("d", None, &a, &f1), reference("d", None, &a, &f1));
+        // Issue 38 item 6: another body under the same key is another lead.
+        assert_ne!(reference("d", None, &a, &f1), reference("d", None, &b, &f2));
         assert_ne!(reference("d", None, &a, &f1), reference("e", None, &a, &f1));
         assert_ne!(reference("d", None, &a, &f1), reference("d", None, &c, &f1));
         let keyless = json!({ "source_agent": { "name": "x" } });

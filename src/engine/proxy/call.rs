@@ -216,8 +216,16 @@ impl ProxyMapping {
                     if let Some(verdict) = response.verdict.take() {
                         verdict.answered();
                     }
+                    // jq messages quote the value they failed on: for a lead, personal data.
+                    let cause = if self.skill == Skill::LeadSubmit {
+                        "details withheld: they may quote personal data; reproduce with \
+                         test-mappings"
+                            .to_owned()
+                    } else {
+                        e.to_string()
+                    };
                     AapError::Internal(format!(
-                        "mapping error: `errors[{index}].when.jq` of {} failed: {e}",
+                        "mapping error: `errors[{index}].when.jq` of {} failed: {cause}",
                         self.file
                     ))
                 })?,
@@ -268,6 +276,13 @@ impl ProxyMapping {
                     .unwrap_or_default(),
                 self.file
             );
+            if self.skill == Skill::LeadSubmit
+                && !self
+                    .not_processed
+                    .fault(&fault.code, fault.subcode.as_deref())
+            {
+                return Err(self.lead_unknown(upstream, cause));
+            }
             // The caller's fault (`Client` in SOAP 1.1, `Sender` in 1.2) comes back for the
             // same call: not worth a buyer's retry. The server's may pass.
             return Err(match fault.code.as_str() {
@@ -281,9 +296,12 @@ impl ProxyMapping {
                 "HTTP {} not handled by an error rule ({})",
                 response.status, self.file
             );
+            let status = response.status;
+            if self.skill == Skill::LeadSubmit && !self.not_processed.status(status.as_u16()) {
+                return Err(self.lead_unknown(upstream, cause));
+            }
             // A 4xx refuses the request itself (the same call meets it again), except a timeout
             // (408) or a quota (429); 5xx and anything odd may pass.
-            let status = response.status;
             return Err(
                 if status.is_client_error()
                     && status != StatusCode::REQUEST_TIMEOUT
@@ -363,6 +381,17 @@ impl ProxyMapping {
             "{}: cannot render the upstream request: {message}",
             self.file
         ))
+    }
+
+    /// A lead's error answer that no rule handles and the CRM's contract does not declare
+    /// "not processed" (`lead.not_processed`): a `502` / `504` from a load balancer, or a `500`,
+    /// says nothing of whether the CRM committed the lead. An unreadable answer, then: the
+    /// lead's outcome is unknown (`idempotency.on_ambiguous` decides), never "not delivered".
+    fn lead_unknown(&self, upstream: String, cause: String) -> AapError {
+        AapError::InvalidUpstreamResponse {
+            upstream,
+            cause: format!("{cause}; not declared in lead.not_processed, so the CRM may have it"),
+        }
     }
 
     pub(super) fn extract_error(&self, message: String) -> AapError {

@@ -25,7 +25,7 @@ mod transport;
 pub use page::{check_listable, is_listable, is_listable_status, page_data};
 pub use scan_cache::{CursorCache, ScanCache, ScanKey};
 pub use spec::{
-    ErrorRule, MappingGlobals, Missing, NextPage, ProxyMapping, ResponseSpec, RuleOutcome,
-    SortSupport, StatusMatch, Supports, Values,
+    ErrorRule, MappingGlobals, Missing, NextPage, NotProcessed, ProxyMapping, ResponseSpec,
+    RuleOutcome, SortSupport, StatusMatch, Supports, Values,
 };
 pub use transport::{Canned, Transport, send};

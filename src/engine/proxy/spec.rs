@@ -198,4 +198,29 @@ pub struct ProxyMapping {
     pub cursors: CursorCache,
     /// The AAP listing schema: a record whose listing it refuses is dropped and counted.
     pub listings: Listings,
+    /// `lead.submit` only: the answers the CRM's contract declares "not processed"
+    /// (`lead.not_processed`); any other unhandled error answer to a lead is an unknown outcome.
+    pub not_processed: NotProcessed,
+}
+
+/// Error answers that prove the upstream did not process the call (`lead.not_processed`).
+#[derive(Debug, Clone, Default)]
+pub struct NotProcessed {
+    pub status: Vec<u16>,
+    /// SOAP fault codes or subcodes, local names.
+    pub fault: Vec<String>,
+}
+
+impl NotProcessed {
+    /// Whether an HTTP status is declared "not processed".
+    pub fn status(&self, status: u16) -> bool {
+        self.status.contains(&status)
+    }
+
+    /// Whether a SOAP fault (code, subcode) is declared "not processed".
+    pub fn fault(&self, code: &str, subcode: Option<&str>) -> bool {
+        self.fault
+            .iter()
+            .any(|f| f == code || subcode.is_some_and(|s| s == f))
+    }
 }

@@ -1,0 +1,211 @@
+//! Idempotency claims shared through a real `redis-server` (each test starts its own; a test
+//! returns early, printing why, when the binary is missing): what a replica's claims do when
+//! Redis fails, forgets or is taken over at the moments that matter for exactly-once leads
+//! (issue 38).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aap_gateway::error::AapError;
+use aap_gateway::idempotency::{Claim, ClaimLimits, Idempotency, KeyScope, Ticket};
+use aap_gateway::redis_backend::RedisBackend;
+use aap_gateway::settings::{OnAmbiguous, OnBackendError};
+use common::redis::RedisServer;
+
+const TIMEOUT: Duration = Duration::from_millis(500);
+const LOCK: Duration = Duration::from_secs(3);
+
+fn limits(on_ambiguous: OnAmbiguous) -> ClaimLimits {
+    ClaimLimits {
+        ttl: Duration::from_secs(600),
+        max_entries: 1000,
+        max_bytes: 1 << 20,
+        on_ambiguous,
+    }
+}
+
+/// One replica's keys, sharing `server` under `prefix`.
+fn replica(
+    server: &RedisServer,
+    prefix: &str,
+    on_ambiguous: OnAmbiguous,
+    on_error: OnBackendError,
+) -> Arc<Idempotency> {
+    let redis = RedisBackend::new(&server.url, TIMEOUT, prefix).expect("valid url");
+    Arc::new(Idempotency::shared(
+        limits(on_ambiguous),
+        redis,
+        LOCK,
+        on_error,
+    ))
+}
+
+fn scope(key: &str) -> KeyScope {
+    KeyScope {
+        dealer: "d".into(),
+        source: "agent".into(),
+        key: key.into(),
+    }
+}
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(2)
+}
+
+async fn fresh(keys: &Idempotency, key: &str, fingerprint: [u8; 32]) -> Box<Ticket> {
+    match keys.claim(scope(key), fingerprint, soon()).await {
+        Ok(Claim::Fresh(ticket)) => ticket,
+        other => panic!("expected a fresh claim, got {other:?}"),
+    }
+}
+
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(server.url.as_str()).expect("valid url");
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+/// The Redis key of `key`'s entry under `prefix`.
+fn entry(prefix: &str, key: &str) -> String {
+    format!("{prefix}idem:{}", scope(key).shared_key())
+}
+
+// === item 7: "delivering" is recorded before the lead leaves, or the lead does not leave ===
+
+#[tokio::test]
+async fn a_delivery_redis_cannot_record_does_not_start_under_deny() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let keys = replica(&server, "i7d:", OnAmbiguous::Hold, OnBackendError::Deny);
+    let mut ticket = fresh(&keys, "k", [1; 32]).await;
+    server.stop();
+    let refused = ticket.delivering("aap-1").await.unwrap_err();
+    assert!(
+        matches!(&refused, AapError::Domain { message, .. } if message.contains("registered")),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_delivery_redis_cannot_record_goes_under_local() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let keys = replica(&server, "i7l:", OnAmbiguous::Hold, OnBackendError::Local);
+    let mut ticket = fresh(&keys, "k", [1; 32]).await;
+    server.stop();
+    ticket
+        .delivering("aap-1")
+        .await
+        .expect("a lead delivered beats a lead lost");
+}
+
+#[tokio::test]
+async fn a_claim_taken_over_before_the_delivery_began_stops_it() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let keys = replica(&server, "i7t:", OnAmbiguous::Hold, OnBackendError::Local);
+    let mut ticket = fresh(&keys, "k", [1; 32]).await;
+    // Another replica's claim holds the key now (this one's lease ran out meanwhile).
+    let mut conn = raw(&server).await;
+    let _: () = redis::cmd("HSET")
+        .arg(entry("i7t:", "k"))
+        .arg("token")
+        .arg("someone-else")
+        .query_async(&mut conn)
+        .await
+        .expect("HSET");
+    let refused = ticket.delivering("aap-1").await.unwrap_err();
+    assert!(
+        matches!(refused, AapError::LeadInProgress { .. }),
+        "{refused:?}"
+    );
+}
+
+// === item 5: the keeper renews every claim, whatever one renewal does ===
+
+#[tokio::test]
+async fn one_failing_renewal_does_not_let_the_other_claims_lapse() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let lock = Duration::from_millis(900);
+    let redis = RedisBackend::new(&server.url, TIMEOUT, "i5:").expect("valid url");
+    let keys = Arc::new(Idempotency::shared(
+        limits(OnAmbiguous::Hold),
+        redis,
+        lock,
+        OnBackendError::Local,
+    ));
+    let mut tickets = Vec::new();
+    for n in 0..20 {
+        tickets.push(fresh(&keys, &format!("k{n}"), [1; 32]).await);
+    }
+    // One entry Redis cannot renew (a value of the wrong type: every renewal of it errors).
+    let mut conn = raw(&server).await;
+    let broken = entry("i5:", "k7");
+    let _: () = redis::cmd("DEL")
+        .arg(&broken)
+        .query_async(&mut conn)
+        .await
+        .expect("DEL");
+    let _: () = redis::cmd("SET")
+        .arg(&broken)
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+    let keeper = tokio::spawn(Arc::clone(&keys).keep_shared());
+    // Three leases long: without renewals every claim would have lapsed twice.
+    tokio::time::sleep(lock * 3).await;
+    let other = replica(&server, "i5:", OnAmbiguous::Hold, OnBackendError::Local);
+    for n in (0..20).filter(|n| *n != 7) {
+        let until = Instant::now() + Duration::from_millis(50);
+        let claim = other.claim(scope(&format!("k{n}")), [1; 32], until).await;
+        assert!(
+            matches!(claim, Err(AapError::LeadInProgress { .. })),
+            "k{n} lapsed while its replica lived: {claim:?}"
+        );
+    }
+    keeper.abort();
+    drop(tickets);
+}
+
+// === item 4: a replica that starts fresh against a restarted Redis does not skip recovery ===
+
+#[tokio::test]
+async fn a_fresh_replica_first_at_a_restarted_redis_does_not_skip_the_recovery_window() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let old = replica(&server, "i4:", OnAmbiguous::Hold, OnBackendError::Local);
+    let ticket = fresh(&old, "before", [1; 32]).await; // `old` knows Redis's epoch now
+    drop(ticket);
+    // Redis comes back empty (a restart without persistence, a failover to an empty replica).
+    let mut conn = raw(&server).await;
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut conn)
+        .await
+        .expect("FLUSHALL");
+    // A replica started just now gets there first: it cannot tell, and makes the new epoch.
+    let new = replica(&server, "i4:", OnAmbiguous::Hold, OnBackendError::Local);
+    let _first = fresh(&new, "first-after", [1; 32]).await;
+    // The replica that remembers the lost data finds a young epoch: recovery starts, for all.
+    let until = Instant::now() + Duration::from_millis(100);
+    let claim = old.claim(scope("o1"), [1; 32], until).await;
+    assert!(
+        matches!(claim, Err(AapError::LeadInProgress { .. })),
+        "{claim:?}"
+    );
+    let claim = new.claim(scope("n2"), [1; 32], until).await;
+    assert!(
+        matches!(claim, Err(AapError::LeadInProgress { .. })),
+        "{claim:?}"
+    );
+}
