@@ -252,8 +252,9 @@ async fn the_demo_quotas_are_generous_but_real() {
 /// Many clients together cannot push more leads into one dealer than `rate_limit.per_dealer`
 /// allows: the fourth client of a dealer whose lead burst is 3 is refused in the protocol's
 /// shape, with the dealer bucket's wait, though its own quota is untouched; another dealer and
-/// another skill are not held back. (The leads are incomplete: a schema failure shows a lead was
-/// admitted past the limits, and no CRM is needed.)
+/// another skill are not held back. (The leads are valid but their consent is dated in the
+/// future: `INVALID_CONSENT` shows a lead was admitted past the limits, and no CRM is needed.
+/// Leads the schema refuses are not charged to the dealer: tests/leads.rs.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dealers_lead_quota_holds_across_clients() {
     let sims = aap_sim::Simulators::start().await.expect("simulators");
@@ -267,7 +268,17 @@ async fn a_dealers_lead_quota_holds_across_clients() {
     async fn lead(gw: &Gateway, path: &str, client: &str) -> Reply {
         let mut headers = standard_headers();
         headers.push(("x-forwarded-for", client));
-        let body = send_message(json!({ "type": "lead.submit.request" }));
+        let body = send_message(json!({
+            "type": "lead.submit.request",
+            "customer": { "first_name": "Ana", "last_name": "Ruiz", "email": "ana@example.com" },
+            "consent": {
+                "granted_at": "2099-01-01T00:00:00Z",
+                "allowed_channels": ["email"],
+                "consent_text": "I agree.",
+                "scope": ["lead_submission"]
+            },
+            "source_agent": { "name": "quota-test" }
+        }));
         gw.post_raw(path, &headers, body.to_string().into_bytes())
             .await
     }
@@ -275,7 +286,7 @@ async fn a_dealers_lead_quota_holds_across_clients() {
         let reply = lead(&gw, "/a2a", client).await;
         assert_eq!(
             reply.aap_code(),
-            "SCHEMA_VALIDATION_FAILED",
+            "INVALID_CONSENT",
             "{client}: {}",
             reply.text
         );
@@ -294,12 +305,7 @@ async fn a_dealers_lead_quota_holds_across_clients() {
     assert_eq!(refused.headers["retry-after"], "60");
     // Demo Honda's leads have their own bucket; Demo Toyota's search is not a lead.
     let honda = lead(&gw, "/dealers/demo-honda/a2a", "203.0.113.4").await;
-    assert_eq!(
-        honda.aap_code(),
-        "SCHEMA_VALIDATION_FAILED",
-        "{}",
-        honda.text
-    );
+    assert_eq!(honda.aap_code(), "INVALID_CONSENT", "{}", honda.text);
     let mut headers = standard_headers();
     headers.push(("x-forwarded-for", "203.0.113.4"));
     let search = gw
