@@ -247,7 +247,7 @@ fn broken_mappings_report_every_problem_with_its_location() {
             "{d}/inventory.search.yaml:5:10: template: unexpected `}}`, expected end of variable block (template line 1)"
         ),
         format!(
-            "{d}/inventory.search.yaml:8:17: `pages` is not a paging style; use `page` or `offset`"
+            "{d}/inventory.search.yaml:8:17: `pages` is not a paging style; use `page`, `offset`, `cursor` or `next_link`"
         ),
         format!("{d}/inventory.search.yaml:10:18: jq: unclosed `[`"),
         format!(
