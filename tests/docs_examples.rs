@@ -281,6 +281,25 @@ fn cases() -> Vec<Case> {
         ],
     ));
     cases.push(Case::new(
+        "leads-verdict",
+        "lead.submit",
+        &block(
+            "docs/leads.md",
+            "# lead.submit.yaml of a CRM that queues leads",
+        ),
+        &[
+            ("upstream", "rest"),
+            (
+                "examples",
+                &example(
+                    "a queued lead",
+                    LEAD,
+                    Some(r#"'{"ticket": "Q-81", "state": "QUEUED"}'"#),
+                ),
+            ),
+        ],
+    ));
+    cases.push(Case::new(
         "leads-mail",
         "lead.submit",
         &block("docs/leads.md", "mail:"),

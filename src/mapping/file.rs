@@ -105,6 +105,36 @@ pub struct FileLead {
     /// to `idempotency.on_ambiguous`. Unset: every unhandled error answer is an unknown outcome.
     #[serde(default)]
     pub not_processed: Option<FileNotProcessed>,
+    /// A CRM that accepts now and decides later (`202 Accepted` with a ticket): when the
+    /// delivery's `response.jq` gives `status: "pending"` with the ticket as `lead_id`, the
+    /// gateway asks for the verdict with this call (HTTP delivery only; never the lead again).
+    #[serde(default)]
+    pub verdict: Option<FileVerdict>,
+}
+
+/// `lead.verdict`: how to learn the fate of a lead the CRM queued. The poll is an ordinary
+/// call of the mapping language: its templates see `lead.ticket`, its `response.jq` gives
+/// `{status: received | duplicate | rejected, lead_id?}` once decided, `{status: "pending"}`
+/// while not.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileVerdict {
+    /// Between two polls (and before the first), e.g. `500ms`.
+    pub every: String,
+    /// How long the buyer waits for the verdict, counted from the CRM's first answer; within
+    /// the request deadline (`limits.request_timeout`). With no verdict by then the buyer hears
+    /// `received` with the ticket as `lead_id`.
+    pub wait: String,
+    /// Polls in all. Those left when `wait` runs out go on after the reply, so that a verdict
+    /// arriving later is logged and counted (`aap_gateway_lead_verdicts_total`).
+    pub attempts: u32,
+    /// The poll (usually `GET` on the ticket): `path`, `query`, `headers` as any request.
+    pub request: FileRequest,
+    /// `jq` turning the poll's answer into `{status, lead_id?}`.
+    pub response: FileResponse,
+    /// Error rules of the poll, as a skill's `errors` (e.g. a `404` while the ticket is young).
+    #[serde(default)]
+    pub errors: Vec<FileErrorRule>,
 }
 
 /// `lead.not_processed`: answers that prove the CRM did not take the lead.

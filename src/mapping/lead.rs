@@ -3,12 +3,15 @@
 use std::sync::Arc;
 
 use crate::engine::Handler;
+use serde_json::Value;
+
+use crate::engine::lead::verdict::Verdict;
 use crate::engine::lead::{Destination, LeadMapping, LeadPolicy, MailDelivery};
 use crate::engine::proxy::NotProcessed;
 use crate::lang::template::{Context, Templates};
-use crate::mapping::file::{FileCommon, FileLead, FileMode, FileSkill};
+use crate::mapping::file::{FileCommon, FileLead, FileMode, FileSkill, FileVerdict};
 use crate::protocol::Skill;
-use crate::upstream::Mailer;
+use crate::upstream::{Mailer, Upstream};
 
 use super::context::{Target, Upstreams};
 use super::loader::{MappingLoader, Source};
@@ -50,11 +53,18 @@ impl MappingLoader<'_> {
                          always certain",
                     ));
                 }
+                if file.lead.as_ref().is_some_and(|l| l.verdict.is_some()) {
+                    self.problems.push(src.problem(
+                        "/lead/verdict",
+                        "`verdict` follows a CRM's ticket over HTTP; a mail server gives none",
+                    ));
+                }
                 let delivery = self.mail_delivery(src, &file, mailer, common);
                 Some(Handler::Lead(Arc::new(LeadMapping {
                     file: path,
                     policy: policy?,
                     destination: delivery?,
+                    verdict: None,
                 })))
             }
             Some(Target::Http(upstream)) => {
@@ -65,6 +75,10 @@ impl MappingLoader<'_> {
                     ));
                 }
                 let not_processed = self.not_processed(src, file.lead.as_ref());
+                let verdict = match file.lead.as_ref().and_then(|l| l.verdict.as_ref()) {
+                    Some(declared) => self.verdict(src, declared, &upstream, common).map(Some),
+                    None => Some(None),
+                };
                 let mapped = self
                     .proxy(Skill::LeadSubmit, src, file, Some(upstream), common)
                     .map(|mut mapped| {
@@ -75,6 +89,7 @@ impl MappingLoader<'_> {
                     file: path,
                     policy: policy?,
                     destination: Destination::Http(Arc::new(mapped?)),
+                    verdict: verdict?,
                 })))
             }
             None => {
@@ -95,6 +110,7 @@ impl MappingLoader<'_> {
             test_drive_needs_vehicle: false,
             dealer_phone: None,
             not_processed: None,
+            verdict: None,
         };
         let file = file.unwrap_or(&default);
         let mut ok = true;
@@ -169,6 +185,89 @@ impl MappingLoader<'_> {
         NotProcessed {
             status,
             fault: declared.fault.clone(),
+        }
+    }
+
+    /// `lead.verdict`: the poll, compiled with a skill's own steps from its part of the file
+    /// (so its problems are located there), and its timing.
+    fn verdict(
+        &mut self,
+        src: &Source,
+        declared: &FileVerdict,
+        upstream: &Arc<Upstream>,
+        common: &FileCommon,
+    ) -> Option<Arc<Verdict>> {
+        const AT: &str = "/lead/verdict";
+        let every = self.verdict_duration(src, &format!("{AT}/every"), &declared.every);
+        let wait = self.verdict_duration(src, &format!("{AT}/wait"), &declared.wait);
+        let mut ok = true;
+        if declared.attempts == 0 {
+            self.problems.push(src.problem(
+                &format!("{AT}/attempts"),
+                "`attempts: 0` never asks: give at least 1",
+            ));
+            ok = false;
+        }
+        if let (Some(every), Some(wait)) = (every, wait)
+            && every > wait
+        {
+            self.problems.push(src.problem(
+                &format!("{AT}/every"),
+                format!(
+                    "`every: {}` is longer than `wait: {}`: the buyer would never hear a verdict",
+                    declared.every, declared.wait
+                ),
+            ));
+            ok = false;
+        }
+        // The poll is written like a skill file's call: compiled by the same steps.
+        let part = src.part(AT);
+        let mut call = serde_json::Map::new();
+        call.insert("skill".into(), Value::from(Skill::LeadSubmit.id()));
+        for key in ["request", "response", "errors"] {
+            if let Some(value) = part.value.get(key) {
+                call.insert(key.into(), value.clone());
+            }
+        }
+        let file: FileSkill = match serde_json::from_value(Value::Object(call)) {
+            Ok(file) => file,
+            Err(e) => {
+                self.problems
+                    .push(src.problem(AT, format!("the poll: {e}")));
+                return None;
+            }
+        };
+        let poll = self.proxy(
+            Skill::LeadSubmit,
+            &part,
+            file,
+            Some(Arc::clone(upstream)),
+            common,
+        );
+        ok.then_some(())?;
+        Some(Arc::new(Verdict {
+            poll: Arc::new(poll?),
+            every: every?,
+            wait: wait?,
+            attempts: declared.attempts,
+        }))
+    }
+
+    fn verdict_duration(
+        &mut self,
+        src: &Source,
+        pointer: &str,
+        text: &str,
+    ) -> Option<std::time::Duration> {
+        match humantime::parse_duration(text.trim()) {
+            Ok(d) if !d.is_zero() => Some(d),
+            _ => {
+                self.problems.push(src.problem(
+                    pointer,
+                    format!("`{text}` is not a duration like 500ms or 2s"),
+                ));
+                None
+            }
         }
     }
 

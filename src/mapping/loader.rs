@@ -24,6 +24,17 @@ pub(super) struct Source {
 }
 
 impl Source {
+    /// The node at `pointer` as a source of its own, located in this file: a part written like
+    /// a skill file (a lead's verdict poll) compiles with the skill's own steps.
+    pub(super) fn part(&self, pointer: &str) -> Source {
+        Source {
+            path: self.path.clone(),
+            text: self.text.clone(),
+            value: self.value.pointer(pointer).cloned().unwrap_or_default(),
+            map: self.map.below(pointer),
+        }
+    }
+
     pub(super) fn problem(&self, pointer: &str, message: impl Into<String>) -> Problem {
         self.map.problem(pointer, message)
     }

@@ -73,6 +73,7 @@ pub(super) async fn submit(
         request: request.clone(),
         facts,
         ticket,
+        answer_by: until,
     });
     // The delivery runs to its end whatever happens to this request; the buyer hears its
     // outcome, or "in progress" and joins it with a retry.

@@ -58,6 +58,9 @@ impl fmt::Display for Problem {
 pub struct SourceMap {
     path: PathBuf,
     positions: HashMap<String, (usize, usize)>,
+    /// For a part of a file ([`SourceMap::below`]): where the part itself starts, the answer
+    /// for its root.
+    anchor: Option<(usize, usize)>,
 }
 
 impl SourceMap {
@@ -72,8 +75,15 @@ impl SourceMap {
         let mut p = pointer;
         loop {
             if p.is_empty() {
-                return Origin::WholeFile {
-                    path: self.path.clone(),
+                return match self.anchor {
+                    Some((line, col)) => Origin::File {
+                        path: self.path.clone(),
+                        line,
+                        col,
+                    },
+                    None => Origin::WholeFile {
+                        path: self.path.clone(),
+                    },
                 };
             }
             if let Some(&(line, col)) = self.positions.get(p) {
@@ -99,6 +109,24 @@ impl SourceMap {
         Problem {
             origin: self.origin(pointer),
             message: message.into(),
+        }
+    }
+
+    /// The positions of the node at `pointer`, with pointers relative to it: a part of a file
+    /// compiled like a file of its own (a lead's verdict poll) reports problems where they are.
+    pub fn below(&self, pointer: &str) -> SourceMap {
+        let positions = self
+            .positions
+            .iter()
+            .filter_map(|(p, &at)| {
+                let rest = p.strip_prefix(pointer)?;
+                (rest.starts_with('/')).then(|| (rest.to_owned(), at))
+            })
+            .collect();
+        SourceMap {
+            path: self.path.clone(),
+            positions,
+            anchor: self.positions.get(pointer).copied(),
         }
     }
 
@@ -147,6 +175,7 @@ pub fn parse(path: &Path, text: &str) -> Result<(Value, SourceMap), Problem> {
         map: SourceMap {
             path: path.to_path_buf(),
             positions: HashMap::new(),
+            anchor: None,
         },
         error: None,
     };

@@ -104,6 +104,15 @@ struct UnknownOutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerdictLabels {
+    dealer: Arc<str>,
+    /// `in_time` (the buyer heard it), `late` (after the buyer heard `received`), `never`.
+    when: &'static str,
+    /// `received`, `duplicate`, `rejected`, or `none` with `never`.
+    verdict: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BreakerLabels {
     dealer: Arc<str>,
     upstream: Arc<str>,
@@ -150,6 +159,7 @@ pub struct Metrics {
     leads_unknown: Family<UnknownOutcomeLabels, Counter>,
     leads_in_progress: Family<DealerLabels, Counter>,
     lead_deliveries: Gauge,
+    lead_verdicts: Family<VerdictLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -294,6 +304,14 @@ impl Metrics {
              still running, or Redis was recovering",
             leads_in_progress.clone(),
         );
+        let lead_verdicts = Family::default();
+        registry.register(
+            "aap_gateway_lead_verdicts",
+            "Verdicts on leads a CRM queued (lead.verdict): when (in_time: the buyer heard it; \
+             late: after the buyer heard received; never: the polls ran out) and verdict \
+             (received, duplicate, rejected, none)",
+            lead_verdicts.clone(),
+        );
         let lead_deliveries = Gauge::default();
         registry.register(
             "aap_gateway_lead_deliveries_running",
@@ -335,6 +353,7 @@ impl Metrics {
             leads_unknown,
             leads_in_progress,
             lead_deliveries,
+            lead_verdicts,
         })
     }
 
@@ -451,6 +470,16 @@ impl Metrics {
             action,
         };
         self.leads_unknown.get_or_create(&labels).inc();
+    }
+
+    /// A queued lead's verdict (`lead.verdict`), or its absence (`when: "never"`).
+    pub fn lead_verdict(&self, dealer: &Arc<str>, when: &'static str, verdict: &'static str) {
+        let labels = VerdictLabels {
+            dealer: Arc::clone(dealer),
+            when,
+            verdict,
+        };
+        self.lead_verdicts.get_or_create(&labels).inc();
     }
 
     /// A `lead.submit` answered "in progress".

@@ -247,6 +247,10 @@ async fn run_lead(lead: &LeadMapping, canned: &Canned, request: &Value) -> Resul
         .deliver(Some(canned), request, &facts)
         .await
         .map_err(|u| u.error)?;
+    let data = lead
+        .settle(data, request, &facts, std::time::Instant::now(), None)
+        .await
+        .map_err(|u| u.error)?;
     let reply = lead.reply(data, request);
     Ok(reply.payload.data())
 }

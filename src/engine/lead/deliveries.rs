@@ -104,6 +104,8 @@ pub struct Delivery {
     pub facts: Value,
     /// The idempotency key's claim, when the lead has a key.
     pub ticket: Option<Box<Ticket>>,
+    /// When the buyer stops waiting: a queued lead's verdict is awaited no longer.
+    pub answer_by: std::time::Instant,
 }
 
 impl Delivery {
@@ -119,7 +121,25 @@ impl Delivery {
             // dropped, frees the key).
             ticket.delivering(&reference).await?;
         }
-        let delivered = self.lead.deliver(None, &self.request, &self.facts).await;
+        let delivered = match self.lead.deliver(None, &self.request, &self.facts).await {
+            Ok(data) => {
+                let report = super::verdict::Report {
+                    metrics: &self.metrics,
+                    dealer: &self.dealer,
+                    reference: &reference,
+                };
+                self.lead
+                    .settle(
+                        data,
+                        &self.request,
+                        &self.facts,
+                        self.answer_by,
+                        Some(report),
+                    )
+                    .await
+            }
+            Err(failed) => Err(failed),
+        };
         let result = delivered.and_then(|data| {
             // Acknowledged by the CRM: a reply the schema refuses is an unreadable
             // acknowledgement, not a lead that did not arrive.

@@ -23,6 +23,7 @@
 
 pub mod adf;
 pub mod deliveries;
+pub mod verdict;
 
 use std::sync::Arc;
 
@@ -77,6 +78,8 @@ pub struct LeadMapping {
     pub file: String,
     pub policy: LeadPolicy,
     pub destination: Destination,
+    /// `lead.verdict`: how to follow a lead the CRM queued (HTTP delivery only).
+    pub verdict: Option<Arc<verdict::Verdict>>,
 }
 
 /// The dealer's rules for leads (`lead:` in `lead.submit.yaml`).
@@ -236,6 +239,51 @@ impl LeadMapping {
             }
             Destination::Mail(mail) => self.mail(mail, canned.is_some(), request, facts).await,
         }
+    }
+
+    /// The CRM's first answer settled: a lead it queued (`status: "pending"`, the ticket as
+    /// `lead_id`) is followed with `lead.verdict` until `answer_by` at the latest; any other
+    /// answer is final as it is. `report`: `None` runs offline (examples), where the buyer's
+    /// reply is what it would be with no verdict in time.
+    pub async fn settle(
+        &self,
+        data: Value,
+        request: &Value,
+        facts: &Value,
+        answer_by: std::time::Instant,
+        report: Option<verdict::Report<'_>>,
+    ) -> Result<Value, Undelivered> {
+        if data.get("status").and_then(Value::as_str) != Some("pending") {
+            return Ok(data);
+        }
+        // The CRM took the lead: whatever goes wrong from here, it may not be sent again.
+        let uncertain = |message: &str| Undelivered {
+            error: AapError::Internal(format!("{}: {message}", self.file)),
+            uncertain: true,
+        };
+        let Some(ticket) = data
+            .get("lead_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+        else {
+            return Err(uncertain(
+                "response.jq gave status \"pending\" without the ticket as lead_id",
+            ));
+        };
+        let Some(follow) = &self.verdict else {
+            return Err(uncertain(
+                "response.jq gave status \"pending\" but there is no lead.verdict to follow \
+                 the ticket",
+            ));
+        };
+        Ok(match report {
+            Some(report) => {
+                follow
+                    .follow(data, &ticket, request, facts, answer_by, report)
+                    .await
+            }
+            None => verdict::offline(data),
+        })
     }
 
     /// The upstream (or mailer) the lead goes to, for logs.
