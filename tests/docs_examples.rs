@@ -93,6 +93,7 @@ impl Case {
             file: match skill {
                 "inventory.search" => "inventory.search.yaml",
                 "lead.submit" => "lead.submit.yaml",
+                "inventory.vehicle" => "inventory.vehicle.yaml",
                 other => panic!("no file for {other}"),
             },
             yaml,
@@ -206,6 +207,30 @@ fn cases() -> Vec<Case> {
                 &example("paging in a SOAP body", SEARCH, Some(SOAP_PAGE)),
             ),
         ],
+    ));
+
+    // docs/mappings.md §inventory.vehicle (proxy): a VIN-only detail call. (`takes` needs the
+    // search mapping's folder, which tests/vehicle_by_scan.rs runs; here the call itself.)
+    let detail = block("docs/mappings.md", "skill: inventory.vehicle");
+    let detail: String = detail
+        .lines()
+        .filter(|l| !l.starts_with("takes:") && !l.starts_with("skill:"))
+        .map(|l| format!("{}\n", l.replace("upstream: dms", "upstream: rest")))
+        .collect();
+    cases.push(Case::new(
+        "vehicle-by-vin",
+        "inventory.vehicle",
+        &detail,
+        &[(
+            "examples",
+            &example(
+                "a VIN-only detail call",
+                "{ type: inventory.vehicle.request, vin: 1HGCY2F57RA000001 }",
+                Some(
+                    r#"'{"unit": {"vin": "1HGCY2F57RA000001", "stock": "D1", "year": 2024, "make": "Honda", "model": "Civic", "condition": "new"}}'"#,
+                ),
+            ),
+        )],
     ));
 
     // docs/leads.md: the SOAP, REST, ADF and e-mail deliveries.

@@ -32,6 +32,9 @@ pub enum Handler {
     Proxy(Arc<ProxyMapping>),
     /// `inventory.facets` computed from the search mapping's results (`derive: search`).
     DerivedFacets(Arc<ProxyMapping>),
+    /// `inventory.vehicle` found in the search mapping's scan for identifiers its detail call
+    /// does not take (`takes`), or for all (`derive: search`).
+    ScannedVehicle(Arc<proxy::ScannedVehicle>),
     /// Answered from the cached inventory feed.
     Feed { skill: Skill, feed: Arc<Feed> },
     /// `lead.submit`, run by `pipeline::handle` (consent, idempotency, delivery).
@@ -59,6 +62,7 @@ impl Handler {
             Handler::Static(reply) => Some(&reply.payload),
             Handler::Proxy(_)
             | Handler::DerivedFacets(_)
+            | Handler::ScannedVehicle(_)
             | Handler::Feed { .. }
             | Handler::Lead(_) => None,
         }
@@ -69,6 +73,7 @@ impl Handler {
         match self {
             Handler::Static(_) => "static configuration",
             Handler::Proxy(m) | Handler::DerivedFacets(m) => &m.file,
+            Handler::ScannedVehicle(v) => v.detail.as_ref().map_or(&v.search.file, |d| &d.file),
             Handler::Feed { feed, .. } => &feed.file,
             Handler::Lead(lead) => &lead.file,
         }
@@ -86,6 +91,7 @@ impl Handler {
                 )
                 .await
                 .map(|facets| Answer::Data(Data::Json(facets))),
+            Handler::ScannedVehicle(v) => v.execute(None, &call.data).await.map(Answer::Data),
             Handler::Feed { skill, feed } => {
                 let snapshot = feed.snapshot().await?;
                 snapshot.answer(*skill, &call.data).map(Answer::Data)

@@ -62,6 +62,10 @@ pub struct Inventory {
     vehicles: Box<[Stored]>,
     /// Listings dropped for their status.
     excluded: usize,
+    /// The dropped listings themselves, when kept ([`Inventory::new`]: a scan of an upstream,
+    /// where a unit looked up by an identifier the detail call cannot take is told sold from
+    /// unknown). A feed keeps its own copy of every unit.
+    unlisted: Box<[Arc<Value>]>,
     /// Listing indices in the default order.
     pub(super) default_order: Box<[u32]>,
     /// Listing indices in each sort order, at `2 * field + descending`.
@@ -298,6 +302,7 @@ impl InventoryBuilder {
         Inventory {
             vehicles: vehicles.into_boxed_slice(),
             excluded,
+            unlisted: Box::default(),
             default_order: default_order.into_boxed_slice(),
             sorted,
             terms,
@@ -312,12 +317,53 @@ impl InventoryBuilder {
 
 impl Inventory {
     /// Builds the searchable inventory; listings whose status may not be served are dropped.
+    /// The listings the upstream has but AAP may not show are kept for
+    /// [`Inventory::identify`].
     pub fn new(listings: Vec<Listing>) -> Inventory {
         let mut builder = InventoryBuilder::new();
+        let mut unlisted = Vec::new();
         for Listing { vehicle, keys } in listings {
+            if !keys.servable {
+                unlisted.push(Arc::clone(&vehicle));
+            }
             builder.push_keys(keys, Stored::Shared(vehicle));
         }
-        builder.finish()
+        let mut inventory = builder.finish();
+        inventory.unlisted = unlisted.into_boxed_slice();
+        inventory
+    }
+
+    /// The unit whose `key` (`vin`, `stock` or `vehicle_id`) is `value`, and whether it may be
+    /// served: a servable listing first, else one the upstream lists with another status (sold,
+    /// held). VINs compare trimmed and in upper case, stock numbers and ids as written (AAP's
+    /// `stock` filter is an exact match).
+    pub fn identify(&self, key: &str, value: &str) -> Option<(Arc<Value>, bool)> {
+        let wanted = if key == "vin" {
+            value.trim().to_ascii_uppercase()
+        } else {
+            value.to_owned()
+        };
+        let matches = |vehicle: &Value| {
+            vehicle.get(key).and_then(Value::as_str).is_some_and(|v| {
+                if key == "vin" {
+                    v.trim().eq_ignore_ascii_case(&wanted)
+                } else {
+                    v == wanted
+                }
+            })
+        };
+        if let Some(found) = self
+            .vehicles
+            .iter()
+            .map(Stored::vehicle)
+            .find(|v| matches(v))
+        {
+            return Some((found, true));
+        }
+        self.unlisted
+            .iter()
+            .find(|v| matches(v))
+            .map(|v| (Arc::clone(v), false))
     }
 
     /// Number of servable listings.

@@ -44,7 +44,8 @@ pub struct FileSkill {
     /// Lookup tables (merged over `common.yaml`'s).
     #[serde(default)]
     pub tables: Map<String, Value>,
-    /// `inventory.facets` only: `search` computes facets from the search mapping's results.
+    /// `search`: `inventory.facets` computed from the search mapping's results; an
+    /// `inventory.vehicle` found in the search mapping's scan (an upstream with no detail call).
     #[serde(default)]
     pub derive: Option<String>,
     /// Fixed reply `data` (e.g. `dealer.information`), checked against the response schema at load.
@@ -59,6 +60,11 @@ pub struct FileSkill {
     /// facets do not rescan a fragile DMS each time. `0s` turns the cache off.
     #[serde(default = "default_scan_cache")]
     pub scan_cache: String,
+    /// `inventory.vehicle` only: the identifiers the detail call can be asked by (`vin`,
+    /// `stock`, `vehicle_id`). A request by another is found in the search mapping's scan and
+    /// answered by the detail call with an identifier of the unit it takes. Unset: all.
+    #[serde(default)]
+    pub takes: Option<Vec<String>>,
     /// `lead.submit` only: the dealer's lead policy (consent channels, checks, time zone).
     #[serde(default)]
     pub lead: Option<FileLead>,

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::engine::Handler;
 use crate::engine::feed::Feed;
-use crate::engine::proxy::ProxyMapping;
+use crate::engine::proxy::{IDENTIFIERS, ProxyMapping, ScannedVehicle};
 use crate::mapping::Example;
 use crate::mapping::file::{FileCommon, FileMode, FileSkill};
 use crate::protocol::Skill;
@@ -204,13 +204,30 @@ impl MappingLoader<'_> {
         if let Some(data) = file.static_data {
             return self.static_reply(skill, src, data);
         }
+        if file.takes.is_some() && skill != Skill::InventoryVehicle {
+            self.problems.push(src.problem(
+                "/takes",
+                "only `inventory.vehicle` takes `takes` (the identifiers its detail call takes)",
+            ));
+        }
         if let Some(derive) = &file.derive {
-            if skill != Skill::InventoryFacets || derive != "search" {
-                self.problems
-                    .push(src.problem("/derive", "only `inventory.facets` can `derive: search`"));
+            let derivable = matches!(skill, Skill::InventoryFacets | Skill::InventoryVehicle);
+            if !derivable || derive != "search" {
+                self.problems.push(src.problem(
+                    "/derive",
+                    "only `inventory.facets` and `inventory.vehicle` can `derive: search`",
+                ));
                 return None;
             }
             return match mapped.get(&Skill::InventorySearch) {
+                Some(search) if skill == Skill::InventoryVehicle => {
+                    self.notes.push(scan_note(src, "/derive", search, "every"));
+                    Some(Handler::ScannedVehicle(Arc::new(ScannedVehicle {
+                        detail: None,
+                        takes: Vec::new(),
+                        search: Arc::clone(search),
+                    })))
+                }
                 Some(search) => Some(Handler::DerivedFacets(Arc::clone(search))),
                 None if file.mode == FileMode::Feed
                     || feed.is_some() && self.dir.join("inventory.search.yaml").exists() =>
@@ -265,9 +282,70 @@ impl MappingLoader<'_> {
                 "only lead.submit takes `lead` and `mail`",
             ));
         }
+        let takes = self.takes(src, file.takes.as_deref());
         let upstream = self.proxy_upstream(src, &file, upstreams);
-        self.proxy(skill, src, file, upstream, common)
-            .map(|m| Handler::Proxy(Arc::new(m)))
+        let detail = Arc::new(self.proxy(skill, src, file, upstream, common)?);
+        match takes? {
+            Some(takes) if skill == Skill::InventoryVehicle => {
+                let Some(search) = mapped.get(&Skill::InventorySearch) else {
+                    self.problems.push(src.problem(
+                        "/takes",
+                        "a unit asked for by an identifier the detail call does not take is \
+                         found in the search mapping's scan: this needs a proxy-mode \
+                         inventory.search.yaml in the same folder",
+                    ));
+                    return None;
+                };
+                let others: Vec<&str> = IDENTIFIERS
+                    .iter()
+                    .copied()
+                    .filter(|k| !takes.contains(k))
+                    .collect();
+                self.notes
+                    .push(scan_note(src, "/takes", search, &others.join(" or ")));
+                Some(Handler::ScannedVehicle(Arc::new(ScannedVehicle {
+                    detail: Some(detail),
+                    takes,
+                    search: Arc::clone(search),
+                })))
+            }
+            _ => Some(Handler::Proxy(detail)),
+        }
+    }
+
+    /// `takes`: identifiers of `inventory.vehicle.request`; `Some(None)` when unset or all.
+    fn takes(
+        &mut self,
+        src: &Source,
+        declared: Option<&[String]>,
+    ) -> Option<Option<Vec<&'static str>>> {
+        let Some(declared) = declared else {
+            return Some(None);
+        };
+        let mut takes = Vec::new();
+        let mut ok = true;
+        for (i, name) in declared.iter().enumerate() {
+            match IDENTIFIERS.iter().find(|k| **k == name) {
+                Some(k) => takes.push(*k),
+                None => {
+                    self.problems.push(src.problem(
+                        &format!("/takes/{i}"),
+                        format!("`{name}` is not an identifier of inventory.vehicle; use vin, stock or vehicle_id"),
+                    ));
+                    ok = false;
+                }
+            }
+        }
+        if takes.is_empty() && ok {
+            self.problems.push(src.problem(
+                "/takes",
+                "`takes: []` means the detail call takes no identifier: use `derive: search` \
+                 to answer from the search mapping's listings instead",
+            ));
+            ok = false;
+        }
+        ok.then_some(())?;
+        Some((takes.len() < IDENTIFIERS.len()).then_some(takes))
     }
 
     fn proxy_upstream(
@@ -304,4 +382,20 @@ impl MappingLoader<'_> {
         }
         violations.is_empty().then_some(handler)
     }
+}
+
+/// What answering `inventory.vehicle` from the search mapping's scan costs, for `check`.
+fn scan_note(src: &Source, pointer: &str, search: &ProxyMapping, identifiers: &str) -> Problem {
+    src.problem(
+        pointer,
+        format!(
+            "a vehicle asked for by {identifiers} is found in a scan of every listing of \
+             inventory.search ({}): up to {} records walked page by page on a `scan_cache` miss \
+             ({:?}), refused if the scan cannot be whole; a unit listed as sold or held answers \
+             VEHICLE_UNAVAILABLE",
+            search.file,
+            search.scan_limit,
+            search.scan_cache.ttl(),
+        ),
+    )
 }

@@ -95,11 +95,16 @@ impl SearchPages {
 
     /// Keeps the listings of `vehicles` the listing schema accepts, in order; gives how many
     /// it dropped and the first dropped one's failures (locations and keywords, never values).
-    pub(super) fn retain_valid(&self, vehicles: &mut Vec<Vehicle>) -> (usize, Vec<String>) {
+    pub(super) fn retain_valid(
+        &self,
+        vehicles: &mut Vec<Vehicle>,
+        checked: impl Fn(&Vehicle) -> bool,
+    ) -> (usize, Vec<String>) {
         let mut plan: Option<Plan<'_>> = None;
         let valid: Vec<bool> = vehicles
             .iter()
             .map(|vehicle| match (vehicle, self.by_key.as_ref()) {
+                _ if !checked(vehicle) => true,
                 (Vehicle::Record(record), Some(by_key)) => {
                     let plan = match &mut plan {
                         Some(plan) if Arc::ptr_eq(plan.shape, record.shape()) => plan,

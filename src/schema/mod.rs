@@ -132,10 +132,15 @@ impl std::fmt::Debug for Listings {
 }
 
 impl Listings {
-    /// Keeps the listings the schema accepts, in order; gives how many were dropped and the
-    /// first dropped one's failures (`location (keyword)`, never a value).
-    pub fn retain_valid(&self, vehicles: &mut Vec<Vehicle>) -> (usize, Vec<String>) {
-        self.0.retain_valid(vehicles)
+    /// Keeps the listings the schema accepts, in order, and those `checked` leaves out; gives
+    /// how many were dropped and the first dropped one's failures (`location (keyword)`, never a
+    /// value).
+    pub fn retain_valid(
+        &self,
+        vehicles: &mut Vec<Vehicle>,
+        checked: impl Fn(&Vehicle) -> bool,
+    ) -> (usize, Vec<String>) {
+        self.0.retain_valid(vehicles, checked)
     }
 }
 

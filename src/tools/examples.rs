@@ -166,6 +166,7 @@ pub async fn answer(
             m.facets(Transport::Canned(canned), search::filters(request))
                 .await
         }
+        Handler::ScannedVehicle(v) => v.execute(Some(canned), request).await.map(Data::into_value),
         Handler::Feed { skill, feed } => match feed.fetch(Transport::Canned(canned)).await {
             Ok(snapshot) => snapshot.answer(*skill, request).map(Data::into_value),
             Err(e) => Err(e),
@@ -178,6 +179,9 @@ pub async fn answer(
 pub fn upstream_of(handler: &Handler) -> Option<&crate::upstream::Upstream> {
     match handler {
         Handler::Proxy(m) | Handler::DerivedFacets(m) => Some(m.upstream.as_ref()),
+        Handler::ScannedVehicle(v) => {
+            Some(v.detail.as_ref().unwrap_or(&v.search).upstream.as_ref())
+        }
         Handler::Feed { feed, .. } => Some(feed.upstream.as_ref()),
         Handler::Lead(lead) => match &lead.destination {
             crate::engine::lead::Destination::Http(m) => Some(m.upstream.as_ref()),

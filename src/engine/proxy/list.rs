@@ -60,8 +60,16 @@ impl ProxyMapping {
     /// Every listing the upstream has (no filter sent; at most `scan_limit` records), for
     /// `aap-gateway verify` to answer searches from with AAP semantics.
     pub async fn full_scan(&self) -> Result<Arc<Inventory>, AapError> {
-        self.scan(Transport::Live(&self.upstream), &ScanKey::everything())
-            .await
+        self.scan_everything(Transport::Live(&self.upstream)).await
+    }
+
+    /// Every listing the upstream has, through `transport`: the exact-or-refused walk (and its
+    /// `scan_cache`) that completes searches.
+    pub(super) async fn scan_everything(
+        &self,
+        transport: Transport<'_>,
+    ) -> Result<Arc<Inventory>, AapError> {
+        self.scan(transport, &ScanKey::everything()).await
     }
 
     /// Derived facets of `inventory.facets` (`derive: search`): scan, then aggregate.
@@ -536,7 +544,12 @@ impl ProxyMapping {
                 "upstream records the item mapping could not map were skipped"
             );
         }
-        let (refused, why) = self.listings.retain_valid(&mut vehicles);
+        // A unit the upstream lists as sold or held is never served, whatever else it holds:
+        // only listable ones answer to the listing schema (the others still count for paging,
+        // and tell a vehicle lookup "sold" from "unknown").
+        let (refused, why) = self
+            .listings
+            .retain_valid(&mut vehicles, |v| is_listable_status(v.status()));
         if refused > 0 {
             self.event("listing_invalid", refused);
             tracing::warn!(

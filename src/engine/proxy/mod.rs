@@ -21,6 +21,7 @@ mod page;
 mod scan_cache;
 mod spec;
 mod transport;
+mod vehicle;
 
 pub use page::{check_listable, is_listable, is_listable_status, page_data};
 pub use scan_cache::{CursorCache, ScanCache, ScanKey};
@@ -29,3 +30,4 @@ pub use spec::{
     RuleOutcome, SortSupport, StatusMatch, Supports, Values,
 };
 pub use transport::{Canned, Transport, send};
+pub use vehicle::{IDENTIFIERS, ScannedVehicle};
