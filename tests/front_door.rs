@@ -202,29 +202,16 @@ async fn victim(
     }
 }
 
-async fn scrape(gw: &Gateway) -> String {
-    gw.client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("metrics")
-}
-
 /// The value of the series `series` (name and labels exactly as exposed), 0 when absent.
 fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
+    common::sample(text, series).unwrap_or(0.0)
 }
 
 /// Polls the metrics until `series` reaches `at_least` (or `within` passes); its last value.
 async fn await_metric(gw: &Gateway, series: &str, at_least: f64, within: Duration) -> f64 {
     let end = Instant::now() + within;
     loop {
-        let value = sample(&scrape(gw).await, series);
+        let value = sample(&gw.metrics().await, series);
         if value >= at_least || Instant::now() > end {
             return value;
         }
@@ -292,7 +279,7 @@ async fn bytes_held_in_partly_received_bodies_are_bounded_in_total() {
         started.elapsed() < Duration::from_secs(2),
         "at once, not at the body timeout"
     );
-    let text = scrape(&gw).await;
+    let text = gw.metrics().await;
     assert_eq!(
         sample(
             &text,
@@ -344,7 +331,7 @@ async fn slow_loris_attack(connections: usize, hold: &str, victim_for: Duration)
     println!("slow-loris: {connections} requests held for their body");
     seen.assert_served("slow-loris");
     assert_eq!(
-        sample(&scrape(&gw).await, "aap_gateway_requests_in_flight"),
+        sample(&gw.metrics().await, "aap_gateway_requests_in_flight"),
         0.0,
         "the held requests never took a slot"
     );
@@ -353,7 +340,7 @@ async fn slow_loris_attack(connections: usize, hold: &str, victim_for: Duration)
         let answer = read_all(stream, Duration::from_secs(30)).await;
         assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     }
-    let text = scrape(&gw).await;
+    let text = gw.metrics().await;
     assert_eq!(
         sample(&text, &body_timeouts("jsonrpc")),
         connections as f64,
@@ -431,7 +418,7 @@ async fn http2_stream_flood(connections: u8, streams: usize, hold: &str, victim_
     println!("HTTP/2 flood: {connections} connections x {streams} streams held for their body");
     seen.assert_served("HTTP/2 stream flood");
     assert_eq!(
-        sample(&scrape(&gw).await, "aap_gateway_requests_in_flight"),
+        sample(&gw.metrics().await, "aap_gateway_requests_in_flight"),
         0.0
     );
     let mut statuses = Vec::new();
@@ -531,7 +518,7 @@ async fn calls_beyond_max_concurrency_are_shed_at_once_through_the_server() {
     // Cards hold no slot.
     let card = gw.card("/.well-known/agent-card.json").await;
     assert!(card["name"].is_string());
-    let text = scrape(&gw).await;
+    let text = gw.metrics().await;
     assert_eq!(
         sample(
             &text,
@@ -599,14 +586,14 @@ async fn connections_beyond_the_caps_are_closed_while_probes_and_victims_answer(
         .assert_served_once();
     // Many addresses: up to the total, the rest closed. The places already taken are the two
     // victims' and the first address's 10.
-    let taken = sample(&scrape(&gw).await, "aap_gateway_connections_open") as usize;
+    let taken = sample(&gw.metrics().await, "aap_gateway_connections_open") as usize;
     assert_eq!(taken, 12, "connections before the flood");
     let mut closed = 0;
     for a in 1..=4 {
         closed += flood(gw.addr, attacker(a), 10, &mut open).await;
     }
     assert_eq!(closed, 40 - (30 - taken), "{taken} taken before");
-    let text = scrape(&gw).await;
+    let text = gw.metrics().await;
     let open_now = sample(&text, "aap_gateway_connections_open");
     println!(
         "connection flood: {} held open, {} closed on accept, gauge {open_now}",
@@ -727,7 +714,7 @@ async fn silent_stalled_and_idle_connections_are_closed_on_time() {
         |phase: &str| format!("aap_gateway_connections_timed_out_total{{phase=\"{phase}\"}}");
     let idle = await_metric(&gw, &series("idle"), 2.0, Duration::from_secs(3)).await;
     assert_eq!(idle, 2.0, "the HTTP/1 and the HTTP/2 connection");
-    let text = scrape(&gw).await;
+    let text = gw.metrics().await;
     for phase in ["first_byte", "header"] {
         assert_eq!(sample(&text, &series(phase)), 1.0, "{phase}: {text}");
     }
@@ -800,7 +787,7 @@ async fn a_flood_from_one_address_is_refused_before_auth_or_parsing_and_logged_b
         .await
         .expect("card");
     assert_eq!(other.status(), 200);
-    let text = scrape(&gw).await;
+    let text = gw.metrics().await;
     assert_eq!(
         sample(
             &text,

@@ -191,9 +191,7 @@ fn data(reply: &Reply) -> &Value {
 }
 
 fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
+    common::sample(text, series).unwrap_or(0.0)
 }
 
 fn verdicts(when: &str, verdict: &str) -> String {

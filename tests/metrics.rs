@@ -24,11 +24,7 @@ async fn scrape(gw: &Gateway) -> String {
     resp.text().await.expect("body")
 }
 
-/// The value of the sample `series` (name and labels exactly as exposed), if present.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-}
+use common::sample;
 
 fn requests(dealer: &str, skill: &str, binding: &str, outcome: &str) -> String {
     format!(

@@ -128,7 +128,7 @@ async fn without_redis_local_falls_back_and_deny_refuses() {
     assert_eq!(admitted, 5, "local limits while Redis is down");
     assert!(local.app.limits.backend_errors() >= 8);
     // The outage is exported: every decision taken without Redis, and the degraded state.
-    let scrape = metrics(&local).await;
+    let scrape = local.metrics().await;
     assert!(
         series(
             &scrape,
@@ -155,7 +155,7 @@ async fn without_redis_local_falls_back_and_deny_refuses() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert!(back, "the deny replica admits again once Redis is back");
-    let scrape = metrics(&deny).await;
+    let scrape = deny.metrics().await;
     assert_eq!(
         series(&scrape, "aap_gateway_redis_degraded{store=\"rate_limit\"}"),
         0.0,
@@ -163,21 +163,7 @@ async fn without_redis_local_falls_back_and_deny_refuses() {
     );
 }
 
-async fn metrics(gw: &Gateway) -> String {
-    gw.client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("body")
-}
-
 /// The value of one series (`name{labels}`), 0 when absent.
 fn series(scrape: &str, name: &str) -> f64 {
-    scrape
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or(0.0)
+    common::sample(scrape, name).unwrap_or(0.0)
 }

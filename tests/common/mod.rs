@@ -389,7 +389,7 @@ impl Gateway {
         format!("http://{}{path}", self.admin)
     }
 
-    /// The admin listener's `/metrics` text.
+    /// The admin listener's `/metrics` text (read a value with [`sample`]).
     pub async fn metrics(&self) -> String {
         let reply = self.client.get(self.admin_url("/metrics")).send().await;
         reply.expect("metrics").text().await.expect("metrics text")
@@ -576,4 +576,12 @@ pub async fn until_the_dms_breaker_opens(
         }
     }
     panic!("the breaker never opened");
+}
+
+/// The value of the sample `series` (name and labels exactly as exposed) in a metrics scrape,
+/// if present.
+pub fn sample(scrape: &str, series: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
