@@ -64,6 +64,7 @@ use jiff::civil::{Date, DateTime, Time};
 use serde_json::Value;
 
 mod compile;
+mod dates;
 #[cfg(test)]
 mod helper_tests;
 mod helpers;
