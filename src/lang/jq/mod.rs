@@ -64,6 +64,8 @@ use jiff::civil::{Date, DateTime, Time};
 use serde_json::Value;
 
 mod compile;
+#[cfg(test)]
+mod date_tests;
 mod dates;
 #[cfg(test)]
 mod helper_tests;
