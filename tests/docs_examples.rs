@@ -51,6 +51,10 @@ fn block(doc: &str, first_line: &str) -> String {
 /// Where the examples go, and what they answer: no network is used.
 const UPSTREAMS: &str = r#"
 rest: { kind: rest, base_url: "http://127.0.0.1:9" }
+graphql:
+  kind: rest
+  base_url: "http://127.0.0.1:9"
+  auth: { kind: oauth2, token_url: "http://127.0.0.1:9/token", client_id: gw, client_secret: s }
 soap: { kind: soap, base_url: "http://127.0.0.1:9/svc", soap: { version: "1.1" } }
 mail:
   kind: smtp
@@ -151,7 +155,7 @@ fn cases() -> Vec<Case> {
         "inventory.search",
         &graphql,
         &[
-            ("upstream", "rest"),
+            ("upstream", "graphql"),
             (
                 "examples",
                 &example("a GraphQL connection", SEARCH, Some(graphql_page)),

@@ -28,6 +28,10 @@
 //! `AAP_FUZZ_SEED=<u64>` replays a run (each run prints its seed and, per outcome, how many
 //! inputs ended so and their mean time).
 
+// The whole request path is one future here, nested deeper than rustc's default layout query
+// depth allows.
+#![recursion_limit = "256"]
+
 mod common;
 
 use std::collections::BTreeMap;

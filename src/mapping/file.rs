@@ -420,6 +420,12 @@ pub struct FileErrorRule {
     /// Message for the buyer; defaults to a standard one per code.
     #[serde(default)]
     pub message: Option<String>,
+    /// The answer means the upstream refused the OAuth2 token although it is a success on the
+    /// wire (GraphQL's `UNAUTHENTICATED` error on HTTP 200): the gateway fetches a fresh token
+    /// and sends the call once more (it was not processed, so even a lead is safe to send);
+    /// only the same answer again is answered with `code`. Needs `auth.kind: oauth2`.
+    #[serde(default)]
+    pub reauthenticate: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]

@@ -75,6 +75,21 @@ impl MappingLoader<'_> {
             self.object_response(src, skill, &response_file, common)
         };
         let errors = self.error_rules(src, &file, soap, list, common);
+        if let Some(upstream) = upstream.as_ref().filter(|u| !u.uses_oauth2()) {
+            for (i, rule) in file.errors.iter().enumerate() {
+                if rule.reauthenticate {
+                    self.problems.push(src.problem(
+                        &format!("/errors/{i}/reauthenticate"),
+                        format!(
+                            "`reauthenticate` renews an OAuth2 token, and `{}` has no \
+                             `auth.kind: oauth2`: a refused key or password is not renewed by \
+                             trying again",
+                            upstream.name()
+                        ),
+                    ));
+                }
+            }
+        }
         let declared = file.request.as_ref().and_then(|r| r.supports.as_ref());
         let supports = declared.map(supports).unwrap_or_default();
         let constant_status = response_file
@@ -357,11 +372,20 @@ impl MappingLoader<'_> {
                 ));
                 continue;
             }
+            if rule.reauthenticate && !matches!(outcome, RuleOutcome::Error { .. }) {
+                self.problems.push(src.problem(
+                    &format!("{at}/reauthenticate"),
+                    "`reauthenticate` tries once more with a fresh token, then answers the \
+                     rule's `code`: give `code`, not `reply`",
+                ));
+                continue;
+            }
             errors.push(ErrorRule {
                 status,
                 fault: rule.when.fault.clone(),
                 jq,
                 outcome,
+                reauthenticate: rule.reauthenticate,
             });
         }
         errors

@@ -94,7 +94,12 @@ impl Auth {
     /// After a 401: forgets the token of `credential` (if it is still the cached one). `true`
     /// when the next call will carry a fresh token, so trying again makes sense.
     pub(crate) fn invalidate(&self, credential: Option<&Credential>) -> bool {
-        match (self, credential.and_then(|c| c.token_generation)) {
+        self.invalidate_generation(credential.and_then(|c| c.token_generation))
+    }
+
+    /// [`Auth::invalidate`] of the token of `generation` (what a reply says it was sent with).
+    pub(crate) fn invalidate_generation(&self, generation: Option<u64>) -> bool {
+        match (self, generation) {
             (Auth::OAuth2(source), Some(generation)) => source.invalidate(generation),
             _ => false,
         }

@@ -262,6 +262,19 @@ impl Upstream {
         &self.inner.name
     }
 
+    /// The upstream refused the OAuth2 token of a reply that is a success on the wire (a
+    /// GraphQL `UNAUTHENTICATED` on HTTP 200; a mapping's `errors` rule says so): forgets it as
+    /// a 401 would. `true` when the next call will carry a fresh token, so one more try makes
+    /// sense (at most one forced refresh per interval, as for 401s).
+    pub fn token_refused(&self, generation: Option<u64>) -> bool {
+        self.inner.auth.invalidate_generation(generation)
+    }
+
+    /// Whether calls carry an OAuth2 token (`auth.kind: oauth2`).
+    pub fn uses_oauth2(&self) -> bool {
+        matches!(self.inner.auth, super::auth::Auth::OAuth2(_))
+    }
+
     /// The validated base URL.
     pub fn base_url(&self) -> &Url {
         &self.inner.base_url
@@ -438,6 +451,7 @@ impl Upstream {
                         body,
                         elapsed: started.elapsed(),
                         verdict: None,
+                        token_generation: credential.as_ref().and_then(|c| c.token_generation),
                     }),
                     live,
                 ),

@@ -160,6 +160,8 @@ pub struct UpstreamResponse {
     /// A 5xx reply's judgement, left to the caller: dropped, it counts as an upstream failure
     /// (circuit breaker, error metric); [`Verdict::answered`] counts it as an answer.
     pub verdict: Option<Verdict>,
+    /// The OAuth2 token the request carried, by generation (for [`Upstream::token_refused`]).
+    pub token_generation: Option<u64>,
 }
 
 /// Why a call produced no usable reply.

@@ -27,6 +27,16 @@ pub(super) enum Called<'a> {
     Rule(&'a RuleOutcome, Doc),
 }
 
+/// What one send produced: a call's result, or a `reauthenticate` rule's finding that the
+/// upstream refused the token (the rule's error, unless a fresh token does better).
+enum Once<'a> {
+    Called(Called<'a>),
+    TokenRefused {
+        generation: Option<u64>,
+        error: AapError,
+    },
+}
+
 impl ProxyMapping {
     /// Answers a validated call against the live upstream.
     pub async fn execute(&self, request: &Value) -> Result<Data, AapError> {
@@ -182,8 +192,41 @@ impl ProxyMapping {
         transport: Transport<'_>,
         rendered: Rendered,
         vars: &JqVars,
-        next_link: Option<&mut Option<String>>,
+        mut next_link: Option<&mut Option<String>>,
     ) -> Result<Called<'_>, AapError> {
+        // A `reauthenticate` rule may ask for one more try: the call is kept to send again.
+        let again = self
+            .errors
+            .iter()
+            .any(|r| r.reauthenticate)
+            .then(|| rendered.clone());
+        let once = self
+            .call_once(transport, rendered, vars, next_link.as_deref_mut())
+            .await?;
+        match once {
+            Once::Called(called) => Ok(called),
+            Once::TokenRefused { generation, error } => match again {
+                Some(again) if self.upstream.token_refused(generation) => {
+                    // Rare: boxed, so the common path's future stays small.
+                    let retried = Box::pin(self.call_once(transport, again, vars, next_link));
+                    match retried.await? {
+                        Once::Called(called) => Ok(called),
+                        Once::TokenRefused { error, .. } => Err(error),
+                    }
+                }
+                _ => Err(error),
+            },
+        }
+    }
+
+    /// One send of a call and what the error rules make of its answer.
+    async fn call_once(
+        &self,
+        transport: Transport<'_>,
+        rendered: Rendered,
+        vars: &JqVars,
+        next_link: Option<&mut Option<String>>,
+    ) -> Result<Once<'_>, AapError> {
         let soap = self.upstream.soap().is_some();
         // Reads are safe to retry, SOAP reads included; a lead is never sent twice by the client.
         let idempotent = matches!(rendered.method, http::Method::GET | http::Method::HEAD)
@@ -240,17 +283,26 @@ impl ProxyMapping {
                 verdict.answered();
             }
             return match &rule.outcome {
-                RuleOutcome::Error { code, message } => Err(AapError::Domain {
-                    code: *code,
-                    message: message.clone(),
-                    details: None,
-                }),
-                RuleOutcome::Empty => Ok(Called::Rule(
+                RuleOutcome::Error { code, message } => {
+                    let error = AapError::Domain {
+                        code: *code,
+                        message: message.clone(),
+                        details: None,
+                    };
+                    if rule.reauthenticate {
+                        return Ok(Once::TokenRefused {
+                            generation: response.token_generation,
+                            error,
+                        });
+                    }
+                    Err(error)
+                }
+                RuleOutcome::Empty => Ok(Once::Called(Called::Rule(
                     &rule.outcome,
                     Doc::from_value(JqValue::null()),
-                )),
+                ))),
                 outcome => match doc {
-                    Ok(doc) => Ok(Called::Rule(outcome, doc)),
+                    Ok(doc) => Ok(Once::Called(Called::Rule(outcome, doc))),
                     Err(e) => Err(AapError::InvalidUpstreamResponse {
                         upstream: self.upstream.name().to_owned(),
                         cause: format!("{e} ({})", self.file),
@@ -315,11 +367,12 @@ impl ProxyMapping {
                 },
             );
         }
-        doc.map(Called::Body)
-            .map_err(|e| AapError::InvalidUpstreamResponse {
+        doc.map(|doc| Once::Called(Called::Body(doc))).map_err(|e| {
+            AapError::InvalidUpstreamResponse {
                 upstream,
                 cause: format!("{e} ({})", self.file),
-            })
+            }
+        })
     }
 
     /// The reply body for jq, and the SOAP fault it carries. A SOAP fault is seen by jq

@@ -64,6 +64,9 @@ pub struct ErrorRule {
     pub fault: Option<String>,
     pub jq: Option<Jq>,
     pub outcome: RuleOutcome,
+    /// The answer means the upstream refused the OAuth2 token (a GraphQL `UNAUTHENTICATED` on
+    /// HTTP 200): a fresh token and one more try before `outcome` answers.
+    pub reauthenticate: bool,
 }
 
 /// What a matching error rule makes of the upstream's answer.

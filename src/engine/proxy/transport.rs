@@ -98,6 +98,7 @@ pub async fn send(
                 body: canned.body.clone(),
                 elapsed: Instant::now().elapsed(),
                 verdict: None,
+                token_generation: None,
             })
         }
     }
