@@ -466,10 +466,13 @@ async fn after_redis_lost_its_data_free_keys_wait_while_claims_and_outcomes_are_
         reply: REPLY.to_owned(),
     };
     let written = a
-        .seed(&[
-            ("done".to_owned(), seed.clone(), TTL),
-            ("running".to_owned(), seed, TTL),
-        ])
+        .seed(
+            &[
+                ("done".to_owned(), seed.clone(), TTL),
+                ("running".to_owned(), seed, TTL),
+            ],
+            false,
+        )
         .await
         .unwrap();
     assert_eq!(written, 1, "a key Redis holds is left alone");

@@ -104,6 +104,7 @@ impl Idempotency {
                 epoch: Mutex::new(String::new()),
                 claims: Mutex::new(HashMap::new()),
                 restore: AtomicBool::new(false),
+                restore_over: AtomicBool::new(false),
                 wake: Notify::new(),
             })),
             ..Idempotency::local(limits)
@@ -378,9 +379,18 @@ impl Idempotency {
         shared: &ClaimsShared,
     ) -> Result<(), crate::redis_backend::BackendError> {
         let outcomes = self.local.outcomes();
+        let over = shared.restore_over.swap(false, Ordering::Relaxed);
         let mut written = 0;
         for batch in outcomes.chunks(RESTORE_BATCH) {
-            written += shared.redis.seed(batch).await?;
+            match shared.redis.seed(batch, over).await {
+                Ok(n) => written += n,
+                Err(error) => {
+                    if over {
+                        shared.restore_over.store(true, Ordering::Relaxed);
+                    }
+                    return Err(error);
+                }
+            }
         }
         if written > 0 {
             self.counters.restored.fetch_add(written, Ordering::Relaxed);
