@@ -126,10 +126,7 @@ fn render(mapped: &ProxyMapping, request: &Value) -> aap_gateway::engine::reques
         .request
         .render(
             Scope::request(request, &mapped.shared.tables_tpl, &context),
-            Some(PageRef {
-                index: 0,
-                size: PAGE as u64,
-            }),
+            Some(&PageRef::at(0, PAGE as u64)),
         )
         .expect("render")
 }

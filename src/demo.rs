@@ -61,6 +61,7 @@ pub fn endpoints(app: &App, gateway: SocketAddr, admin: SocketAddr, simulators: 
                 "card_url": d.card_url,
                 "jsonrpc_url": d.jsonrpc_url,
                 "http_json_url": app.settings.http_json.then(|| format!("{}/message:send", d.jsonrpc_url)),
+                "mcp_url": mcp_url(app, d),
                 "host": d.settings.hosts.first(),
             })
         })
@@ -71,6 +72,16 @@ pub fn endpoints(app: &App, gateway: SocketAddr, admin: SocketAddr, simulators: 
         "simulators": simulators,
         "dealers": dealers,
     })
+}
+
+/// The dealer's MCP endpoint, beside its card (`bindings.mcp`), when the binding is on.
+fn mcp_url(app: &App, dealer: &crate::app::Dealer) -> Option<String> {
+    let mcp = app.settings.mcp.as_ref()?;
+    let base = dealer
+        .card_url
+        .strip_suffix("/.well-known/agent-card.json")
+        .unwrap_or(&dealer.card_url);
+    Some(format!("{base}{}", mcp.path))
 }
 
 /// The banner printed on stdout: card URLs and a curl call per dealer.
@@ -100,6 +111,11 @@ pub fn banner(app: &App, admin: SocketAddr) -> String {
             out.push_str(&format!(
                 "  or REST:  curl -s{host} {}/message:send \\\n              -H 'Content-Type: application/json' -H 'A2A-Version: 1.0' \\\n              -H 'A2A-Extensions: {uri}' \\\n              -d '{{\"message\":{{\"messageId\":\"m-1\",\"role\":\"ROLE_USER\",\"parts\":[{{\"data\":{{\"type\":\"dealer.information.request\"}}}}]}}}}'\n",
                 d.jsonrpc_url,
+            ));
+        }
+        if let Some(url) = mcp_url(app, d) {
+            out.push_str(&format!(
+                "  MCP:      {url} (Streamable HTTP; e.g. npx @modelcontextprotocol/inspector)\n"
             ));
         }
         out.push('\n');

@@ -233,6 +233,10 @@ pub enum AapError {
         mapping: String,
         violations: Vec<Violation>,
     },
+    /// What the gateway could fetch cannot be the whole answer (docs/protocol.md §Exact or
+    /// refused): `INTERNAL_ERROR` rather than a partial page dressed as whole.
+    #[error("{mapping}: the answer would not be whole: {cause}")]
+    Incomplete { mapping: String, cause: Incomplete },
     #[error("internal error: {0}")]
     Internal(String),
 
@@ -248,6 +252,63 @@ pub enum AapError {
         reference: String,
         retry_after: Duration,
     },
+}
+
+/// Why what the gateway fetched cannot be the whole answer. Each is counted
+/// (`aap_gateway_mapping_events_total{event}`, [`Incomplete::event`]) and logged with the
+/// dealer and mapping.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Incomplete {
+    /// The upstream reports more matches than its paging let the gateway fetch (no
+    /// `pagination`, or pages that end early).
+    #[error(
+        "the upstream reports {reported} matches and {fetched} could be fetched; declare how it \
+         pages (`pagination`), or a `max_size` it honours"
+    )]
+    Unreachable { reported: usize, fetched: usize },
+    /// A page came back shorter than asked, and the next page held more records: the
+    /// upstream's page size is smaller than the one asked for.
+    #[error(
+        "page {page} held {got} records of the {asked} asked for and the next page held more: \
+         the upstream caps its pages below `pagination.max_size`"
+    )]
+    ShortPage { page: u64, got: usize, asked: u64 },
+    /// A record came back twice in one walk: the position did not reach the upstream, or its
+    /// order moved between pages.
+    #[error(
+        "a record came back twice (on page {page}): the position did not reach the upstream or its order moved"
+    )]
+    Repeated { page: u64 },
+    /// The upstream listed more records than its own total.
+    #[error("the upstream listed {fetched} records but reports {reported}")]
+    Overcounted { reported: usize, fetched: usize },
+    /// The answer needs more upstream listings than `scan_limit`.
+    #[error("the search needs more than scan_limit ({limit}) upstream listings")]
+    ScanLimit { limit: usize },
+}
+
+impl Incomplete {
+    /// The event name its metric counts under.
+    pub fn event(&self) -> &'static str {
+        match self {
+            Incomplete::Unreachable { .. } => "incomplete_unreachable",
+            Incomplete::ShortPage { .. } => "incomplete_short_page",
+            Incomplete::Repeated { .. } => "incomplete_repeated_record",
+            Incomplete::Overcounted { .. } => "incomplete_overcounted",
+            Incomplete::ScanLimit { .. } => "scan_limit_reached",
+        }
+    }
+
+    /// Whether the same call may be whole later: records that moved while the gateway paged
+    /// may settle; a mapping that cannot reach every record never will.
+    pub fn retryable(&self) -> bool {
+        match self {
+            Incomplete::Repeated { .. } | Incomplete::Overcounted { .. } => true,
+            Incomplete::Unreachable { .. }
+            | Incomplete::ShortPage { .. }
+            | Incomplete::ScanLimit { .. } => false,
+        }
+    }
 }
 
 /// `"/data/vehicles/0/price (type: must be integer), …"` for logs.
@@ -273,6 +334,7 @@ impl AapError {
             | AapError::UpstreamRefused { .. }
             | AapError::InvalidUpstreamResponse { .. }
             | AapError::InvalidReply { .. }
+            | AapError::Incomplete { .. }
             | AapError::Internal(_)
             | AapError::LeadInProgress { .. }
             | AapError::LeadHeld { .. } => Some(AapCode::InternalError),

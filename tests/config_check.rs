@@ -251,7 +251,7 @@ fn broken_mappings_report_every_problem_with_its_location() {
         ),
         format!("{d}/inventory.search.yaml:10:18: jq: unclosed `[`"),
         format!(
-            "{d}/inventory.search.yaml:15:27: jq: undefined function `tonumbr/0`; besides jq's builtins the gateway's helpers are nonempty/0, lookup/1, dollars/0, miles/0, int/0, num/0, legacy_date/0, legacy_datetime/1, lower/0, upper/0, title/0, compact/0, split_list/1"
+            "{d}/inventory.search.yaml:15:27: jq: undefined function `tonumbr/0`; besides jq's builtins the gateway's helpers are nonempty/0, lookup/1, dollars/0, dollars/1, miles/0, miles/1, int/0, int/1, num/0, num/1, legacy_date/0, legacy_datetime/1, lower/0, upper/0, title/0, compact/0, split_list/1"
         ),
         format!("{d}/inventory.vehicle.yaml:6:5: `Bad Header` is not a valid header name"),
         // common.yaml's `def vehicle` gives no `status`: every unit would answer VEHICLE_UNAVAILABLE.

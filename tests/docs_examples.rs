@@ -139,6 +139,25 @@ fn cases() -> Vec<Case> {
         ],
     ));
 
+    // docs/mappings.md §Paging: the GraphQL recipe (cursors in a JSON body, errors on 200).
+    let graphql = block(
+        "docs/mappings.md",
+        "# A GraphQL DMS: inventory.search.yaml (with `skill` and `upstream`)",
+    );
+    let graphql_page = r#"'{"data": {"inventory": {"totalCount": 1, "edges": [{"node": {"vin": "1HGCY2F57RA000001", "stockNo": "D1", "year": 2024, "make": "Honda", "model": "Civic", "status": "available", "price": 25990}}], "pageInfo": {"endCursor": "c1", "hasNextPage": false}}}}'"#;
+    cases.push(Case::new(
+        "mappings-graphql",
+        "inventory.search",
+        &graphql,
+        &[
+            ("upstream", "rest"),
+            (
+                "examples",
+                &example("a GraphQL connection", SEARCH, Some(graphql_page)),
+            ),
+        ],
+    ));
+
     // docs/mappings.md §Paging: three alternatives in one block.
     let paging = block(
         "docs/mappings.md",

@@ -716,56 +716,16 @@ fn handle(case: &RequestCase) -> Result<String, TestCaseError> {
                 status,
                 text
             );
-            check_jsonrpc(&body, &text).map(label)
-        }
-        Binding::HttpJson => check_http_json(status, &body, &text).map(label),
-    }
-}
-
-/// A JSON-RPC reply: `jsonrpc`, an `id` that is a string, number or null, and exactly one of
-/// an object `result` or an `error` with an integer code, a message and typed `data`, the
-/// first an `ErrorInfo`. The label is the AAP code or A2A reason.
-fn check_jsonrpc(body: &Value, text: &str) -> Result<String, TestCaseError> {
-    // The simulators are healthy: whatever a request holds, it is refused or answered, never
-    // an internal failure of the gateway.
-    prop_assert!(
-        !text.contains("INTERNAL_ERROR"),
-        "an internal error: {}",
-        text
-    );
-    prop_assert_eq!(&body["jsonrpc"], &json!("2.0"), "{}", text);
-    let id = &body["id"];
-    prop_assert!(
-        id.is_null() || id.is_string() || id.is_number(),
-        "id: {}",
-        text
-    );
-    match (body.get("result"), body.get("error")) {
-        (Some(result), None) => {
-            prop_assert!(result.is_object(), "result: {}", text);
-            Ok("JsonRpc result".to_owned())
-        }
-        (None, Some(error)) => {
-            prop_assert!(error["code"].is_i64(), "code: {}", text);
-            prop_assert!(error["message"].is_string(), "message: {}", text);
-            let data = error["data"].as_array().cloned().unwrap_or_default();
-            prop_assert!(!data.is_empty(), "data: {}", text);
-            prop_assert!(data.iter().all(|d| d["@type"].is_string()), "{}", text);
-            prop_assert_eq!(
-                &data[0]["@type"],
-                &json!("type.googleapis.com/google.rpc.ErrorInfo"),
-                "{}",
+            // The simulators are healthy: whatever a request holds, it is refused or answered,
+            // never an internal failure of the gateway.
+            prop_assert!(
+                !text.contains("INTERNAL_ERROR"),
+                "an internal error: {}",
                 text
             );
-            let reason = data[0]["reason"].as_str().unwrap_or("?");
-            // The AAP error, when there is one, names its code.
-            let aap = data.iter().skip(1).find_map(|d| d["code"].as_str());
-            Ok(match aap {
-                Some(code) => format!("JsonRpc error {code}"),
-                None => format!("JsonRpc error {reason}"),
-            })
+            common::jsonrpc::check_reply(&body, &text).map(label)
         }
-        _ => Err(TestCaseError::fail(format!("one of result/error: {text}"))),
+        Binding::HttpJson => check_http_json(status, &body, &text).map(label),
     }
 }
 

@@ -77,7 +77,7 @@ fn post_and_check(
             Ok(None)
         }
         200 => {
-            check_jsonrpc(&reply.body, &reply.text)?;
+            common::jsonrpc::check_reply(&reply.body, &reply.text)?;
             Ok(Some(reply.body))
         }
         other => Err(TestCaseError::fail(format!(
@@ -85,49 +85,6 @@ fn post_and_check(
             reply.text
         ))),
     }
-}
-
-fn check_jsonrpc(body: &Value, text: &str) -> Result<(), TestCaseError> {
-    let object = body
-        .as_object()
-        .ok_or_else(|| TestCaseError::fail(format!("not a JSON object: {text}")))?;
-    prop_assert_eq!(object.get("jsonrpc"), Some(&json!("2.0")), "{}", text);
-    let id = object
-        .get("id")
-        .ok_or_else(|| TestCaseError::fail(format!("no id: {text}")))?;
-    prop_assert!(
-        id.is_null() || id.is_string() || id.is_number(),
-        "id: {}",
-        text
-    );
-    match (object.get("result"), object.get("error")) {
-        (Some(result), None) => {
-            prop_assert!(result.is_object(), "result: {}", text);
-        }
-        (None, Some(error)) => {
-            prop_assert!(error["code"].is_i64(), "error.code is an integer: {}", text);
-            prop_assert!(
-                error["message"].is_string(),
-                "error.message is a string: {}",
-                text
-            );
-            let data = error["data"]
-                .as_array()
-                .ok_or_else(|| TestCaseError::fail(format!("error.data array: {text}")))?;
-            prop_assert!(!data.is_empty(), "{}", text);
-            for entry in data {
-                prop_assert!(entry["@type"].is_string(), "@type on {}: {}", entry, text);
-            }
-            prop_assert_eq!(
-                &data[0]["@type"],
-                &json!("type.googleapis.com/google.rpc.ErrorInfo"),
-                "ErrorInfo first: {}",
-                text
-            );
-        }
-        _ => return Err(TestCaseError::fail(format!("one of result/error: {text}"))),
-    }
-    Ok(())
 }
 
 fn standard() -> Vec<(&'static str, &'static str)> {

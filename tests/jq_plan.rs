@@ -608,6 +608,7 @@ fn demo_search_programs_are_native() {
         total,
         item,
         records,
+        ..
     } = &mapped.response
     else {
         panic!("not a list mapping");

@@ -357,7 +357,7 @@ fn verify(config: &Path, sims: &aap_sim::Simulators) -> Output {
             "--dealer",
             "demo_toyota",
             "--max-searches",
-            "40",
+            "200",
             "--pause",
             "1ms",
         ]);
@@ -374,7 +374,7 @@ async fn verify_finds_no_difference_where_the_mapping_is_true() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     assert!(
-        stdout.contains("40 searches over 216 listings, 0 difference(s)"),
+        stdout.contains("searches over 216 listings, 0 difference(s)"),
         "{stdout}"
     );
 }
@@ -400,11 +400,20 @@ async fn verify_reports_a_false_supports_declaration_with_the_request_that_shows
     let diff = stdout
         .lines()
         .position(|l| {
-            l.starts_with("DIFF  total: the mapping answers 1, the gateway's full scan 0")
+            l.starts_with(
+                "DIFF  total: the mapping answers 1; the gateway, searching the 216 listings its \
+                 scan read, 0",
+            )
         })
         .unwrap_or_else(|| panic!("{stdout}"));
     let request = stdout.lines().nth(diff + 1).unwrap_or_default();
     assert!(request.contains(r#""filters":{"stock":"#), "{stdout}");
+    let fix = stdout.lines().nth(diff + 2).unwrap_or_default();
+    assert_eq!(
+        fix,
+        "      fix: drop `stock` from `supports.filters`, or make the template send what AAP means",
+        "{stdout}"
+    );
 }
 
 #[test]

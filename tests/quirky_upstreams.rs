@@ -432,12 +432,6 @@ fn make_counts(facets: &Value) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// The gateway's `/metrics` text.
-async fn metrics(gw: &Gateway) -> String {
-    let reply = gw.client().get(gw.admin_url("/metrics")).send().await;
-    reply.expect("metrics").text().await.expect("text")
-}
-
 /// The reply data of a successful call, checked against the AAP schema.
 fn data(reply: &common::Reply) -> Value {
     let payload = &reply.body["result"]["message"]["parts"][0]["data"];
@@ -679,7 +673,7 @@ fn a_scan_past_scan_limit_is_refused_not_answered_from_part_of_the_stock() {
             .send("/dealers/small/a2a", Search::default().request())
             .await;
         assert_eq!(reply.aap_code(), "INTERNAL_ERROR", "{}", reply.text);
-        let metrics = metrics(&gw).await;
+        let metrics = gw.metrics().await;
         assert!(
             metrics
                 .lines()
@@ -994,7 +988,7 @@ fn unknown_units_answer_not_found_without_opening_the_breaker() {
             .await;
         assert_eq!(data(&reply)["stock"], known.stock.as_str());
         let gw = &RIVERSIDE.gw;
-        let metrics = metrics(gw).await;
+        let metrics = gw.metrics().await;
         assert!(
             !metrics
                 .lines()

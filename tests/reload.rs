@@ -23,15 +23,7 @@ fn is_ok(reply: &common::Reply) -> bool {
 }
 
 async fn reloads(gw: &Gateway, result: &str) -> f64 {
-    let text = gw
-        .client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("body");
+    let text = gw.metrics().await;
     let series = format!("aap_gateway_config_reloads_total{{result=\"{result}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&series)?.parse().ok())

@@ -437,7 +437,7 @@ fn media_type(target: Target) -> &'static str {
 }
 
 /// Validates every AAP payload of a JSON-RPC envelope; returns how many were checked.
-fn check_jsonrpc(schemas: &Schemas, what: &str, envelope: &Value) -> usize {
+fn check_payloads_of_envelope(schemas: &Schemas, what: &str, envelope: &Value) -> usize {
     let found = payloads(what, envelope);
     for (target, data, part_media_type) in &found {
         let ty = &data["type"];
@@ -469,7 +469,7 @@ fn every_jsonrpc_payload_of_the_jsonrpc_binding_page_validates() {
             eprintln!("seed block {i}: error reply, skipped");
             continue;
         }
-        let n = check_jsonrpc(&schemas, &format!("seed block {i}"), block);
+        let n = check_payloads_of_envelope(&schemas, &format!("seed block {i}"), block);
         if n > 0 {
             skills_seen.insert(block["id"].to_string());
         }
@@ -558,7 +558,7 @@ fn every_reference_example_with_a_schema_validates() {
             continue;
         };
         if name.contains(".jsonrpc.") {
-            let n = check_jsonrpc(&schemas, name, &value);
+            let n = check_payloads_of_envelope(&schemas, name, &value);
             assert!(
                 n > 0 || value.get("error").is_some(),
                 "{name}: nothing checked"

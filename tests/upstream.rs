@@ -4,14 +4,10 @@
 //! SMTP server written here (accepting, refusing with 451/550, or never answering `DATA`).
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
-use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use aap_gateway::engine::IntoAap as _;
@@ -24,10 +20,7 @@ use aap_sim::dms::{self, API_KEY, API_KEY_HEADER};
 use aap_sim::sim::Mode;
 use base64::Engine as _;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::BodyExt;
-use hyper::body::{Frame, Incoming, SizeHint};
-use hyper_util::rt::TokioIo;
+use http::{HeaderName, HeaderValue, Method, Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -35,6 +28,12 @@ use tokio::net::{TcpListener, TcpStream};
 #[allow(unreachable_pub)]
 #[path = "common/logs.rs"]
 mod logs;
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "common/http_server.rs"]
+mod http_server;
+
+use http_server::{ChunkBody, HttpServer as TestServer, Seen, reply};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -54,163 +53,6 @@ fn post(path: &str) -> UpstreamRequest {
     let mut req = UpstreamRequest::new(Method::POST, path);
     req.body = Some(Bytes::from_static(b"{}"));
     req
-}
-
-/// A response body sent as the given chunks; with `exact`, a `Content-Length` is sent, else the
-/// body is chunked.
-struct ChunkBody {
-    chunks: VecDeque<Bytes>,
-    exact: bool,
-    /// After the chunks, never finish (a server that stalls mid-body).
-    stall: bool,
-}
-
-impl hyper::body::Body for ChunkBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        match self.chunks.pop_front() {
-            Some(chunk) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
-            None if self.stall => Poll::Pending,
-            None => Poll::Ready(None),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.chunks.is_empty() && !self.stall
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        if self.exact {
-            SizeHint::with_exact(self.chunks.iter().map(|c| c.len() as u64).sum())
-        } else {
-            SizeHint::default()
-        }
-    }
-}
-
-fn reply(status: u16, body: impl Into<Bytes>) -> Response<ChunkBody> {
-    let mut response = Response::new(ChunkBody {
-        chunks: VecDeque::from([body.into()]),
-        exact: true,
-        stall: false,
-    });
-    *response.status_mut() = StatusCode::from_u16(status).expect("status");
-    response
-}
-
-/// What a test server saw of one request.
-#[derive(Debug, Clone)]
-struct Seen {
-    method: Method,
-    path_and_query: String,
-    headers: HeaderMap,
-    body: Bytes,
-    /// 0-based arrival index.
-    index: usize,
-}
-
-type Handler =
-    Arc<dyn Fn(Seen) -> Pin<Box<dyn Future<Output = Response<ChunkBody>> + Send>> + Send + Sync>;
-
-/// A tiny HTTP/1.1 server with counters.
-struct TestServer {
-    addr: SocketAddr,
-    state: Arc<ServerState>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-#[derive(Default)]
-struct ServerState {
-    requests: AtomicUsize,
-    in_flight: AtomicUsize,
-    max_in_flight: AtomicUsize,
-    seen: Mutex<Vec<Seen>>,
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl TestServer {
-    async fn start<F, Fut>(handler: F) -> TestServer
-    where
-        F: Fn(Seen) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Response<ChunkBody>> + Send + 'static,
-    {
-        let handler: Handler = Arc::new(move |seen| Box::pin(handler(seen)));
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let state = Arc::new(ServerState::default());
-        let task = tokio::spawn({
-            let state = Arc::clone(&state);
-            async move {
-                let mut connections = tokio::task::JoinSet::new();
-                while let Ok((stream, _)) = listener.accept().await {
-                    let state = Arc::clone(&state);
-                    let handler = Arc::clone(&handler);
-                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                        let state = Arc::clone(&state);
-                        let handler = Arc::clone(&handler);
-                        async move {
-                            let (parts, body) = req.into_parts();
-                            let body = body
-                                .collect()
-                                .await
-                                .map(|b| b.to_bytes())
-                                .unwrap_or_default();
-                            let index = state.requests.fetch_add(1, Ordering::SeqCst);
-                            let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                            state.max_in_flight.fetch_max(now, Ordering::SeqCst);
-                            let seen = Seen {
-                                method: parts.method,
-                                path_and_query: parts
-                                    .uri
-                                    .path_and_query()
-                                    .map(|p| p.as_str().to_owned())
-                                    .unwrap_or_default(),
-                                headers: parts.headers,
-                                body,
-                                index,
-                            };
-                            state.seen.lock().expect("lock").push(seen.clone());
-                            let response = handler(seen).await;
-                            state.in_flight.fetch_sub(1, Ordering::SeqCst);
-                            Ok::<_, Infallible>(response)
-                        }
-                    });
-                    connections.spawn(async move {
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
-            }
-        });
-        TestServer { addr, state, task }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    fn requests(&self) -> usize {
-        self.state.requests.load(Ordering::SeqCst)
-    }
-
-    fn max_in_flight(&self) -> usize {
-        self.state.max_in_flight.load(Ordering::SeqCst)
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.state.seen.lock().expect("lock").clone()
-    }
 }
 
 fn gzip(data: &[u8]) -> Bytes {
@@ -257,7 +99,7 @@ async fn success_against_the_dms_with_the_base_path_as_prefix() {
 
 #[tokio::test]
 async fn static_headers_are_sent_and_per_call_headers_replace_them() {
-    let server = TestServer::start(|_| async { reply(200, "ok") }).await;
+    let server = TestServer::start_scripted(|_| async { reply(200, "ok") }).await;
     let up = upstream(
         &server.url(),
         json!({ "headers": { "User-Agent": "legacy-friendly/1.0", "X-Dealer": "42" } }),
@@ -282,7 +124,7 @@ async fn static_headers_are_sent_and_per_call_headers_replace_them() {
 
 #[tokio::test]
 async fn auth_headers_arrive() {
-    let server = TestServer::start(|_| async { reply(200, "ok") }).await;
+    let server = TestServer::start_scripted(|_| async { reply(200, "ok") }).await;
     let cases = [
         (
             json!({ "kind": "api_key", "header": "X-Api-Key", "value": "k-123" }),
@@ -310,7 +152,7 @@ async fn auth_headers_arrive() {
 
 #[tokio::test]
 async fn invalid_paths_are_refused_before_any_call() {
-    let server = TestServer::start(|_| async { reply(200, "ok") }).await;
+    let server = TestServer::start_scripted(|_| async { reply(200, "ok") }).await;
     let up = upstream(&server.url(), json!({}));
     for path in ["x", "/a b", "/a#frag", "/ä", "/a\r\nX: y"] {
         match up.call(UpstreamRequest::get(path)).await {
@@ -378,7 +220,7 @@ async fn a_hanging_upstream_times_out_on_time() {
 /// A server that sends its headers and `first`, then nothing more, and an upstream that
 /// gives it 300 ms in all, with no retry.
 async fn stalled_after(first: &'static [u8]) -> (TestServer, Upstream) {
-    let server = TestServer::start(move |_| async move {
+    let server = TestServer::start_scripted(move |_| async move {
         Response::new(ChunkBody {
             chunks: VecDeque::from([Bytes::from_static(first)]),
             exact: false,
@@ -429,7 +271,7 @@ async fn a_slow_upstream_times_out_and_idempotent_calls_retry() {
 
 #[tokio::test]
 async fn tls_to_a_plain_http_server_is_a_protocol_error() {
-    let server = TestServer::start(|_| async { reply(200, "ok") }).await;
+    let server = TestServer::start_scripted(|_| async { reply(200, "ok") }).await;
     let up = upstream(
         &format!("https://{}", server.addr),
         json!({ "retries": { "attempts": 1 } }),
@@ -467,7 +309,7 @@ async fn a_500_is_returned_without_retry() {
 
 #[tokio::test]
 async fn idempotent_503_is_retried_and_non_idempotent_is_not() {
-    let server = TestServer::start(|_| async { reply(503, "busy") }).await;
+    let server = TestServer::start_scripted(|_| async { reply(503, "busy") }).await;
     let up = upstream(
         &server.url(),
         json!({ "retries": { "attempts": 3, "backoff": "5ms", "max_backoff": "20ms" },
@@ -489,7 +331,7 @@ async fn idempotent_503_is_retried_and_non_idempotent_is_not() {
 
 #[tokio::test]
 async fn a_retry_can_rescue_the_call() {
-    let server = TestServer::start(|seen: Seen| async move {
+    let server = TestServer::start_scripted(|seen: Seen| async move {
         if seen.index == 0 {
             reply(502, "bad gateway")
         } else {
@@ -522,7 +364,7 @@ async fn connect_errors_are_retried_for_idempotent_calls() {
 
 #[tokio::test]
 async fn the_retry_budget_stops_retries_under_sustained_failure() {
-    let server = TestServer::start(|_| async { reply(503, "down") }).await;
+    let server = TestServer::start_scripted(|_| async { reply(503, "down") }).await;
     let up = upstream(
         &server.url(),
         json!({
@@ -547,7 +389,7 @@ async fn the_retry_budget_stops_retries_under_sustained_failure() {
 #[tokio::test]
 async fn the_breaker_opens_fails_fast_and_half_opens_after_the_cool_down() {
     let healthy = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let server = TestServer::start({
+    let server = TestServer::start_scripted({
         let healthy = Arc::clone(&healthy);
         move |_| {
             let ok = healthy.load(Ordering::SeqCst);
@@ -649,7 +491,7 @@ async fn a_huge_body_with_content_length_is_refused() {
 /// A server answering 2 MiB in chunks without `Content-Length`, and an upstream that takes
 /// at most 1 MiB.
 async fn twice_too_large() -> (TestServer, Upstream) {
-    let server = TestServer::start(|_| async {
+    let server = TestServer::start_scripted(|_| async {
         let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
         Response::new(ChunkBody {
             chunks: std::iter::repeat_n(chunk, 32).collect(),
@@ -665,7 +507,7 @@ async fn twice_too_large() -> (TestServer, Upstream) {
 #[tokio::test]
 async fn a_body_that_passes_the_limit_in_its_second_piece_is_refused() {
     // Each piece alone is under `max_response_bytes`, the two together over it.
-    let server = TestServer::start(|_| async {
+    let server = TestServer::start_scripted(|_| async {
         Response::new(ChunkBody {
             chunks: VecDeque::from([Bytes::from(vec![b'x'; 600]), Bytes::from(vec![b'y'; 600])]),
             exact: false,
@@ -705,7 +547,7 @@ async fn gzip_is_decoded_and_the_limit_applies_after_decompression() {
     let small = gzip(br#"{"ok": true}"#);
     let bomb = gzip(&vec![b'0'; 8 * MIB]);
     assert!(bomb.len() < 64 * 1024, "compresses well: {}", bomb.len());
-    let server = TestServer::start(move |seen: Seen| {
+    let server = TestServer::start_scripted(move |seen: Seen| {
         let body = if seen.path_and_query == "/small" {
             small.clone()
         } else {
@@ -738,7 +580,7 @@ async fn gzip_is_decoded_and_the_limit_applies_after_decompression() {
 
 #[tokio::test]
 async fn at_most_max_concurrency_calls_are_in_flight() {
-    let server = TestServer::start(|_| async {
+    let server = TestServer::start_scripted(|_| async {
         tokio::time::sleep(Duration::from_millis(150)).await;
         reply(200, "ok")
     })
@@ -770,7 +612,7 @@ async fn at_most_max_concurrency_calls_are_in_flight() {
 /// failure opens it here) stays closed.
 #[tokio::test]
 async fn a_burst_above_max_concurrency_queues_and_never_opens_the_breaker() {
-    let server = TestServer::start(|_| async {
+    let server = TestServer::start_scripted(|_| async {
         tokio::time::sleep(Duration::from_millis(300)).await;
         reply(200, "ok")
     })
@@ -816,7 +658,7 @@ async fn a_burst_above_max_concurrency_queues_and_never_opens_the_breaker() {
 /// `timeouts.queue` bounds the wait for a slot on its own.
 #[tokio::test]
 async fn the_queue_wait_has_its_own_bound() {
-    let server = TestServer::start(|_| async {
+    let server = TestServer::start_scripted(|_| async {
         tokio::time::sleep(Duration::from_millis(300)).await;
         reply(200, "ok")
     })
@@ -843,7 +685,7 @@ async fn the_queue_wait_has_its_own_bound() {
 
 /// A token endpoint that hands out `tok-1`, `tok-2`, … after a short delay.
 async fn token_server(expires_in: u64) -> TestServer {
-    TestServer::start(move |seen: Seen| async move {
+    TestServer::start_scripted(move |seen: Seen| async move {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let token = format!("tok-{}", seen.index + 1);
         reply(
@@ -857,7 +699,7 @@ async fn token_server(expires_in: u64) -> TestServer {
 
 /// An API that accepts only the tokens `accepted` says yes to.
 async fn api_server(accepted: fn(&str) -> bool) -> TestServer {
-    TestServer::start(move |seen: Seen| async move {
+    TestServer::start_scripted(move |seen: Seen| async move {
         let ok = seen
             .headers
             .get("authorization")
@@ -995,7 +837,8 @@ async fn oauth2_a_401_invalidates_the_token_and_retries_once() {
 
 #[tokio::test]
 async fn oauth2_token_failures_are_auth_errors() {
-    let tokens = TestServer::start(|_| async { reply(400, r#"{"error":"invalid_client"}"#) }).await;
+    let tokens =
+        TestServer::start_scripted(|_| async { reply(400, r#"{"error":"invalid_client"}"#) }).await;
     let api = api_server(|_| true).await;
     let up = upstream(&api.url(), oauth2(&tokens.url(), json!({})));
     let error = up.call(UpstreamRequest::get("/x")).await.expect_err("auth");
@@ -1039,7 +882,8 @@ async fn build_reports_problems_with_pointers() {
 
 #[tokio::test]
 async fn logs_carry_neither_queries_nor_secrets() {
-    let server = TestServer::start(|_| async { reply(500, "ORA-00060 secret-body") }).await;
+    let server =
+        TestServer::start_scripted(|_| async { reply(500, "ORA-00060 secret-body") }).await;
     let up = upstream(
         &server.url(),
         json!({
@@ -1070,7 +914,7 @@ async fn logs_carry_neither_queries_nor_secrets() {
 #[tokio::test]
 async fn soap_call_posts_the_envelope_to_the_endpoint_and_decodes_the_fault() {
     const FAULT: &str = r#"<soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/"><soap:Body><soap:Fault><faultcode>soap:Client</faultcode><faultstring>Duplicate lead</faultstring><detail><LeadId>L-7</LeadId></detail></soap:Fault></soap:Body></soap:Envelope>"#;
-    let server = TestServer::start(|_| async { reply(500, FAULT) }).await;
+    let server = TestServer::start_scripted(|_| async { reply(500, FAULT) }).await;
     let up = upstream(
         &format!("{}/crm/LeadService.asmx", server.url()),
         json!({
@@ -1122,7 +966,7 @@ async fn soap_call_posts_the_envelope_to_the_endpoint_and_decodes_the_fault() {
 
 #[tokio::test]
 async fn empty_and_query_paths_address_the_base_url() {
-    let server = TestServer::start(|_| async { reply(200, "ok") }).await;
+    let server = TestServer::start_scripted(|_| async { reply(200, "ok") }).await;
     let endpoint = upstream(
         &format!("{}/dms/VehicleService.svc", server.url()),
         json!({}),
@@ -1630,7 +1474,7 @@ async fn read_stream(
 
 #[tokio::test]
 async fn a_streamed_reply_hands_over_the_body_as_it_arrives_and_holds_its_slot() {
-    let server = TestServer::start(|_| async {
+    let server = TestServer::start_scripted(|_| async {
         Response::new(ChunkBody {
             chunks: ["VIN,Price\r\n", "A1,\"$1\"\r\n", "B2,\"$2\"\r\n"]
                 .map(|s: &'static str| Bytes::from_static(s.as_bytes()))
@@ -1687,7 +1531,7 @@ async fn a_streamed_body_is_bounded_by_max_response_bytes_and_the_request_timeou
 
 #[tokio::test]
 async fn a_streamed_call_retries_a_503_and_reads_an_error_reply_whole() {
-    let server = TestServer::start(|seen| async move {
+    let server = TestServer::start_scripted(|seen| async move {
         match seen.index {
             0 => reply(503, "busy"),
             1 => reply(200, "VIN\r\nA1\r\n"),

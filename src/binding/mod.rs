@@ -1,7 +1,8 @@
 //! The only wire-aware code: bindings decode HTTP into `Call`s and encode `Reply`s and errors.
 //!
 //! `jsonrpc` is the AAP binding; `http_json` the optional A2A HTTP+JSON (REST) binding, equal in
-//! checks and outcomes. `send_message` is the A2A `SendMessageRequest` shape both carry,
+//! checks and outcomes; `mcp` the optional Model Context Protocol binding (one tool per skill,
+//! errors mapped in `mcp_error` from the same `WireError`). `send_message` is the A2A `SendMessageRequest` shape both carry,
 //! `headers` the service parameters both check, `wire_error` the one error mapping. `report` is
 //! the one place an error is logged and converted, so an internal cause is logged exactly once
 //! and never sent.
@@ -9,6 +10,8 @@
 pub mod headers;
 pub mod http_json;
 pub mod jsonrpc;
+pub mod mcp;
+pub mod mcp_error;
 pub mod send_message;
 pub mod wire_error;
 

@@ -429,6 +429,7 @@ pub fn to_wire(error: &AapError, stamp: &ErrorStamp) -> WireError {
         AapError::UpstreamRefused { .. } | AapError::InvalidReply { .. } => {
             internal(stamp, false, None)
         }
+        AapError::Incomplete { cause, .. } => internal(stamp, cause.retryable(), None),
         AapError::UpstreamTimeout { .. }
         | AapError::UpstreamUnavailable { .. }
         | AapError::InvalidUpstreamResponse { .. }
@@ -533,6 +534,7 @@ pub fn is_internal(error: &AapError) -> bool {
             | AapError::UpstreamRefused { .. }
             | AapError::InvalidUpstreamResponse { .. }
             | AapError::InvalidReply { .. }
+            | AapError::Incomplete { .. }
             | AapError::Internal(_)
     )
 }
@@ -600,6 +602,17 @@ mod tests {
                 skill: s(),
                 mapping: s(),
                 violations: vec![violation()],
+            },
+            AapError::Incomplete {
+                mapping: s(),
+                cause: crate::error::Incomplete::Unreachable {
+                    reported: 2,
+                    fetched: 1,
+                },
+            },
+            AapError::Incomplete {
+                mapping: s(),
+                cause: crate::error::Incomplete::Repeated { page: 1 },
             },
             AapError::Internal(s()),
             AapError::LeadInProgress { retry_after: d },

@@ -138,6 +138,7 @@ pub(crate) fn verify(
     let outcome = runtime().and_then(|rt| {
         rt.block_on(aap_gateway::tools::verify::verify(
             d,
+            &app.metrics,
             max,
             pause,
             &mut progress,
@@ -147,17 +148,46 @@ pub(crate) fn verify(
         Ok(r) => r,
         Err(e) => return fail(&e),
     };
-    let mut text = String::new();
+    let scan = &report.scan;
+    // Which side is trusted, and why: the scan's listings are what the gateway's answers are
+    // computed from; what else it read explains a total that counts more.
+    let mut text = format!(
+        "scan: read {} upstream records, every one its paging reaches (a walk that could not \
+         be whole is refused); {} are listings, the gateway's answers are computed over them",
+        scan.records(),
+        scan.listings
+    );
+    let left_out = scan.left_out();
+    if !left_out.is_empty() {
+        text.push_str(&format!("; left out: {left_out}"));
+    }
+    text.push('\n');
+    if let Some(total) = report.upstream_total {
+        let why = match total.cmp(&scan.listings) {
+            std::cmp::Ordering::Equal => String::new(),
+            std::cmp::Ordering::Greater if !left_out.is_empty() => format!(
+                ", {} more than the listings: its count includes records the scan left out",
+                total - scan.listings
+            ),
+            _ => ", not the listings' count (see the differences)".to_owned(),
+        };
+        text.push_str(&format!(
+            "upstream: the mapping answers {total} for a search without filters{why}\n"
+        ));
+    }
     for diff in &report.differences {
         text.push_str(&format!(
             "DIFF  {}\n      request: {}\n",
             diff.what, diff.request
         ));
+        if let Some(fix) = &diff.fix {
+            text.push_str(&format!("      fix: {fix}\n"));
+        }
     }
     text.push_str(&format!(
         "verify {dealer}: {} searches over {} listings, {} difference(s)",
         report.searches,
-        report.listings,
+        scan.listings,
         report.differences.len()
     ));
     say(&text);

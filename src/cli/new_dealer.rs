@@ -315,12 +315,15 @@ tables:
   # The system's words → AAP's (docs/reference.md lists AAP's values).
   condition_in: { New: new, Used: used, Certified: cpo }
   condition_out: { new: New, used: Used, cpo: Certified }
+  # Only `available`, `intransit` and `pending` units are ever shown; a status missing from
+  # this table maps to nothing, so the unit is hidden rather than published by mistake.
+  status_in: { In Stock: available, In Transit: intransit, Pending: pending, Sold: sold }
 # jq_defs: |
 #   def vehicle: {
 #     vin: (.VIN | nonempty), stock: (.Stock | nonempty), year: (.Year | int),
 #     make: (.Make | nonempty), model: (.Model | nonempty),
 #     condition: (.Condition | lookup($tables.condition_in)),
-#     status: \"available\",
+#     status: (.Status | lookup($tables.status_in)),
 #     price: (.Price | dollars), mileage: (.Miles | miles)
 #   } | compact;
 ";
@@ -344,7 +347,8 @@ item: |
     make: (.Make | nonempty),
     model: (.Model | nonempty),
     condition: (.Condition | lookup($tables.condition_in)),
-    status: \"available\",
+    # Sold units are in most exports: map the export's status, never a fixed \"available\".
+    status: (.Status | lookup($tables.status_in)),
     price: (.Price | dollars),
     mileage: (.Mileage | miles)
   } | compact

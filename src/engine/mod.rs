@@ -16,7 +16,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::error::AapError;
-use crate::protocol::{Call, Data, Reply, Skill};
+use crate::protocol::{Call, Data, Reply, Skill, search};
 use feed::Feed;
 use lead::LeadMapping;
 use proxy::ProxyMapping;
@@ -80,7 +80,10 @@ impl Handler {
             Handler::Static(reply) => Ok(Answer::Prebuilt(reply.clone())),
             Handler::Proxy(mapped) => mapped.execute(&call.data).await.map(Answer::Data),
             Handler::DerivedFacets(search) => search
-                .facets(proxy::Transport::Live(&search.upstream), &call.data)
+                .facets(
+                    proxy::Transport::Live(&search.upstream),
+                    search::filters(&call.data),
+                )
                 .await
                 .map(|facets| Answer::Data(Data::Json(facets))),
             Handler::Feed { skill, feed } => {

@@ -28,35 +28,74 @@ pub enum Pagination {
         limit: Option<String>,
         max_size: u64,
     },
+    /// Cursors (GraphQL connections, `next_cursor`, `nextPageToken`): the first page without
+    /// one, each next one with the cursor the previous reply gave; `?cursor=C&size=S` when
+    /// named, else `page.cursor` and `page.size` in a template.
+    Cursor {
+        cursor: Option<String>,
+        size: Option<String>,
+        max_size: u64,
+    },
+    /// Next links (`links.next`, `@odata.nextLink`, `Link: <…>; rel="next"`): the first page
+    /// as rendered (`?size=S` when named), each next one at the URL the previous reply gave.
+    NextLink { size: Option<String>, max_size: u64 },
 }
 
 impl Pagination {
     pub fn max_size(&self) -> u64 {
         match self {
-            Pagination::Page { max_size, .. } | Pagination::Offset { max_size, .. } => *max_size,
+            Pagination::Page { max_size, .. }
+            | Pagination::Offset { max_size, .. }
+            | Pagination::Cursor { max_size, .. }
+            | Pagination::NextLink { max_size, .. } => *max_size,
         }
     }
 
+    /// Whether pages are reached one after another (a cursor or link from each reply), not by
+    /// their position.
+    pub fn sequential(&self) -> bool {
+        matches!(
+            self,
+            Pagination::Cursor { .. } | Pagination::NextLink { .. }
+        )
+    }
+
     /// The template variable `page` for one page.
-    fn variable(&self, page: PageRef) -> TplValue {
+    fn variable(&self, page: &PageRef) -> TplValue {
         let first = match self {
             Pagination::Page { first, .. } => *first,
-            Pagination::Offset { .. } => 1,
+            Pagination::Offset { .. } | Pagination::Cursor { .. } | Pagination::NextLink { .. } => {
+                1
+            }
         };
         minijinja::context! {
             number => page.index.saturating_add(first),
             index => page.index,
             offset => page.index.saturating_mul(page.size),
             size => page.size,
+            cursor => page.cursor.as_deref(),
         }
     }
 }
 
-/// One upstream page to fetch: `index` in units of `size` (0-based).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One upstream page to fetch: `index` in units of `size` (0-based), and for sequential
+/// paging the cursor or next link the previous reply gave (`None` on the first page).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PageRef {
     pub index: u64,
     pub size: u64,
+    pub cursor: Option<std::sync::Arc<str>>,
+}
+
+impl PageRef {
+    /// Page `index` of `size` records, reached by its position.
+    pub fn at(index: u64, size: u64) -> PageRef {
+        PageRef {
+            index,
+            size,
+            cursor: None,
+        }
+    }
 }
 
 /// The pages covering `[skip, skip + limit)` and where the wanted slice starts in their
@@ -67,7 +106,7 @@ pub fn plan(skip: u64, limit: u64, max_size: u64) -> (Vec<PageRef>, usize) {
     // Saturating: a `skip` near u64::MAX asks for pages past any stock, never a wrapped one.
     let last = skip.saturating_add(limit.max(1) - 1) / size;
     let pages = (first..=last)
-        .map(|index| PageRef { index, size })
+        .map(|index| PageRef::at(index, size))
         .collect();
     let start = usize::try_from(skip - first * size).unwrap_or(0);
     (pages, start)
@@ -89,6 +128,43 @@ impl Rendered {
     /// The path without the query string (safe to log: queries may carry personal data).
     pub fn path(&self) -> &str {
         self.path_and_query.split('?').next().unwrap_or_default()
+    }
+
+    /// The call of a next link a reply gave (`links.next`, `@odata.nextLink`, a `Link` header):
+    /// a GET of that URL with this call's headers and no body. A relative link resolves against
+    /// `base` (the upstream's base URL); a link that leaves it (another scheme, host, port, or a
+    /// path outside the base path) is never followed.
+    pub fn follow(&self, link: &str, base: &url::Url) -> Result<Rendered, String> {
+        let url = base
+            .join(link)
+            .map_err(|e| format!("the next link is not a URL ({e})"))?;
+        let prefix = base.path().trim_end_matches('/');
+        let same_origin = url.scheme() == base.scheme()
+            && url.host_str() == base.host_str()
+            && url.port_or_known_default() == base.port_or_known_default();
+        let path = url
+            .path()
+            .strip_prefix(prefix)
+            .filter(|rest| rest.is_empty() || rest.starts_with('/'));
+        let Some(path) = path.filter(|_| same_origin) else {
+            return Err("the next link leaves the upstream's base URL; it is not followed".into());
+        };
+        let path_and_query = match url.query() {
+            Some(query) => format!("{path}?{query}"),
+            None => path.to_owned(),
+        };
+        Ok(Rendered {
+            method: Method::GET,
+            path_and_query,
+            headers: self
+                .headers
+                .iter()
+                .filter(|(name, _)| name != http::header::CONTENT_TYPE)
+                .cloned()
+                .collect(),
+            body: None,
+            action: None,
+        })
     }
 }
 
@@ -114,7 +190,7 @@ pub struct RequestSpec {
 impl RequestSpec {
     /// Renders the call for `values` (`request`, `dealer`, `tables`); `page` adds the paging
     /// parameters of one page.
-    pub fn render(&self, values: Scope<'_>, page: Option<PageRef>) -> Result<Rendered, String> {
+    pub fn render(&self, values: Scope<'_>, page: Option<&PageRef>) -> Result<Rendered, String> {
         let (build, paged);
         let values = match (&self.pagination, page) {
             (Some(p), Some(page)) => {
@@ -178,8 +254,21 @@ impl RequestSpec {
                     push_param(&mut query, offset, &at.to_string());
                     push_param(&mut query, limit, &page.size.to_string());
                 }
+                Pagination::Cursor { cursor, size, .. } => {
+                    if let (Some(name), Some(at)) = (cursor, &page.cursor) {
+                        push_param(&mut query, name, at);
+                    }
+                    if let Some(size) = size {
+                        push_param(&mut query, size, &page.size.to_string());
+                    }
+                }
+                Pagination::NextLink {
+                    size: Some(size), ..
+                } => push_param(&mut query, size, &page.size.to_string()),
                 // Carried by the templates (`page.*`).
-                Pagination::Page { .. } | Pagination::Offset { .. } => {}
+                Pagination::Page { .. }
+                | Pagination::Offset { .. }
+                | Pagination::NextLink { size: None, .. } => {}
             }
         }
         let mut headers = Vec::with_capacity(self.headers.len() + 1);
@@ -279,7 +368,8 @@ mod tests {
                 tables => tables.clone(),
             }
         };
-        let page = Some(PageRef { index: 1, size: 20 });
+        let page = PageRef::at(1, 20);
+        let page = Some(&page);
         for (path, make, want, builds) in [
             (
                 "/api/vehicles",
@@ -320,20 +410,14 @@ mod tests {
 
     #[test]
     fn aligned_skip_needs_one_page() {
-        assert_eq!(plan(40, 20, 100), (vec![PageRef { index: 2, size: 20 }], 0));
+        assert_eq!(plan(40, 20, 100), (vec![PageRef::at(2, 20)], 0));
     }
 
     #[test]
     fn unaligned_skip_fetches_two_pages_and_slices() {
         assert_eq!(
             plan(5, 20, 100),
-            (
-                vec![
-                    PageRef { index: 0, size: 20 },
-                    PageRef { index: 1, size: 20 }
-                ],
-                5
-            )
+            (vec![PageRef::at(0, 20), PageRef::at(1, 20)], 5)
         );
     }
 

@@ -28,7 +28,35 @@ impl<'b> CsvText<'b> {
 
     /// Reads the header row; the data rows follow through [`CsvRows::next_into`].
     pub fn rows(&self) -> Result<CsvRows<&[u8]>, String> {
-        CsvRows::new(&*self.text, self.charset)
+        self.rows_with(&CsvDialect::default())
+    }
+
+    /// [`CsvText::rows`] in another dialect.
+    pub fn rows_with(&self, dialect: &CsvDialect) -> Result<CsvRows<&[u8]>, String> {
+        CsvRows::new(&*self.text, self.charset, dialect)
+    }
+}
+
+/// How a CSV export is written, where it differs from RFC 4180 (exports from outside the US, RV
+/// and marine systems: `;` between fields, decimal commas).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CsvDialect {
+    /// The field separator (one byte).
+    pub delimiter: u8,
+    /// The quote character (one byte).
+    pub quote: u8,
+    /// Numbers are written with a decimal comma (`12.499,50`): a field that holds one is
+    /// rewritten with a decimal point and no grouping (`12499.50`) before it is mapped.
+    pub decimal_comma: bool,
+}
+
+impl Default for CsvDialect {
+    fn default() -> Self {
+        CsvDialect {
+            delimiter: b',',
+            quote: b'"',
+            decimal_comma: false,
+        }
     }
 }
 
@@ -36,12 +64,24 @@ impl<'b> CsvText<'b> {
 /// [`CsvText`] gives for the whole body, without holding it. The charset is chosen as the module
 /// doc says from `declared` and the first bytes (a byte order mark); a document in another
 /// charset than UTF-8 is read whole and transcoded first, as [`CsvText`] does.
-pub fn csv_stream<R>(
+pub fn csv_stream<'r, R>(
     source: R,
     declared: Declared<'_>,
-) -> Result<CsvRows<Box<dyn std::io::Read + Send>>, String>
+) -> Result<CsvRows<Box<dyn std::io::Read + 'r>>, String>
 where
-    R: std::io::Read + Send + 'static,
+    R: std::io::Read + 'r,
+{
+    csv_stream_with(source, declared, &CsvDialect::default())
+}
+
+/// [`csv_stream`] in another dialect.
+pub fn csv_stream_with<'r, R>(
+    source: R,
+    declared: Declared<'_>,
+    dialect: &CsvDialect,
+) -> Result<CsvRows<Box<dyn std::io::Read + 'r>>, String>
+where
+    R: std::io::Read + 'r,
 {
     use std::io::{BufRead, BufReader, Read};
     let mut source = BufReader::with_capacity(64 * 1024, source);
@@ -66,15 +106,21 @@ where
             .map_err(|e| format!("body unreadable ({e})"))?;
         let text = CsvText::new(&body, declared)?;
         let owned = text.text.into_owned();
-        return CsvRows::new(Box::new(std::io::Cursor::new(owned)), text.charset);
+        return CsvRows::new(Box::new(std::io::Cursor::new(owned)), text.charset, dialect);
     }
     let start = head.strip_prefix(UTF8_BOM).unwrap_or(&head).to_vec();
-    CsvRows::new(Box::new(std::io::Cursor::new(start).chain(source)), charset)
+    CsvRows::new(
+        Box::new(std::io::Cursor::new(start).chain(source)),
+        charset,
+        dialect,
+    )
 }
 
 impl<R: std::io::Read> CsvRows<R> {
-    fn new(source: R, charset: Charset) -> Result<CsvRows<R>, String> {
+    fn new(source: R, charset: Charset, dialect: &CsvDialect) -> Result<CsvRows<R>, String> {
         let mut reader = csv::ReaderBuilder::new()
+            .delimiter(dialect.delimiter)
+            .quote(dialect.quote)
             .flexible(true)
             // Fields are trimmed as they are read (`CsvRow::entries`): `Trim::All` would
             // rebuild every record to trim it.
@@ -100,6 +146,8 @@ impl<R: std::io::Read> CsvRows<R> {
             columns: CsvColumns(columns),
             charset,
             read: 0,
+            decimal_comma: dialect.decimal_comma,
+            scratch: csv::StringRecord::new(),
         })
     }
 }
@@ -111,6 +159,10 @@ pub struct CsvRows<R> {
     charset: Charset,
     /// Data rows read so far.
     read: usize,
+    /// [`CsvDialect::decimal_comma`].
+    decimal_comma: bool,
+    /// The record as read, before its numbers are rewritten (decimal commas only).
+    scratch: csv::StringRecord,
 }
 
 impl<R> std::fmt::Debug for CsvRows<R> {
@@ -132,13 +184,77 @@ impl<R: std::io::Read> CsvRows<R> {
         // Records are counted as the error names them (a quoted field may span lines): the
         // header row is 1.
         let number = self.read + 2;
+        let target = if self.decimal_comma {
+            &mut self.scratch
+        } else {
+            &mut *record
+        };
         let more = self
             .reader
-            .read_record(record)
+            .read_record(target)
             .map_err(|e| unreadable(self.charset, format!("CSV row {number}"), e))?;
         self.read += usize::from(more);
+        if more && self.decimal_comma {
+            record.clear();
+            let mut number = String::new();
+            for field in &self.scratch {
+                match decimal_comma_number(field, &mut number) {
+                    true => record.push_field(&number),
+                    false => record.push_field(field),
+                }
+            }
+        }
         Ok(more)
     }
+}
+
+/// Rewrites `field` into `out` when it is a number written with a decimal comma — digits, `.`
+/// (or an apostrophe or no-break space) between groups of three, an optional `,` and decimals,
+/// an optional sign, and any text before or after that holds no digit (`€ 12.499,50`,
+/// `1.250 h`) — as `12499.50`, text kept. A date (`07.12.2026`), a plain word or anything else
+/// is left as it is (`false`). Plain spaces are not group separators: phone numbers have them.
+fn decimal_comma_number(field: &str, out: &mut String) -> bool {
+    let trimmed = field.trim_matches(|c: char| c.is_ascii_whitespace());
+    let Some(start) = trimmed.find(|c: char| c.is_ascii_digit() || c == '-' || c == '+') else {
+        return false;
+    };
+    let end = trimmed
+        .rfind(|c: char| c.is_ascii_digit())
+        .map_or(0, |i| i + 1);
+    if end <= start {
+        return false;
+    }
+    let (prefix, core, suffix) = (&trimmed[..start], &trimmed[start..end], &trimmed[end..]);
+    let (sign, digits) = match core.strip_prefix(['-', '+']) {
+        Some(rest) => (&core[..1], rest),
+        None => ("", core),
+    };
+    let (whole, decimals) = match digits.split_once(',') {
+        Some((whole, decimals)) => (whole, Some(decimals)),
+        None => (digits, None),
+    };
+    let is_group_separator = |c: char| matches!(c, '.' | '\'' | '\u{a0}' | '\u{202f}');
+    let groups: Vec<&str> = whole.split(is_group_separator).collect();
+    let grouped = groups.len() > 1;
+    let whole_ok = !groups[0].is_empty()
+        && groups.iter().all(|g| g.bytes().all(|b| b.is_ascii_digit()))
+        && (!grouped || (groups[0].len() <= 3 && groups[1..].iter().all(|g| g.len() == 3)));
+    let decimals_ok =
+        decimals.is_none_or(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
+    if !whole_ok || !decimals_ok || (!grouped && decimals.is_none()) {
+        // A plain integer needs no rewriting.
+        return false;
+    }
+    out.clear();
+    out.push_str(prefix);
+    out.push_str(sign);
+    groups.iter().for_each(|g| out.push_str(g));
+    if let Some(decimals) = decimals {
+        out.push('.');
+        out.push_str(decimals);
+    }
+    out.push_str(suffix);
+    true
 }
 
 fn unreadable(charset: Charset, what: String, e: csv::Error) -> String {

@@ -15,12 +15,17 @@
 //! mark, (XML) the declaration's `encoding="…"`, UTF-8. A body in another charset is transcoded
 //! to UTF-8 once, before parsing; a UTF-8 body is parsed in place, never copied. JSON is always
 //! UTF-8 (RFC 8259).
+//!
+//! Packing: a document that is a gzip file or a zip archive (not a `Content-Encoding`, which the
+//! HTTP client decodes) is recognised by its first bytes and unpacked as it is read, within a
+//! size and a ratio cap (`unpack`).
 
 mod charsets;
 mod csv_rows;
 pub mod escape;
 #[cfg(test)]
 mod tests;
+mod unpack;
 mod xml_tree;
 
 use std::collections::HashSet;
@@ -30,7 +35,10 @@ use serde_json::Value;
 
 use self::charsets::to_utf8;
 use self::csv_rows::decode_csv;
-pub use self::csv_rows::{CsvColumns, CsvRow, CsvRows, CsvText, csv_stream};
+pub use self::csv_rows::{
+    CsvColumns, CsvDialect, CsvRow, CsvRows, CsvText, csv_stream, csv_stream_with,
+};
+pub use self::unpack::{DEFAULT_MAX_RATIO, Packing, RATIO_FLOOR, Unpack, unpacked, unpacked_whole};
 use self::xml_tree::decode_xml;
 pub use self::xml_tree::{MAX_XML_DEPTH, MAX_XML_NODES};
 

@@ -572,3 +572,111 @@ proptest::proptest! {
         }
     }
 }
+
+// === unpacking ===
+
+fn gzipped(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(data).unwrap();
+    encoder.finish().unwrap()
+}
+
+fn limits(max_bytes: u64) -> Unpack {
+    Unpack {
+        member: None,
+        max_bytes,
+        max_ratio: DEFAULT_MAX_RATIO,
+    }
+}
+
+#[test]
+fn packings_are_told_by_their_first_bytes_and_short_bodies_are_plain() {
+    assert_eq!(Packing::sniff(b"\x1f\x8b\x08\x00"), Packing::Gzip);
+    assert_eq!(Packing::sniff(b"PK\x03\x04rest"), Packing::Zip);
+    assert_eq!(Packing::sniff(b"PK\x05\x06"), Packing::Zip);
+    for plain in [
+        &b""[..],
+        b"[",
+        b"PK",
+        b"\x1f",
+        b"VIN,PK\x03\x04",
+        b"\xEF\xBB\xBF{}",
+    ] {
+        assert_eq!(Packing::sniff(plain), Packing::Plain, "{plain:?}");
+    }
+    // A plain body is not copied.
+    assert_eq!(unpacked_whole(b"[1]", None, &limits(10)).unwrap(), None);
+}
+
+#[test]
+fn concatenated_gzip_members_unpack_as_one_document() {
+    // `cat a.gz b.gz` is a valid gzip file (RFC 1952 §2.2): exports appended daily are.
+    let mut body = gzipped(b"VIN,Price\nA1,1\n");
+    body.extend(gzipped(b"B2,2\n"));
+    let text = unpacked_whole(&body, Some("application/gzip"), &limits(1 << 20)).unwrap();
+    assert_eq!(text.as_deref(), Some(&b"VIN,Price\nA1,1\nB2,2\n"[..]));
+}
+
+#[test]
+fn a_small_document_is_never_refused_for_its_ratio_and_a_large_one_is() {
+    // Well over 100 times, under the floor: a short export of repeated values.
+    let small = vec![b'x'; (RATIO_FLOOR / 2) as usize];
+    let packed = gzipped(&small);
+    assert!(packed.len() * 100 < small.len());
+    let out = unpacked_whole(&packed, None, &limits(u64::MAX)).unwrap();
+    assert_eq!(out.map(|o| o.len()), Some(small.len()));
+    let large = vec![b'x'; (RATIO_FLOOR * 4) as usize];
+    let error = unpacked_whole(&gzipped(&large), None, &limits(u64::MAX)).unwrap_err();
+    assert!(
+        error.starts_with("the gzip file unpacks to more than 100 times"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_truncated_or_corrupt_gzip_file_is_an_error_that_says_so() {
+    let body = gzipped(&b"VIN,Price\nA1,1\n".repeat(1000));
+    let error = unpacked_whole(&body[..body.len() / 2], None, &limits(1 << 30)).unwrap_err();
+    assert!(
+        error.starts_with("the gzip file does not unpack ("),
+        "{error}"
+    );
+}
+
+// === CSV dialects ===
+
+#[test]
+fn numbers_with_decimal_commas_are_rewritten_and_other_text_is_not() {
+    let dialect = CsvDialect {
+        delimiter: b';',
+        quote: b'\'',
+        decimal_comma: true,
+    };
+    let body = "Prix;Heures;Date;Tel;Note;Stock #\n\
+        '12.499,50';1.250 h;07.12.2026;0 800 123 456;'vu; 2x';A-1\n\
+        € 9.999;-3,5;12,5;1'250'000,00;abc;12a34\n";
+    let text = CsvText::new(body.as_bytes(), Declared::default()).unwrap();
+    let mut rows = text.rows_with(&dialect).unwrap();
+    let names: Vec<&str> = rows.columns().names().collect();
+    assert_eq!(names, ["Prix", "Heures", "Date", "Tel", "Note", "Stock #"]);
+    let mut record = csv::StringRecord::new();
+    let mut all = Vec::new();
+    while rows.next_into(&mut record).unwrap() {
+        all.push(record.iter().map(str::to_owned).collect::<Vec<_>>());
+    }
+    assert_eq!(
+        all,
+        [
+            [
+                "12499.50",
+                "1250 h",
+                "07.12.2026",
+                "0 800 123 456",
+                "vu; 2x",
+                "A-1"
+            ],
+            ["€ 9999", "-3.5", "12.5", "1250000.00", "abc", "12a34"],
+        ]
+    );
+}

@@ -1,6 +1,6 @@
 //! The AAP `filters` object compiled into [`Filters`], and its rules read one vehicle at a time.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::keys::{Keys, Num, Slot, Text};
 
@@ -35,14 +35,14 @@ pub struct Filters {
 }
 
 /// The string items of a non-empty list filter; `None` (no constraint) when absent or empty.
-fn list<'a>(filters: &'a Value, key: &str) -> Option<impl Iterator<Item = &'a str>> {
+fn list<'a>(filters: &'a Map<String, Value>, key: &str) -> Option<impl Iterator<Item = &'a str>> {
     let items = filters.get(key)?.as_array()?;
     (!items.is_empty()).then(|| items.iter().filter_map(Value::as_str))
 }
 
 impl Filters {
-    /// Compiles an AAP `filters` object; a value that is not an object means no constraint.
-    pub fn new(filters: &Value) -> Filters {
+    /// Compiles an AAP `filters` object.
+    pub fn new(filters: &Map<String, Value>) -> Filters {
         let text = Text::ALL
             .iter()
             .filter_map(|&t| {
@@ -157,5 +157,6 @@ fn any_exact(allowed: Option<&[Box<str>]>, value: Option<&str>) -> bool {
 ///
 /// [`Inventory::search`]: super::index::Inventory::search
 pub fn matches(filters: &Value, vehicle: &Value) -> bool {
-    Filters::new(filters).matches(vehicle)
+    let none = Map::new();
+    Filters::new(filters.as_object().unwrap_or(&none)).matches(vehicle)
 }

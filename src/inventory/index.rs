@@ -8,9 +8,10 @@ use super::columns::{Interned, InternedBuilder, StrColumn, room};
 use super::facets::{RANGE_FACETS, TERM_FACETS, TermBuilder, TermColumn, TermFacet};
 use super::filters::Filters;
 use super::keys::{Keys, Listing, NUMS, Num, QUERY_TEXTS, Slot, Text};
-use super::page::{DEFAULT_LIMIT, MAX_LIMIT, Page, whole};
+use super::page::Page;
 use super::sort::{SortField, f64_key, present_first, sort_all};
 use crate::inventory::packed::Packed;
+use crate::protocol::search::{SearchRequest, Sort};
 
 /// What an [`InventoryBuilder`] reads from one vehicle, computed where the vehicle is (e.g. on
 /// another thread), so that the vehicle itself need not travel to the builder.
@@ -334,22 +335,11 @@ impl Inventory {
         self.excluded
     }
 
-    /// Answers a validated AAP `inventory.search.request` object (`filters`, `pagination`,
-    /// `sort`; `type` and `privacy` are not read).
-    pub fn search(&self, request: &Value) -> Page {
-        let pagination = |key: &str| {
-            request
-                .get("pagination")
-                .and_then(|p| p.get(key))
-                .and_then(whole)
-                .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
-        };
-        let skip = pagination("skip").unwrap_or(0);
-        let limit = pagination("limit")
-            .unwrap_or(DEFAULT_LIMIT)
-            .clamp(1, MAX_LIMIT);
-        let order = self.order(request.get("sort"));
-        let filters = request.get("filters").map(Filters::new).unwrap_or_default();
+    /// Answers a validated AAP `inventory.search.request` (its filters, order and window).
+    pub fn search(&self, request: &SearchRequest<'_>) -> Page {
+        let (skip, limit) = (request.skip, request.limit);
+        let order = self.order(request.sort);
+        let filters = Filters::new(request.filters);
         let vehicle = |&i: &u32| self.vehicles.get(i as usize).map(Stored::vehicle);
         if filters.is_empty() {
             return Page {
@@ -388,9 +378,9 @@ impl Inventory {
     }
 
     /// AAP `Facets` (docs/protocol.md §Facets) over the servable listings matching `filters`
-    /// (`None`: all).
-    pub fn facets(&self, filters: Option<&Value>) -> Value {
-        let filters = filters.map(Filters::new).unwrap_or_default();
+    /// (empty: all).
+    pub fn facets(&self, filters: &Map<String, Value>) -> Value {
+        let filters = Filters::new(filters);
         let matched = self.matched(&filters);
         let mut facets = Map::new();
         for column in self.terms.iter().filter(|c| c.emitted) {
@@ -419,15 +409,13 @@ impl Inventory {
     }
 
     /// The pre-sorted index list for a request's `sort` (absent or unknown: default order).
-    fn order(&self, sort: Option<&Value>) -> &[u32] {
-        let field = sort
-            .and_then(|s| s.get("field"))
-            .and_then(Value::as_str)
-            .and_then(SortField::parse);
-        let descending = sort.and_then(|s| s.get("order")).and_then(Value::as_str) == Some("desc");
-        field
-            .and_then(|f| self.sorted.get(2 * f as usize + usize::from(descending)))
-            .unwrap_or(&self.default_order)
+    fn order(&self, sort: Option<Sort<'_>>) -> &[u32] {
+        sort.and_then(|s| {
+            let field = SortField::parse(s.field)?;
+            self.sorted
+                .get(2 * field as usize + usize::from(s.descending))
+        })
+        .unwrap_or(&self.default_order)
     }
 
     fn column(&self, facet: impl Fn(TermFacet) -> bool) -> Option<&TermColumn> {

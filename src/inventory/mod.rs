@@ -1,4 +1,6 @@
-//! Feed-mode inventory: AAP `inventory.search` and `inventory.facets` answered in the gateway.
+//! The in-memory inventory: AAP `inventory.search` and `inventory.facets` answered in the
+//! gateway. Owns the index and AAP's search rules (filter, sort, page, facets); uses only
+//! `protocol` (the vehicles it holds).
 //!
 //! Some dealer systems can only dump their whole inventory as a feed. In `mode: feed` the
 //! mapping fetches it, turns every record into an AAP `Vehicle` and adds each to an

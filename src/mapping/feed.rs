@@ -4,8 +4,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use crate::engine::feed::Feed;
-use crate::formats::Format;
-use crate::mapping::file::{FileCommon, FileFeed};
+use crate::formats::{CsvDialect, DEFAULT_MAX_RATIO, Format, Unpack};
+use crate::mapping::file::{FileCommon, FileCsvDialect, FileFeed, FileUnpack};
 
 use super::context::Upstreams;
 use super::loader::{MappingLoader, Source, items_program};
@@ -27,7 +27,7 @@ impl MappingLoader<'_> {
                 "a feed is fetched over plain HTTP; a SOAP upstream cannot serve it",
             ));
         }
-        let request = self.request(&src, "/request", &file.request, false, false);
+        let request = self.request(&src, "/request", &file.request, false, false, false);
         let format = match Format::parse(Some(&file.format), &file.list_elements) {
             Ok(f) => Some(f),
             Err(e) => {
@@ -49,6 +49,8 @@ impl MappingLoader<'_> {
         // A CSV document's rows are its records unless `items` says otherwise: they are then
         // read and mapped one at a time, never held as one document.
         let csv_rows = file.items.is_none() && matches!(format, Some(Format::Csv));
+        let unpack = self.unpack(&src, file.unpack.as_ref(), upstream.as_deref());
+        let dialect = self.csv_dialect(&src, file.csv.as_ref(), csv_rows);
         let refresh = self.duration(&src, "/refresh", &file.refresh);
         let max_stale = self.duration(&src, "/max_stale", &file.max_stale);
         if let (Some(r), Some(m)) = (refresh, max_stale)
@@ -81,6 +83,8 @@ impl MappingLoader<'_> {
             request?,
             format?,
             charset?,
+            unpack?,
+            dialect?,
             items?,
             csv_rows,
             item?,
@@ -90,6 +94,105 @@ impl MappingLoader<'_> {
         ));
         self.carried.feed = Some((definition, Arc::clone(&feed)));
         Some(feed)
+    }
+
+    /// The `csv:` dialect; only a feed read row by row has one.
+    fn csv_dialect(
+        &mut self,
+        src: &Source,
+        file: Option<&FileCsvDialect>,
+        csv_rows: bool,
+    ) -> Option<CsvDialect> {
+        let Some(file) = file else {
+            return Some(CsvDialect::default());
+        };
+        if !csv_rows {
+            self.problems.push(src.problem(
+                "/csv",
+                "`csv` is for a CSV feed read row by row: `format: csv` without `items`",
+            ));
+            return None;
+        }
+        let mut ok = true;
+        let mut byte = |pointer: &str, value: &Option<String>, default: u8| match value.as_deref() {
+            None => Some(default),
+            Some("\\t") => Some(b'\t'),
+            Some(text) if text.len() == 1 && text.is_ascii() && text != "\n" && text != "\r" => {
+                Some(text.as_bytes()[0])
+            }
+            Some(text) => {
+                self.problems.push(src.problem(
+                    pointer,
+                    format!("`{text}` is not one ASCII character (write a tab as `\\t`)"),
+                ));
+                ok = false;
+                None
+            }
+        };
+        let delimiter = byte("/csv/delimiter", &file.delimiter, b',');
+        let quote = byte("/csv/quote", &file.quote, b'"');
+        let decimal_comma = match file.decimal.as_deref() {
+            None | Some("point") => Some(false),
+            Some("comma") => Some(true),
+            Some(other) => {
+                self.problems.push(src.problem(
+                    "/csv/decimal",
+                    format!("unknown decimal `{other}`; expected point or comma"),
+                ));
+                None
+            }
+        };
+        let (delimiter, quote, decimal_comma) = (delimiter?, quote?, decimal_comma?);
+        if delimiter == quote {
+            self.problems
+                .push(src.problem("/csv/quote", "must differ from the delimiter"));
+            ok = false;
+        }
+        ok.then_some(CsvDialect {
+            delimiter,
+            quote,
+            decimal_comma,
+        })
+    }
+
+    /// The `unpack:` caps, defaulting to what a plain document may be.
+    fn unpack(
+        &mut self,
+        src: &Source,
+        file: Option<&FileUnpack>,
+        upstream: Option<&crate::upstream::Upstream>,
+    ) -> Option<Unpack> {
+        let file = file.cloned().unwrap_or_default();
+        let mut ok = true;
+        if file
+            .member
+            .as_deref()
+            .is_some_and(|m| m.is_empty() || m.ends_with('/'))
+        {
+            self.problems.push(src.problem(
+                "/unpack/member",
+                "must name a file in the archive, not a folder",
+            ));
+            ok = false;
+        }
+        for (pointer, value) in [
+            ("/unpack/max_bytes", file.max_bytes),
+            ("/unpack/max_ratio", file.max_ratio),
+        ] {
+            if value == Some(0) {
+                self.problems
+                    .push(src.problem(pointer, "must be at least 1"));
+                ok = false;
+            }
+        }
+        let max_bytes = file
+            .max_bytes
+            .or_else(|| upstream.map(|u| u.settings().max_response_bytes as u64))?;
+        ok.then(|| Unpack {
+            member: file.member,
+            max_bytes,
+            max_ratio: file.max_ratio.unwrap_or(DEFAULT_MAX_RATIO),
+        })
     }
 
     fn duration(&mut self, src: &Source, pointer: &str, text: &str) -> Option<std::time::Duration> {

@@ -190,12 +190,13 @@ pub struct FileRequest {
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FilePagination {
-    /// `page` (page number + page size) or `offset` (offset + limit).
+    /// `page` (page number + page size), `offset` (offset + limit), `cursor` (each reply gives
+    /// the next page's cursor) or `next_link` (each reply gives the next page's URL).
     pub style: String,
     /// Query parameter carrying the page number (style `page`).
     #[serde(default)]
     pub page: Option<String>,
-    /// Query parameter carrying the page size (style `page`).
+    /// Query parameter carrying the page size (styles `page`, `cursor`, `next_link`).
     #[serde(default)]
     pub size: Option<String>,
     /// Number of the first page (style `page`).
@@ -210,6 +211,22 @@ pub struct FilePagination {
     /// Largest page the upstream serves.
     #[serde(default = "default_max_size")]
     pub max_size: u64,
+    /// Query parameter carrying the cursor (style `cursor`; else `{{ page.cursor }}` in a
+    /// template, e.g. a GraphQL body's `after`). Not sent on the first page.
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// Styles `cursor` and `next_link`: jq on each reply giving what follows it — the next
+    /// cursor (`.pageInfo.endCursor`, `.next_cursor`, `.nextPageToken`) or the next page's URL
+    /// (`.links.next`, `."@odata.nextLink"`); `null`, `false` or `""` on the last page.
+    #[serde(default)]
+    pub next: Option<String>,
+    /// Style `cursor` (optional): jq on each reply that is false on the last page
+    /// (`.pageInfo.hasNextPage`).
+    #[serde(default)]
+    pub has_more: Option<String>,
+    /// Style `next_link`: the next page's URL is the reply's `Link: <…>; rel="next"` header.
+    #[serde(default)]
+    pub link_header: bool,
 }
 
 fn default_first() -> u64 {
@@ -297,6 +314,20 @@ pub struct FileSortDetail {
     /// order, the search is completed in the gateway.
     #[serde(default)]
     pub missing: FileMissing,
+    /// How the upstream breaks ties (units with the same value): `aap` (the default: by
+    /// stock number, then VIN, as AAP does) or `own` (its own way, e.g. an internal id or
+    /// insertion order). With `own` a search sorted by this field is completed in the gateway,
+    /// so that pages never split ties differently from AAP's order.
+    #[serde(default)]
+    pub ties: FileTies,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FileTies {
+    #[default]
+    Aap,
+    Own,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
@@ -418,6 +449,51 @@ pub struct FileFeed {
     /// XML feeds: element names that are always lists.
     #[serde(default)]
     pub list_elements: Vec<String>,
+    /// Compressed exports. A gzip file or a zip archive is recognised by its first bytes and
+    /// unpacked whatever this says; these settings pick the zip member and cap what a document
+    /// may unpack to.
+    #[serde(default)]
+    pub unpack: Option<FileUnpack>,
+    /// CSV feeds read row by row (no `items`): the export's dialect, where it is not plain
+    /// comma-separated values with decimal points.
+    #[serde(default)]
+    pub csv: Option<FileCsvDialect>,
+}
+
+/// `feed.yaml` `csv:`: how a CSV export is written.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileCsvDialect {
+    /// The field separator, one ASCII character: `","` (the default), `";"`, `"|"`, or `"\t"`
+    /// for a tab.
+    #[serde(default)]
+    pub delimiter: Option<String>,
+    /// The quote character, one ASCII character (default `"`).
+    #[serde(default)]
+    pub quote: Option<String>,
+    /// `point` (the default) or `comma`: numbers are written `12.499,50`. With `comma`, a field
+    /// that is such a number (text without digits around it allowed: `€ 12.499,50`) reaches the
+    /// item mapping as `12499.50`; dates and other text are left alone.
+    #[serde(default)]
+    pub decimal: Option<String>,
+}
+
+/// `feed.yaml` `unpack:`: reading a gzip or zip export.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileUnpack {
+    /// Zip archives: the member to read, by its path in the archive (`export/units.csv`).
+    /// Required when the archive holds more than one file; unset, its only file is read.
+    #[serde(default)]
+    pub member: Option<String>,
+    /// Most bytes the document may unpack to; past it the refresh fails and the previous copy
+    /// stays. Default: the upstream's `max_response_bytes` (what a plain document may be).
+    #[serde(default)]
+    pub max_bytes: Option<u64>,
+    /// Most unpacked bytes per packed byte, checked once 1 MiB is out: above it the document is
+    /// refused as a decompression bomb. Default 100 (exports pack 5 to 20 times).
+    #[serde(default)]
+    pub max_ratio: Option<u64>,
 }
 
 fn default_refresh() -> String {

@@ -2,19 +2,20 @@
 //! says about its listings and statuses.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::engine::proxy::{
-    ErrorRule, Missing, ProxyMapping, ResponseSpec, RuleOutcome, ScanCache, StatusMatch, Supports,
-    Values,
+    CursorCache, ErrorRule, Missing, NextPage, ProxyMapping, ResponseSpec, RuleOutcome, ScanCache,
+    SortSupport, StatusMatch, Supports, Values,
 };
 use crate::error::AapCode;
 use crate::formats::Format;
 use crate::lang::jq::Jq;
 use crate::mapping::file::{
-    FileCommon, FileFilterSupport, FileListing, FileMissing, FileRuleReply, FileSkill,
-    FileSortSupport, FileValues,
+    FileCommon, FileFilterSupport, FileListing, FileMissing, FilePagination, FileResponse,
+    FileRuleReply, FileSkill, FileSortSupport, FileSupports, FileTies, FileValues,
 };
 use crate::protocol::Skill;
 use crate::upstream::Upstream;
@@ -22,6 +23,7 @@ use crate::upstream::Upstream;
 use super::loader::{MappingLoader, Source, items_program};
 
 impl MappingLoader<'_> {
+    /// A proxy-mode skill file, compiled step by step; every problem of the file is reported.
     pub(super) fn proxy(
         &mut self,
         skill: Skill,
@@ -37,8 +39,9 @@ impl MappingLoader<'_> {
             None => file.request.as_ref().is_some_and(|r| r.action.is_some()),
         };
         let lead = skill == Skill::LeadSubmit;
+        let list = skill == Skill::InventorySearch;
         let request = match &file.request {
-            Some(r) => self.request(src, "/request", r, soap, lead),
+            Some(r) => self.request(src, "/request", r, soap, lead, list),
             None => {
                 self.problems
                     .push(src.problem("", "a proxy-mode mapping needs `request`"));
@@ -46,6 +49,87 @@ impl MappingLoader<'_> {
             }
         };
         let response_file = file.response.clone().unwrap_or_default();
+        let (format, charset) = self.reply_format(src, soap, &response_file);
+        let response = if list {
+            let paging = file.request.as_ref().and_then(|r| r.pagination.as_ref());
+            let next_page = self.next_page(src, paging, common);
+            self.list_response(src, skill, &response_file, soap, format.as_ref(), common)
+                .zip(next_page)
+                .map(|(response, next)| match response {
+                    ResponseSpec::List {
+                        items,
+                        total,
+                        item,
+                        records,
+                        next_page: _,
+                    } => ResponseSpec::List {
+                        items,
+                        total,
+                        item,
+                        records,
+                        next_page: next,
+                    },
+                    other @ ResponseSpec::Object { .. } => other,
+                })
+        } else {
+            self.object_response(src, skill, &response_file, common)
+        };
+        let errors = self.error_rules(src, &file, soap, list, common);
+        let declared = file.request.as_ref().and_then(|r| r.supports.as_ref());
+        let supports = declared.map(supports).unwrap_or_default();
+        let constant_status = response_file
+            .item
+            .as_deref()
+            .is_some_and(|item| constant_listable_status(item, common.jq_defs.as_deref()));
+        let listable_only =
+            constant_status || declared.is_some_and(|s| s.listing == FileListing::Listable);
+        if list {
+            self.check_supports(src, &file, listable_only);
+            self.check_paging(src, &file, listable_only);
+        }
+        if response.is_some() && matches!(skill, Skill::InventorySearch | Skill::InventoryVehicle) {
+            let program = match (&response_file.item, &response_file.jq) {
+                (Some(item), _) if list => Some(("/response/item", item.as_str())),
+                (_, Some(jq)) if !list => Some(("/response/jq", jq.as_str())),
+                _ => None,
+            };
+            if let Some((pointer, program)) = program {
+                self.check_status(src, pointer, program, common);
+            }
+        }
+        let scan_cache = self.scan_cache(src, &file, list);
+        let shared = self.shared(Self::merged_tables(common, &file.tables));
+        Some(ProxyMapping {
+            skill,
+            file: src.path.display().to_string(),
+            upstream: upstream?,
+            request: request?,
+            format: format?,
+            charset: charset?,
+            response: response?,
+            errors,
+            shared,
+            supports,
+            listable_only,
+            scan_limit: file.scan_limit.max(1),
+            cursors: CursorCache::new(scan_cache.as_ref().map_or(Duration::ZERO, ScanCache::ttl)),
+            scan_cache: scan_cache?,
+            listings: self.ctx.schemas.listings(),
+            // Set by the lead compiler from `lead.not_processed`.
+            not_processed: crate::engine::proxy::NotProcessed::default(),
+        })
+    }
+
+    /// The reply's format (XML for SOAP) and charset.
+    fn reply_format(
+        &mut self,
+        src: &Source,
+        soap: bool,
+        response_file: &FileResponse,
+    ) -> (
+        Option<Format>,
+        Option<Option<&'static encoding_rs::Encoding>>,
+    ) {
         let format_name = match (soap, response_file.format.as_deref()) {
             (true, None | Some("xml")) => Some("xml"),
             (true, Some(_)) => {
@@ -70,55 +154,139 @@ impl MappingLoader<'_> {
             response_file.charset.as_deref(),
             format.as_ref(),
         );
-        let list = skill == Skill::InventorySearch;
-        let response = if list {
-            match (&response_file.items, &response_file.item, &response_file.jq) {
-                (Some(items), Some(item), None) => {
-                    let records = self.key_path(items, common);
-                    let items = self.jq(src, "/response/items", &items_program(items), common);
-                    let total = match &response_file.total {
-                        Some(t) => self.jq(src, "/response/total", t, common).map(Some),
-                        None => Some(None),
-                    };
-                    let item = self.jq(src, "/response/item", item, common);
-                    let json = !soap && matches!(format, Some(Format::Json));
-                    if let (Some(items), Some(item)) = (&items, &item) {
-                        self.note_extraction_costs(src, items, item, records.is_some(), json);
-                    }
-                    match (items, total, item) {
-                        (Some(items), Some(total), Some(item)) => Some(ResponseSpec::List {
-                            items,
-                            total,
-                            item,
-                            records,
-                        }),
-                        _ => None,
-                    }
+        (format, charset)
+    }
+
+    /// A search's `items`, `total` and `item` programs.
+    fn list_response(
+        &mut self,
+        src: &Source,
+        skill: Skill,
+        response_file: &FileResponse,
+        soap: bool,
+        format: Option<&Format>,
+        common: &FileCommon,
+    ) -> Option<ResponseSpec> {
+        match (&response_file.items, &response_file.item, &response_file.jq) {
+            (Some(items), Some(item), None) => {
+                let records = self.key_path(items, common);
+                let items = self.jq(src, "/response/items", &items_program(items), common);
+                let total = match &response_file.total {
+                    Some(t) => self.jq(src, "/response/total", t, common).map(Some),
+                    None => Some(None),
+                };
+                let item = self.jq(src, "/response/item", item, common);
+                let json = !soap && matches!(format, Some(Format::Json));
+                if let (Some(items), Some(item)) = (&items, &item) {
+                    self.note_extraction_costs(src, items, item, records.is_some(), json);
                 }
-                _ => {
-                    self.problems.push(src.problem(
-                        "/response",
-                        format!(
-                            "`{skill}` takes `items` and `item` (and optionally `total`), not `jq`"
-                        ),
-                    ));
-                    None
-                }
-            }
-        } else {
-            match (&response_file.jq, &response_file.items) {
-                (Some(jq), None) => self
-                    .jq(src, "/response/jq", jq, common)
-                    .map(|jq| ResponseSpec::Object { jq }),
-                _ => {
-                    self.problems.push(src.problem(
-                        "/response",
-                        format!("`{skill}` takes one `jq` program producing the reply data"),
-                    ));
-                    None
+                match (items, total, item) {
+                    (Some(items), Some(total), Some(item)) => Some(ResponseSpec::List {
+                        items,
+                        total,
+                        item,
+                        records,
+                        next_page: None,
+                    }),
+                    _ => None,
                 }
             }
+            _ => {
+                self.problems.push(src.problem(
+                    "/response",
+                    format!(
+                        "`{skill}` takes `items` and `item` (and optionally `total`), not `jq`"
+                    ),
+                ));
+                None
+            }
+        }
+    }
+
+    /// Where the replies of sequential paging say what follows (`pagination.next`,
+    /// `has_more`, `link_header`); `Some(None)` for the other styles, `None` on a problem.
+    fn next_page(
+        &mut self,
+        src: &Source,
+        paging: Option<&FilePagination>,
+        common: &FileCommon,
+    ) -> Option<Option<NextPage>> {
+        let Some(p) = paging.filter(|p| matches!(p.style.as_str(), "cursor" | "next_link")) else {
+            let stray =
+                paging.is_some_and(|p| p.next.is_some() || p.has_more.is_some() || p.link_header);
+            if stray {
+                self.problems.push(src.problem(
+                    "/request/pagination",
+                    "`next`, `has_more` and `link_header` are for styles `cursor` and `next_link`",
+                ));
+                return None;
+            }
+            return Some(None);
         };
+        let at = "/request/pagination";
+        let next = match &p.next {
+            Some(code) => Some(self.jq(src, &format!("{at}/next"), code, common)?),
+            None => None,
+        };
+        let has_more = match &p.has_more {
+            Some(code) => Some(self.jq(src, &format!("{at}/has_more"), code, common)?),
+            None => None,
+        };
+        match (p.style.as_str(), &next, p.link_header) {
+            ("cursor", Some(_), false)
+            | ("next_link", Some(_), false)
+            | ("next_link", None, true) => Some(Some(NextPage {
+                next,
+                has_more,
+                link_header: p.link_header,
+            })),
+            (style, ..) => {
+                self.problems.push(src.problem(
+                    at,
+                    if style == "cursor" {
+                        "style `cursor` needs `next`: jq giving each reply's next cursor \
+                         (e.g. `.pageInfo.endCursor`)"
+                    } else {
+                        "style `next_link` needs `next` (jq giving the next page's URL, e.g. \
+                         `.links.next`) or `link_header: true`, not both"
+                    },
+                ));
+                None
+            }
+        }
+    }
+
+    /// A single-object skill's `jq` program.
+    fn object_response(
+        &mut self,
+        src: &Source,
+        skill: Skill,
+        response_file: &FileResponse,
+        common: &FileCommon,
+    ) -> Option<ResponseSpec> {
+        match (&response_file.jq, &response_file.items) {
+            (Some(jq), None) => self
+                .jq(src, "/response/jq", jq, common)
+                .map(|jq| ResponseSpec::Object { jq }),
+            _ => {
+                self.problems.push(src.problem(
+                    "/response",
+                    format!("`{skill}` takes one `jq` program producing the reply data"),
+                ));
+                None
+            }
+        }
+    }
+
+    /// The `errors` rules, in order; a rule with a problem is reported and left out.
+    fn error_rules(
+        &mut self,
+        src: &Source,
+        file: &FileSkill,
+        soap: bool,
+        list: bool,
+        common: &FileCommon,
+    ) -> Vec<ErrorRule> {
         let mut errors = Vec::new();
         for (i, rule) in file.errors.iter().enumerate() {
             let at = format!("/errors/{i}");
@@ -196,62 +364,12 @@ impl MappingLoader<'_> {
                 outcome,
             });
         }
-        let declared = file.request.as_ref().and_then(|r| r.supports.as_ref());
-        let supports = declared
-            .map(|s| Supports {
-                filters: s
-                    .filters
-                    .iter()
-                    .map(|f| match f {
-                        FileFilterSupport::Name(name) => (name.clone(), Values::Many),
-                        FileFilterSupport::Detailed(d) => (
-                            d.name.clone(),
-                            match d.values {
-                                FileValues::Many => Values::Many,
-                                FileValues::One => Values::One,
-                            },
-                        ),
-                    })
-                    .collect(),
-                sort: s
-                    .sort
-                    .iter()
-                    .map(|f| match f {
-                        FileSortSupport::Field(field) => (field.clone(), Missing::Last),
-                        FileSortSupport::Detailed(d) => (
-                            d.field.clone(),
-                            match d.missing {
-                                FileMissing::Last => Missing::Last,
-                                FileMissing::First => Missing::First,
-                                FileMissing::Low => Missing::Low,
-                                FileMissing::High => Missing::High,
-                            },
-                        ),
-                    })
-                    .collect(),
-                list_separator: s.list_separator.clone(),
-            })
-            .unwrap_or_default();
-        let constant_status = response_file
-            .item
-            .as_deref()
-            .is_some_and(|item| constant_listable_status(item, common.jq_defs.as_deref()));
-        let listable_only =
-            constant_status || declared.is_some_and(|s| s.listing == FileListing::Listable);
+        errors
+    }
+
+    /// `scan_cache` (a search's); other skills keep none.
+    fn scan_cache(&mut self, src: &Source, file: &FileSkill, list: bool) -> Option<ScanCache> {
         if list {
-            self.check_supports(src, &file, listable_only);
-        }
-        if response.is_some() && matches!(skill, Skill::InventorySearch | Skill::InventoryVehicle) {
-            let program = match (&response_file.item, &response_file.jq) {
-                (Some(item), _) if list => Some(("/response/item", item.as_str())),
-                (_, Some(jq)) if !list => Some(("/response/jq", jq.as_str())),
-                _ => None,
-            };
-            if let Some((pointer, program)) = program {
-                self.check_status(src, pointer, program, common);
-            }
-        }
-        let scan_cache = if list {
             match humantime::parse_duration(file.scan_cache.trim()) {
                 Ok(ttl) => Some(ScanCache::new(ttl)),
                 Err(_) => {
@@ -267,25 +385,7 @@ impl MappingLoader<'_> {
             }
         } else {
             Some(ScanCache::default())
-        };
-        let shared = self.shared(Self::merged_tables(common, &file.tables));
-        Some(ProxyMapping {
-            skill,
-            file: src.path.display().to_string(),
-            upstream: upstream?,
-            request: request?,
-            format: format?,
-            charset: charset?,
-            response: response?,
-            errors,
-            shared,
-            supports,
-            listable_only,
-            scan_limit: file.scan_limit.max(1),
-            scan_cache: scan_cache?,
-            // Set by the lead compiler from `lead.not_processed`.
-            not_processed: crate::engine::proxy::NotProcessed::default(),
-        })
+        }
     }
 
     /// An error rule's `reply`: what the engine makes of an answer that is a success in meaning.
@@ -396,6 +496,45 @@ impl MappingLoader<'_> {
         }
     }
 
+    /// What a search mapping's paging costs or risks, said by `check`: a search the gateway
+    /// completes without paging makes one call and relies on it holding every match, and
+    /// paging without a total reads one page past a short page to prove it was the last.
+    fn check_paging(&mut self, src: &Source, file: &FileSkill, listable_only: bool) {
+        let Some(request) = &file.request else {
+            return;
+        };
+        let total = file.response.as_ref().is_some_and(|r| r.total.is_some());
+        match (&request.pagination, total) {
+            (None, true) => self.notes.push(src.problem(
+                "/request",
+                "no `pagination`: a search the gateway completes (or answers from the \
+                 upstream's order) makes one upstream call; when the upstream's `total` says it \
+                 holds more than that reply, the search is refused as incomplete. Declare how \
+                 the upstream pages (`pagination`) to serve every match",
+            )),
+            (None, false) => self.notes.push(src.problem(
+                "/request",
+                "no `pagination` and no `total`: every search is completed in the gateway from \
+                 one upstream reply, which must hold every match — nothing can tell when the \
+                 upstream cut it short. Declare `pagination`, and `response.total` if the \
+                 upstream reports one",
+            )),
+            (Some(_), false) => self.notes.push(src.problem(
+                "/response",
+                format!(
+                    "no `total`: every search is completed in the gateway{}, and a scan reads one \
+                     page past a short page to prove it was the last (one more upstream call)",
+                    if listable_only {
+                        " (the upstream's own pages cannot say how many match)"
+                    } else {
+                        ""
+                    }
+                ),
+            )),
+            (Some(_), true) => {}
+        }
+    }
+
     /// A listing without a listable `status` is never shown: a program that cannot produce one
     /// hides every unit.
     fn check_status(&mut self, src: &Source, pointer: &str, program: &str, common: &FileCommon) {
@@ -410,6 +549,46 @@ impl MappingLoader<'_> {
                  `status: \"available\"` if the upstream lists only units in stock",
             ));
         }
+    }
+}
+
+/// `request.supports` as the engine reads it.
+fn supports(s: &FileSupports) -> Supports {
+    Supports {
+        filters: s
+            .filters
+            .iter()
+            .map(|f| match f {
+                FileFilterSupport::Name(name) => (name.clone(), Values::Many),
+                FileFilterSupport::Detailed(d) => (
+                    d.name.clone(),
+                    match d.values {
+                        FileValues::Many => Values::Many,
+                        FileValues::One => Values::One,
+                    },
+                ),
+            })
+            .collect(),
+        sort: s
+            .sort
+            .iter()
+            .map(|f| match f {
+                FileSortSupport::Field(field) => (field.clone(), SortSupport::default()),
+                FileSortSupport::Detailed(d) => (
+                    d.field.clone(),
+                    SortSupport {
+                        missing: match d.missing {
+                            FileMissing::Last => Missing::Last,
+                            FileMissing::First => Missing::First,
+                            FileMissing::Low => Missing::Low,
+                            FileMissing::High => Missing::High,
+                        },
+                        aap_ties: d.ties == FileTies::Aap,
+                    },
+                ),
+            })
+            .collect(),
+        list_separator: s.list_separator.clone(),
     }
 }
 

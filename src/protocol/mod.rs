@@ -3,6 +3,7 @@
 
 pub mod agent_card;
 pub mod json_text;
+pub mod search;
 mod skill;
 pub mod vehicle;
 
@@ -11,6 +12,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+pub use search::SearchRequest;
 pub use skill::Skill;
 use vehicle::SearchPage;
 

@@ -93,6 +93,48 @@ impl SearchPages {
             })
     }
 
+    /// Keeps the listings of `vehicles` the listing schema accepts, in order; gives how many
+    /// it dropped and the first dropped one's failures (locations and keywords, never values).
+    pub(super) fn retain_valid(&self, vehicles: &mut Vec<Vehicle>) -> (usize, Vec<String>) {
+        let mut plan: Option<Plan<'_>> = None;
+        let valid: Vec<bool> = vehicles
+            .iter()
+            .map(|vehicle| match (vehicle, self.by_key.as_ref()) {
+                (Vehicle::Record(record), Some(by_key)) => {
+                    let plan = match &mut plan {
+                        Some(plan) if Arc::ptr_eq(plan.shape, record.shape()) => plan,
+                        slot => slot.insert(by_key.plan(record.shape())),
+                    };
+                    plan.is_valid(record)
+                }
+                (Vehicle::Record(record), None) => self.listing.is_valid(Node::Record(record)),
+                (Vehicle::Json(value), _) => self.listing.is_valid(Node::Value(value)),
+            })
+            .collect();
+        let dropped = valid.iter().filter(|v| !**v).count();
+        if dropped == 0 {
+            return (0, Vec::new());
+        }
+        let why = valid
+            .iter()
+            .position(|v| !*v)
+            .and_then(|at| vehicles.get(at))
+            .map(|vehicle| self.problems(vehicle))
+            .unwrap_or_default();
+        let mut keep = valid.into_iter();
+        vehicles.retain(|_| keep.next().unwrap_or(true));
+        (dropped, why)
+    }
+
+    /// What the listing schema finds wrong with one listing: `location (keyword)` each.
+    fn problems(&self, vehicle: &Vehicle) -> Vec<String> {
+        let value = vehicle.clone().into_value();
+        self.listing
+            .iter_errors(Node::Value(&value))
+            .map(|e| format!("{} ({})", e.instance_path(), e.kind().keyword()))
+            .collect()
+    }
+
     /// The listing schema by key, when it was taken apart.
     #[cfg(test)]
     pub(super) fn by_key(&self) -> Option<&ByKey> {

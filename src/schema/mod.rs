@@ -5,12 +5,14 @@
 //! missing property's pointer, `additionalProperties` at the extra key's pointer.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::{Registry, ValidationError, Validator};
 use serde_json::Value;
 
 use crate::error::{AapCode, AapError, Violation};
+use crate::protocol::vehicle::Vehicle;
 use crate::protocol::{Payload, Reply, Skill};
 
 mod listing;
@@ -112,9 +114,29 @@ pub struct SchemaError {
 pub struct Schemas {
     requests: [Validator; 5],
     responses: [Validator; 5],
-    /// The search response again, for pages held as built (`protocol::vehicle`).
-    search_pages: listing::SearchPages,
+    /// The search response again, for pages held as built (`protocol::vehicle`); shared with
+    /// the mappings that drop listings the schema refuses ([`Listings`]).
+    search_pages: Arc<listing::SearchPages>,
     dealer_information: Validator,
+}
+
+/// The listing schema (the search response's `vehicles` items), shareable by the mappings
+/// that check listings as they map them.
+#[derive(Clone)]
+pub struct Listings(Arc<listing::SearchPages>);
+
+impl std::fmt::Debug for Listings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Listings")
+    }
+}
+
+impl Listings {
+    /// Keeps the listings the schema accepts, in order; gives how many were dropped and the
+    /// first dropped one's failures (`location (keyword)`, never a value).
+    pub fn retain_valid(&self, vehicles: &mut Vec<Vehicle>) -> (usize, Vec<String>) {
+        self.0.retain_valid(vehicles)
+    }
 }
 
 impl std::fmt::Debug for Schemas {
@@ -178,7 +200,7 @@ impl Schemas {
         Ok(Schemas {
             requests: per_skill(Skill::request_schema_file)?,
             responses: per_skill(Skill::response_schema_file)?,
-            search_pages,
+            search_pages: Arc::new(search_pages),
             dealer_information: compile("dealer-information.schema.json")?,
         })
     }
@@ -213,6 +235,12 @@ impl Schemas {
                 violations,
             })
         }
+    }
+
+    /// The listing check, for the runtime to drop the listings a mapping built wrong before they
+    /// are counted (docs/mappings.md §Records a mapping cannot map).
+    pub fn listings(&self) -> Listings {
+        Listings(Arc::clone(&self.search_pages))
     }
 
     /// Every failure of a `DealerInformation` object (a dealer profile).

@@ -3,7 +3,7 @@
 //!
 //! The public listener admits connections through `conn` (caps, deadlines); requests are not
 //! queued anywhere: a request takes a concurrency slot only once its body is read, and is shed
-//! at once when none is free (`binding::send_message`). The admin listener runs in a task of its
+//! at once when none is free (`pipeline::handle`). The admin listener runs in a task of its
 //! own, so nothing on the public side (a flood, an accept back-off) can delay a probe.
 
 pub mod admin;

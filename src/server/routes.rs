@@ -1,5 +1,5 @@
-//! Routes of the public listener: pick the dealer, then its card, its JSON-RPC endpoint, or
-//! (when enabled) the HTTP+JSON routes below that endpoint.
+//! Routes of the public listener: pick the dealer, then its card, its JSON-RPC endpoint, (when
+//! enabled) the HTTP+JSON routes below that endpoint, or (when enabled) its MCP endpoint.
 //!
 //! Every request is first counted against its client address's quota (`rate_limit.per_ip`)
 //! and refused before any other work when over it. Bodies are read under their own short
@@ -32,6 +32,8 @@ enum Target<'a> {
     Card(&'a Dealer),
     JsonRpc(&'a Dealer),
     HttpJson(&'a Dealer, http_json::Route),
+    /// The dealer's MCP endpoint (`bindings.mcp`).
+    Mcp(&'a Dealer, &'a crate::settings::McpSettings),
     /// Under a dealer, but no route of it.
     Unknown(&'a Dealer, &'static str),
     NoDealer,
@@ -43,6 +45,7 @@ impl Target<'_> {
         match self {
             Target::JsonRpc(_) => "jsonrpc",
             Target::HttpJson(..) => "http_json",
+            Target::Mcp(..) => "mcp",
             Target::Card(_) => "card",
             Target::Unknown(..) | Target::NoDealer => "other",
         }
@@ -64,6 +67,11 @@ fn target<'a, B>(app: &'a App, req: &Request<B>) -> Target<'a> {
     }
     if rest == jsonrpc || rest.strip_suffix('/') == Some(jsonrpc) {
         return Target::JsonRpc(dealer);
+    }
+    if let Some(mcp) = &app.settings.mcp
+        && (rest == mcp.path || rest.strip_suffix('/') == Some(mcp.path.as_str()))
+    {
+        return Target::Mcp(dealer, mcp);
     }
     if app.settings.http_json
         && let Some(below) = rest.strip_prefix(jsonrpc).and_then(|r| r.strip_prefix('/'))
@@ -125,6 +133,30 @@ where
                     .await;
             finish(app, &dealer.label, log, response)
         }
+        Target::Mcp(dealer, mcp) => {
+            let (parts, body) = req.into_parts();
+            let mut log = RequestLog::arrived("mcp", dealer.id(), &parts.headers, arrived);
+            log.count_if_abandoned(&app.metrics, &dealer.label);
+            if let Some(response) = binding::mcp::refuse_early(mcp, &parts, &mut log) {
+                return finish(app, &dealer.label, log, response);
+            }
+            let bytes = if parts.method == Method::POST {
+                match read_body(app, &parts.headers, body).await {
+                    Ok(bytes) => bytes,
+                    Err((response, outcome)) => {
+                        log.outcome = outcome;
+                        return finish(app, &dealer.label, log, response);
+                    }
+                }
+            } else {
+                Bytes::new()
+            };
+            let span = log.span.clone();
+            let response = binding::mcp::serve(app, dealer, mcp, &caller, &parts, &bytes, &mut log)
+                .instrument(span)
+                .await;
+            finish(app, &dealer.label, log, response)
+        }
         Target::HttpJson(dealer, route) => {
             if !route.allows(req.method()) {
                 return not_allowed(route.allow());
@@ -163,9 +195,11 @@ fn refuse(
     arrived: Instant,
 ) -> Response<Full<Bytes>> {
     let dealer = match target {
-        Target::Card(d) | Target::JsonRpc(d) | Target::HttpJson(d, _) | Target::Unknown(d, _) => {
-            Some(*d)
-        }
+        Target::Card(d)
+        | Target::JsonRpc(d)
+        | Target::HttpJson(d, _)
+        | Target::Mcp(d, _)
+        | Target::Unknown(d, _) => Some(*d),
         Target::NoDealer => None,
     };
     let id = dealer.map_or("none", Dealer::id);
@@ -175,6 +209,7 @@ fn refuse(
             binding::jsonrpc::refusal(app, d, headers, error, &mut log)
         }
         (Target::HttpJson(..), Some(d)) => http_json::refusal(d, headers, error, &mut log),
+        (Target::Mcp(..), Some(d)) => binding::mcp::refusal(d, error, &mut log),
         _ => {
             log.outcome = "RATE_LIMITED";
             let mut r = plain(StatusCode::TOO_MANY_REQUESTS, "too many requests");

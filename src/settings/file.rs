@@ -26,7 +26,7 @@ pub struct FileConfig {
     pub admin_listen: Option<String>,
     /// The AAP extension every dealer card declares; the draft identifiers by default.
     pub aap: Option<FileAap>,
-    /// The JSON-RPC binding (always on) and the optional HTTP+JSON binding.
+    /// The JSON-RPC binding (always on), the optional HTTP+JSON and MCP bindings.
     pub bindings: Option<FileBindings>,
     /// Request sizes, deadlines and load shedding.
     pub limits: Option<FileLimits>,
@@ -79,6 +79,42 @@ pub struct FileBindings {
     pub jsonrpc: FileJsonRpc,
     /// The A2A HTTP+JSON binding (`POST {jsonrpc path}/message:send`), off unless enabled.
     pub http_json: FileHttpJson,
+    /// The Model Context Protocol binding (Streamable HTTP), off unless enabled: one MCP tool
+    /// per configured skill, behind the same pipeline.
+    pub mcp: FileMcp,
+}
+
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileMcp {
+    /// Serve each dealer's MCP endpoint (not listed on the agent card).
+    pub enabled: bool,
+    /// Path of the MCP endpoint below the dealer's path prefix (e.g. `/mcp`); `{path}/` is
+    /// served too. Must differ from the JSON-RPC path and not lie below it.
+    pub path: String,
+    /// Browser origins (`scheme://host[:port]`) allowed to call the endpoint. A request that
+    /// sends any other `Origin` gets HTTP 403 (DNS-rebinding protection, as MCP requires);
+    /// requests without `Origin` (agents, SDK clients) are not affected. Empty: no browser page
+    /// may call it.
+    pub allowed_origins: Vec<String>,
+    /// Most MCP sessions held at once, over all dealers; an `initialize` beyond it first
+    /// evicts the least recently used session.
+    pub max_sessions: u64,
+    /// A session unused for this long is forgotten (its client gets 404 and initializes
+    /// again), e.g. `30m`.
+    pub session_idle_timeout: String,
+}
+
+impl Default for FileMcp {
+    fn default() -> Self {
+        FileMcp {
+            enabled: false,
+            path: "/mcp".to_owned(),
+            allowed_origins: Vec::new(),
+            max_sessions: 10_000,
+            session_idle_timeout: "30m".to_owned(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]

@@ -1,9 +1,13 @@
 //! The gateway's own sections: `aap`, `bindings`, `limits`, `connections` and `telemetry`.
 
-use super::file::{DRAFT_EXTENSION_URI, FileAap, FileConnections, FileLimits, FileTelemetry};
+use super::file::{
+    DRAFT_EXTENSION_URI, FileAap, FileConnections, FileLimits, FileMcp, FileTelemetry,
+};
 use super::load::ConfigLoader;
 use super::paths::{is_absolute_url, is_clean_path};
-use super::types::{ConnectionSettings, Limits, LogFormat, RefreshPriority, TelemetrySettings};
+use super::types::{
+    ConnectionSettings, Limits, LogFormat, McpSettings, RefreshPriority, TelemetrySettings,
+};
 use crate::protocol::agent_card::AapSettings;
 
 impl ConfigLoader {
@@ -66,6 +70,86 @@ impl ConfigLoader {
             return None;
         }
         Some(path.to_owned())
+    }
+
+    /// `bindings.mcp`: `Some(None)` when off. Its path must not shadow the JSON-RPC endpoint or
+    /// the HTTP+JSON routes below it, nor the card.
+    pub(super) fn mcp(
+        &mut self,
+        file: FileMcp,
+        jsonrpc: Option<&str>,
+    ) -> Option<Option<McpSettings>> {
+        if !file.enabled {
+            return Some(None);
+        }
+        let mut ok = true;
+        let path = file.path.as_str();
+        if !is_clean_path(path) || path == "/" {
+            self.problem(
+                "/bindings/mcp/path",
+                format!(
+                    "`{path}` must be a path like /mcp (leading `/`, no trailing `/`, no query)"
+                ),
+            );
+            ok = false;
+        } else if let Some(jsonrpc) = jsonrpc
+            && (path == jsonrpc || path.starts_with(&format!("{jsonrpc}/")))
+        {
+            self.problem(
+                "/bindings/mcp/path",
+                format!("`{path}` is the JSON-RPC path `{jsonrpc}` or below it; choose another, e.g. /mcp"),
+            );
+            ok = false;
+        } else if path.starts_with("/.well-known/") {
+            self.problem(
+                "/bindings/mcp/path",
+                format!("`{path}` is reserved for the agent card"),
+            );
+            ok = false;
+        }
+        let mut allowed_origins = Vec::with_capacity(file.allowed_origins.len());
+        for origin in &file.allowed_origins {
+            match parse_origin(origin) {
+                Some(o) => allowed_origins.push(o),
+                None => {
+                    self.problem(
+                        "/bindings/mcp/allowed_origins",
+                        format!("`{origin}` is not an origin like https://app.example.com or http://localhost:3000 (scheme, host and optional port; no path)"),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        let max_sessions = match usize::try_from(file.max_sessions) {
+            Ok(n @ 1..=1_000_000) => Some(n),
+            _ => {
+                self.problem(
+                    "/bindings/mcp/max_sessions",
+                    "must be between 1 and 1000000",
+                );
+                None
+            }
+        };
+        let idle = self.duration(
+            "/bindings/mcp/session_idle_timeout",
+            &file.session_idle_timeout,
+        );
+        if idle.is_some_and(|d| d.is_zero()) {
+            self.problem(
+                "/bindings/mcp/session_idle_timeout",
+                "must be longer than 0s",
+            );
+            return None;
+        }
+        if !ok {
+            return None;
+        }
+        Some(Some(McpSettings {
+            path: file.path,
+            allowed_origins,
+            max_sessions: max_sessions?,
+            session_idle_timeout: idle?,
+        }))
     }
 
     /// `true` for 429: see docs/protocol.md §Rate limits for what each SDK client makes of it.
@@ -224,4 +308,18 @@ impl ConfigLoader {
             otlp_traces_url,
         })
     }
+}
+
+/// An `Origin` as browsers send it (`scheme://host[:port]`, RFC 6454), lower-cased; `None` for
+/// anything else (a path, a query, user info, another scheme).
+pub fn parse_origin(text: &str) -> Option<String> {
+    let uri: http::Uri = text.trim().parse().ok()?;
+    let scheme = uri.scheme_str()?;
+    let authority = uri.authority()?;
+    let bare = uri
+        .path_and_query()
+        .is_none_or(|p| p.as_str() == "/" || p.as_str().is_empty());
+    let plain = !authority.as_str().contains('@') && !text.trim().ends_with('/');
+    (matches!(scheme, "http" | "https") && bare && plain && !authority.host().is_empty())
+        .then(|| format!("{scheme}://{}", authority.as_str().to_ascii_lowercase()))
 }

@@ -182,6 +182,7 @@ impl ConfigLoader {
         let jsonrpc_path = self.jsonrpc_path(&bindings.jsonrpc.path);
         let rate_limited_http_status =
             self.rate_limited_status(bindings.jsonrpc.rate_limited_status);
+        let mcp = self.mcp(bindings.mcp.clone(), jsonrpc_path.as_deref());
         let limits = self.limits(limits?);
         let connections = self.connections(connections?);
         let telemetry = self.telemetry(telemetry?);
@@ -223,6 +224,7 @@ impl ConfigLoader {
             jsonrpc_path: jsonrpc_path?,
             jsonrpc_rate_limited_http_status: rate_limited_http_status?,
             http_json: bindings.http_json.enabled,
+            mcp: mcp?,
             limits: limits?,
             connections: connections?,
             telemetry: telemetry?,

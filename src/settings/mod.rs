@@ -25,11 +25,12 @@ pub mod yaml;
 
 pub use crate::protocol::agent_card::{AapSettings, CardSettings, Provider};
 pub use file::{DRAFT_EXTENSION_URI, DRAFT_SCHEMA_BASE_URL};
+pub use gateway::parse_origin;
 pub use load::{ENV_PREFIX, TOP_LEVEL_KEYS, load, load_with_env, sort_problems};
 pub use paths::{base_dir, check_interface_url, is_loopback_host, redis_client, resolve};
 pub use types::{
     ApiKey, AuthSettings, ClientIpHeader, ConnectionSettings, DealerSettings, IdempotencySettings,
-    LimitBackend, Limits, LogFormat, OnAmbiguous, OnBackendError, Quota, RateLimitSettings,
-    RefreshPriority, Settings, TelemetrySettings, redact_userinfo,
+    LimitBackend, Limits, LogFormat, McpSettings, OnAmbiguous, OnBackendError, Quota,
+    RateLimitSettings, RefreshPriority, Settings, TelemetrySettings, redact_userinfo,
 };
 pub use yaml::{Origin, Problem, SourceMap};

@@ -26,6 +26,8 @@ pub struct Settings {
     pub jsonrpc_rate_limited_http_status: bool,
     /// `bindings.http_json.enabled`: the HTTP+JSON binding at `{jsonrpc_path}/message:send`.
     pub http_json: bool,
+    /// `bindings.mcp`: the MCP binding, `None` when off.
+    pub mcp: Option<McpSettings>,
     pub limits: Limits,
     pub connections: ConnectionSettings,
     pub telemetry: TelemetrySettings,
@@ -36,6 +38,19 @@ pub struct Settings {
     pub dealers: Vec<DealerSettings>,
     /// Problems that do not stop the gateway but that `check` reports.
     pub warnings: Vec<Problem>,
+}
+
+/// The MCP binding (`bindings.mcp`), validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpSettings {
+    /// Path below each dealer's prefix, e.g. `/mcp`.
+    pub path: String,
+    /// Allowed `Origin` values, lower-cased `scheme://host[:port]`.
+    pub allowed_origins: Vec<String>,
+    /// Sessions held at once, at least 1.
+    pub max_sessions: usize,
+    /// Idle time after which a session is forgotten.
+    pub session_idle_timeout: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -110,6 +110,12 @@ struct BreakerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    dealer: Arc<str>,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StoreLabels {
     store: &'static str,
 }
@@ -132,6 +138,7 @@ pub struct Metrics {
     replays: Family<DealerLabels, Counter>,
     conflicts: Family<DealerLabels, Counter>,
     feed_age: Family<DealerLabels, Gauge<f64, AtomicU64>>,
+    feed_refreshes: Family<OutcomeLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
     in_flight: Gauge,
     waiting: Gauge,
@@ -215,6 +222,13 @@ impl Metrics {
             "aap_gateway_feed_cache_age_seconds",
             "Age of the oldest cached inventory feed of a dealer",
             feed_age.clone(),
+        );
+        let feed_refreshes = Family::default();
+        registry.register(
+            "aap_gateway_feed_refreshes",
+            "Inventory feed fetches by outcome: changed (a new copy), not_modified (a 304 or the \
+             same bytes: the copy kept), failed (the copy kept until max_stale)",
+            feed_refreshes.clone(),
         );
         let reloads = Family::default();
         registry.register(
@@ -309,6 +323,7 @@ impl Metrics {
             replays,
             conflicts,
             feed_age,
+            feed_refreshes,
             reloads,
             in_flight,
             waiting,
@@ -457,6 +472,15 @@ impl Metrics {
         self.reloads.get_or_create(&ResultLabels { result }).inc();
     }
 
+    /// One fetch of a feed of `dealer`: `changed`, `not_modified` or `failed`.
+    pub fn feed_refresh(&self, dealer: &Arc<str>, outcome: &'static str) {
+        let labels = OutcomeLabels {
+            dealer: Arc::clone(dealer),
+            outcome,
+        };
+        self.feed_refreshes.get_or_create(&labels).inc();
+    }
+
     /// Sets the feed-age gauge of `dealer` (the oldest of its feeds; none: no series).
     pub fn feed_age(&self, dealer: &Arc<str>, age: Option<Duration>) {
         let labels = DealerLabels {
@@ -571,6 +595,11 @@ impl Meter {
     pub fn observe(&self, result: Result<u16, &'static str>, elapsed: Duration) {
         self.metrics
             .upstream(&self.dealer, &self.upstream, result, elapsed);
+    }
+
+    /// One fetch of the feed this upstream serves: `changed`, `not_modified` or `failed`.
+    pub fn feed_refresh(&self, outcome: &'static str) {
+        self.metrics.feed_refresh(&self.dealer, outcome);
     }
 
     /// A 5xx reply judged a failure.

@@ -14,7 +14,7 @@ use crate::engine::lead::LeadMapping;
 use crate::engine::proxy::{Canned, Transport};
 use crate::error::{AapCode, AapError};
 use crate::mapping::Example;
-use crate::protocol::{Data, Reply};
+use crate::protocol::{Data, Reply, search};
 use crate::schema::Schemas;
 
 /// Why an example failed.
@@ -162,7 +162,10 @@ pub async fn answer(
             .execute_with(Transport::Canned(canned), request)
             .await
             .map(Data::into_value),
-        Handler::DerivedFacets(m) => m.facets(Transport::Canned(canned), request).await,
+        Handler::DerivedFacets(m) => {
+            m.facets(Transport::Canned(canned), search::filters(request))
+                .await
+        }
         Handler::Feed { skill, feed } => match feed.fetch(Transport::Canned(canned)).await {
             Ok(snapshot) => snapshot.answer(*skill, request).map(Data::into_value),
             Err(e) => Err(e),

@@ -38,9 +38,14 @@ pub struct CannedReply {
 /// The AAP `data` of `input`: a DataPart's `data`, a `SendMessageRequest`, or a whole JSON-RPC
 /// `SendMessage` call (what a buyer's log holds).
 pub fn aap_data(input: Value) -> Result<Value, String> {
+    // An AAP request names its `type`; a lead's own `message` (the buyer's text) is no envelope.
+    if input.get("type").and_then(Value::as_str).is_some() {
+        return Ok(input);
+    }
     let message = input
         .pointer("/params/message")
         .or_else(|| input.get("message"))
+        .filter(|m| m.is_object())
         .cloned();
     let data = match message {
         Some(m) => m["parts"]
@@ -418,5 +423,8 @@ mod tests {
         assert_eq!(aap_data(call), Ok(data.clone()));
         assert_eq!(aap_data(data.clone()), Ok(data));
         assert!(aap_data(json!({"filters": {}})).is_err());
+        // A lead DataPart carries the buyer's `message`: it is the request, not an envelope.
+        let lead = json!({"type": "lead.submit.request", "message": "Is it still available?"});
+        assert_eq!(aap_data(lead.clone()), Ok(lead));
     }
 }

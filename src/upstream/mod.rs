@@ -1,9 +1,11 @@
-//! Upstream: the client stack between a mapping and a dealer's legacy system.
+//! Upstream: the client stack between the runtime (`engine`) and a dealer's legacy system.
+//! Owns connections, timeouts, retries, breakers, auth and the SOAP and SMTP framing; uses only
+//! `formats`, `settings` and `telemetry`, and knows nothing of AAP (it speaks [`UpstreamError`]).
 //!
 //! ```text
 //!  upstream::build(name, FileUpstream) ──▶ Endpoint::Http(Upstream) | Endpoint::Smtp(Mailer)
 //!
-//!  mapping::execute ── UpstreamRequest ──▶ Upstream::call              (kind: rest)
+//!  engine::proxy ──── UpstreamRequest ──▶ Upstream::call              (kind: rest)
 //!    soap::request ── envelope + headers ─▶   (same call)               (kind: soap)
 //!                                            breaker ─ open? fail fast (CircuitOpen)
 //!                                            auth    ─ static header / OAuth2 token (cached)
@@ -14,7 +16,7 @@
 //!                                          ◀── UpstreamResponse (any status) | UpstreamError
 //!                                              soap::decode_reply ─▶ Body as JSON | Fault
 //!
-//!  mapping ── OutgoingMail ──▶ Mailer::send                            (kind: smtp)
+//!  engine::lead ── OutgoingMail ──▶ Mailer::send                            (kind: smtp)
 //!                                breaker, slot, lettre pool, under timeouts.request, no retry
 //!                              ◀── MailReceipt (250 after DATA) | UpstreamError
 //! ```

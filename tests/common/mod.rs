@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod http_server;
+pub mod jsonrpc;
 pub mod logs;
 pub mod parity;
 pub mod process;
@@ -386,6 +387,12 @@ impl Gateway {
 
     pub fn admin_url(&self, path: &str) -> String {
         format!("http://{}{path}", self.admin)
+    }
+
+    /// The admin listener's `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let reply = self.client.get(self.admin_url("/metrics")).send().await;
+        reply.expect("metrics").text().await.expect("metrics text")
     }
 
     pub fn client(&self) -> &reqwest::Client {

@@ -12,6 +12,9 @@ pub(super) const CHUNKS_IN_FLIGHT: usize = 2;
 pub(super) struct ChunkReader {
     chunks: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, ()>>,
     current: bytes::Bytes,
+    /// Every piece received, hashed here on the mapping thread rather than on the async
+    /// worker that pumps the connection (a conditional refresh compares it).
+    digest: sha2::Sha256,
 }
 
 impl ChunkReader {
@@ -21,7 +24,14 @@ impl ChunkReader {
         ChunkReader {
             chunks,
             current: bytes::Bytes::new(),
+            digest: sha2::Sha256::default(),
         }
+    }
+
+    /// SHA-256 of the document read so far (all of it, once `read` has returned 0).
+    pub(super) fn digest(&self) -> [u8; 32] {
+        use sha2::Digest as _;
+        self.digest.clone().finalize().into()
     }
 }
 
@@ -29,7 +39,10 @@ impl std::io::Read for ChunkReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         while self.current.is_empty() {
             match self.chunks.blocking_recv() {
-                Some(Ok(chunk)) => self.current = chunk,
+                Some(Ok(chunk)) => {
+                    sha2::Digest::update(&mut self.digest, &chunk);
+                    self.current = chunk;
+                }
                 Some(Err(())) => {
                     return Err(std::io::Error::other("the feed's connection failed"));
                 }

@@ -1,10 +1,20 @@
 //! Feed mode: the dealer's whole inventory fetched as one document (JSON, XML or CSV), mapped to
-//! AAP vehicles, cached, and searched in the gateway.
+//! AAP vehicles, cached, and searched in the gateway. Owns the snapshot and its refresh thread;
+//! uses `engine::proxy` (the fetch), `lang`, `inventory`, `formats` and `upstream`.
 //!
 //! Freshness: a snapshot younger than `refresh` is served as is; an older one is still served
 //! while a background refresh runs; past `max_stale` a request waits for a refresh and fails
 //! (`INTERNAL_ERROR`, retryable) if the upstream cannot deliver. A background task also refreshes
-//! every `refresh` so buyers rarely wait. One refresh runs at a time.
+//! every `refresh` (± a tenth, so that a group's feeds loaded together do not refresh together)
+//! so buyers rarely wait. One refresh runs at a time per feed, and at most [`refresh_slots`]
+//! in the process.
+//!
+//! Conditional refresh: a refresh sends the last copy's `ETag` (`If-None-Match`) and
+//! `Last-Modified` (`If-Modified-Since`); a `304`, or a body whose SHA-256 is the last copy's,
+//! keeps the copy (its age starts again) without a new one being swapped in. A whole body is
+//! hashed before it is mapped, so an unchanged one is never built; a streamed CSV document is
+//! hashed as it is read, so an unchanged one is found at its end and the copy built meanwhile is
+//! dropped.
 //!
 //! Scale: a dealer group's feed holds tens of thousands of vehicles. A snapshot is built on the
 //! feed's own thread ([`FeedThread`]), never on the async workers that serve buyers. A CSV document is read and
@@ -20,8 +30,11 @@ mod tests;
 mod thread;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
+
+use http::HeaderValue;
+use sha2::{Digest as _, Sha256};
 
 use serde_json::Value;
 
@@ -29,12 +42,12 @@ use crate::engine::IntoAap as _;
 use crate::engine::proxy::{MappingGlobals, Transport, check_listable, page_data, send};
 use crate::engine::request::RequestSpec;
 use crate::error::{AapCode, AapError};
-use crate::formats::{self, Declared, Format};
+use crate::formats::{self, CsvDialect, Declared, Format, Unpack};
 use crate::inventory::packed::Packed;
 use crate::inventory::{Inventory, Prepared};
 use crate::lang::jq::{Jq, JqValue, JqVars, TextObjects};
 use crate::lang::template::Scope;
-use crate::protocol::{Data, Skill};
+use crate::protocol::{Data, SearchRequest, Skill, search};
 use crate::settings::RefreshPriority;
 use crate::telemetry::Escaped;
 use crate::upstream::Upstream;
@@ -53,6 +66,10 @@ pub struct Feed {
     pub format: Format,
     /// The mapping's `charset:` for the document, if it names one.
     pub charset: Option<&'static encoding_rs::Encoding>,
+    /// How a gzip or zip export is unpacked (the mapping's `unpack:`, with its defaults).
+    pub unpack: Unpack,
+    /// How a CSV document read row by row is written (the mapping's `csv:`).
+    pub csv_dialect: CsvDialect,
     pub items: Option<Jq>,
     /// The records are the CSV document's rows (a CSV feed without `items`): they are read and
     /// mapped one at a time instead of through `items` over the whole document.
@@ -73,6 +90,66 @@ pub struct Feed {
     /// Refreshes build at the idle CPU priority (`limits.feed_refresh_priority`; set by the
     /// server when it starts the feed's refresher).
     idle_refreshes: AtomicBool,
+    /// What the served copy was made from, for a conditional refresh.
+    validators: Mutex<Validators>,
+    /// When the served copy was last found current: built, or confirmed unchanged.
+    confirmed: Mutex<Option<Instant>>,
+}
+
+/// What identifies the document a copy was made from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Validators {
+    etag: Option<HeaderValue>,
+    last_modified: Option<HeaderValue>,
+    /// SHA-256 of the body as fetched (packed, if it came packed).
+    digest: Option<[u8; 32]>,
+}
+
+impl Validators {
+    fn of(headers: &http::HeaderMap, digest: [u8; 32]) -> Validators {
+        Validators {
+            etag: headers.get(http::header::ETAG).cloned(),
+            last_modified: headers.get(http::header::LAST_MODIFIED).cloned(),
+            digest: Some(digest),
+        }
+    }
+
+    /// The conditional request headers they allow.
+    fn conditions(&self) -> impl Iterator<Item = (http::HeaderName, HeaderValue)> + '_ {
+        let etag = (self.etag.iter()).map(|v| (http::header::IF_NONE_MATCH, v.clone()));
+        let since =
+            (self.last_modified.iter()).map(|v| (http::header::IF_MODIFIED_SINCE, v.clone()));
+        etag.chain(since)
+    }
+}
+
+/// What a fetch came to.
+enum Fetched {
+    /// A new copy, and what it was made from.
+    Built(Box<Snapshot>, Validators),
+    /// The document is the one the served copy was made from (a `304`, or the same bytes).
+    Unchanged,
+}
+
+/// Most feed fetches (a load or a refresh, with its build) running at once in the process: a
+/// group's hundred feeds must not all download and build at the same moment, next to the
+/// searches. As many as the cores (2 to 8).
+fn refresh_slots() -> &'static tokio::sync::Semaphore {
+    static SLOTS: OnceLock<tokio::sync::Semaphore> = OnceLock::new();
+    SLOTS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        tokio::sync::Semaphore::new(cores.clamp(2, 8))
+    })
+}
+
+/// `every`, moved by up to a tenth either way at random.
+fn jittered(every: Duration) -> Duration {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(Instant::now().elapsed().as_nanos());
+    // A random fraction in [-0.1, 0.1].
+    let fraction = (hasher.finish() % 2001) as f64 / 10_000.0 - 0.1;
+    every.mul_f64(1.0 + fraction)
 }
 
 /// One fetched feed, ready to search.
@@ -111,6 +188,8 @@ impl Feed {
         request: RequestSpec,
         format: Format,
         charset: Option<&'static encoding_rs::Encoding>,
+        unpack: Unpack,
+        csv_dialect: CsvDialect,
         items: Option<Jq>,
         csv_rows: bool,
         item: Jq,
@@ -124,6 +203,8 @@ impl Feed {
             request,
             format,
             charset,
+            unpack,
+            csv_dialect,
             items,
             csv_rows,
             item,
@@ -137,6 +218,8 @@ impl Feed {
             thread: Arc::new(FeedThread::default()),
             retiring: std::sync::Mutex::new(None),
             idle_refreshes: AtomicBool::new(false),
+            validators: Mutex::new(Validators::default()),
+            confirmed: Mutex::new(None),
         }
     }
 
@@ -152,7 +235,12 @@ impl Feed {
 
     /// Serves `snapshot` from now on and logs it; the copy it replaces is freed off the async
     /// workers.
-    fn install(&self, snapshot: Arc<Snapshot>) {
+    fn install(&self, snapshot: Arc<Snapshot>, validators: Validators) {
+        *self
+            .validators
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = validators;
+        self.confirm();
         let stats = snapshot.stats;
         let old = match self.state.write() {
             Ok(mut state) => state.replace(Arc::clone(&snapshot)),
@@ -215,16 +303,35 @@ impl Feed {
         self.current().is_some()
     }
 
-    /// Age of the cached copy, if any (for metrics and logs).
+    /// Age of the cached copy, if any (for metrics and logs): the time since it was last found
+    /// current (built, or confirmed unchanged by a refresh).
     pub fn age(&self) -> Option<Duration> {
-        self.current().map(|s| s.fetched_at.elapsed())
+        self.current()?;
+        let confirmed = *self
+            .confirmed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        confirmed.map(|at| at.elapsed())
+    }
+
+    /// The served copy is current as of now.
+    fn confirm(&self) {
+        *self
+            .confirmed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+    }
+
+    /// The served copy, if it is younger than `limit`.
+    fn younger_than(&self, limit: Duration) -> Option<Arc<Snapshot>> {
+        self.current()
+            .filter(|_| self.age().is_some_and(|age| age < limit))
     }
 
     /// A snapshot fresh enough to answer from, refreshing as the freshness rules say.
     pub async fn snapshot(self: &Arc<Self>) -> Result<Arc<Snapshot>, AapError> {
         let current = self.current();
-        if let Some(s) = &current {
-            let age = s.fetched_at.elapsed();
+        if let (Some(s), Some(age)) = (&current, self.age()) {
             if age < self.refresh {
                 return Ok(Arc::clone(s));
             }
@@ -234,25 +341,70 @@ impl Feed {
             }
         }
         let _one_at_a_time = self.refreshing.lock().await;
-        if let Some(s) = self
-            .current()
-            .filter(|s| s.fetched_at.elapsed() < self.refresh)
-        {
+        if let Some(s) = self.younger_than(self.refresh) {
             return Ok(s);
         }
-        self.retired().await;
-        let fetched = self.fetch(Transport::Live(&self.upstream)).await;
-        self.attempted.store(true, Ordering::Release);
-        match fetched {
-            Ok(s) => {
-                let s = Arc::new(s);
-                self.install(Arc::clone(&s));
-                Ok(s)
-            }
-            Err(e) => match current.filter(|s| s.fetched_at.elapsed() < self.max_stale) {
+        match self.refresh_once().await {
+            Ok(s) => Ok(s),
+            Err(e) => match current.filter(|_| self.younger_than(self.max_stale).is_some()) {
                 Some(s) => Ok(s),
                 None => Err(e),
             },
+        }
+    }
+
+    /// One refresh (the caller holds `refreshing`): conditional when a copy is served, within
+    /// a process-wide slot; the copy it gives is served from now on, and the outcome counted.
+    async fn refresh_once(self: &Arc<Self>) -> Result<Arc<Snapshot>, AapError> {
+        let _slot = refresh_slots().acquire().await;
+        self.retired().await;
+        let known = self.current().map(|_| {
+            (self
+                .validators
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner))
+            .clone()
+        });
+        let fetched = self
+            .fetch_since(Transport::Live(&self.upstream), known.as_ref())
+            .await;
+        self.attempted.store(true, Ordering::Release);
+        let count = |outcome: &'static str| {
+            if let Some(meter) = self.upstream.meter() {
+                meter.feed_refresh(outcome);
+            }
+        };
+        match fetched {
+            Ok(Fetched::Built(s, validators)) => {
+                count("changed");
+                let s: Arc<Snapshot> = Arc::from(s);
+                self.install(Arc::clone(&s), validators);
+                Ok(s)
+            }
+            Ok(Fetched::Unchanged) => match self.current() {
+                Some(s) => {
+                    count("not_modified");
+                    self.confirm();
+                    // The same message as a refresh that swapped a copy in (dashboards and
+                    // tests watch for it), told apart by `unchanged`.
+                    tracing::info!(
+                        feed = %self.file,
+                        vehicles = s.all.len(),
+                        unchanged = true,
+                        "feed refreshed"
+                    );
+                    Ok(s)
+                }
+                // (Only a served copy's validators are sent.)
+                None => Err(AapError::Internal(format!(
+                    "{}: the feed answered `unchanged` with no copy to keep",
+                    self.file
+                ))),
+            },
+            Err(e) => {
+                count("failed");
+                Err(e)
+            }
         }
     }
 
@@ -270,11 +422,8 @@ impl Feed {
     /// Fetches and swaps in a new snapshot; keeps the old one on failure.
     pub async fn refresh_now(self: &Arc<Self>) {
         let _one_at_a_time = self.refreshing.lock().await;
-        self.retired().await;
-        let fetched = self.fetch(Transport::Live(&self.upstream)).await;
-        self.attempted.store(true, Ordering::Release);
-        match fetched {
-            Ok(s) => self.install(Arc::new(s)),
+        match self.refresh_once().await {
+            Ok(_) => {}
             Err(e) if self.current().is_some() => {
                 tracing::warn!(feed = %self.file, error = %Escaped(e), "feed refresh failed; serving the previous copy")
             }
@@ -288,11 +437,11 @@ impl Feed {
     /// over by a reload is refreshed when it is due, not at once.
     pub async fn keep_fresh(self: Arc<Self>) {
         if let Some(age) = self.age() {
-            tokio::time::sleep(self.refresh.saturating_sub(age)).await;
+            tokio::time::sleep(jittered(self.refresh).saturating_sub(age)).await;
         }
         loop {
             self.refresh_now().await;
-            tokio::time::sleep(self.refresh).await;
+            tokio::time::sleep(jittered(self.refresh)).await;
         }
     }
 
@@ -300,36 +449,86 @@ impl Feed {
     /// indexing a whole inventory is CPU work of up to seconds: it runs on the feed's thread,
     /// never on the async workers that serve buyers.
     pub async fn fetch(self: &Arc<Self>, transport: Transport<'_>) -> Result<Snapshot, AapError> {
+        match self.fetch_since(transport, None).await? {
+            Fetched::Built(snapshot, _) => Ok(*snapshot),
+            Fetched::Unchanged => Err(AapError::Internal(format!(
+                "{}: an unconditional fetch came back unchanged",
+                self.file
+            ))),
+        }
+    }
+
+    /// [`Feed::fetch`], conditional on `known` (what the served copy was made from): a `304`
+    /// or the same body is [`Fetched::Unchanged`].
+    async fn fetch_since(
+        self: &Arc<Self>,
+        transport: Transport<'_>,
+        known: Option<&Validators>,
+    ) -> Result<Fetched, AapError> {
         let started = Instant::now();
         let values = minijinja::context! {
             tables => self.shared.tables_tpl.clone(),
             dealer => self.shared.dealer_tpl.clone(),
         };
-        let rendered = self
+        let mut rendered = self
             .request
             .render(Scope::context(&values), None)
             .map_err(|e| AapError::Internal(format!("{}: {e}", self.file)))?;
+        if let Some(known) = known {
+            // The mapping's own headers win (a vendor that wants no conditions can say so).
+            let conditions: Vec<_> = (known.conditions())
+                .filter(|(name, _)| !rendered.headers.iter().any(|(n, _)| n == name))
+                .collect();
+            rendered.headers.extend(conditions);
+        }
+        let known_digest = known.and_then(|k| k.digest);
         let previous = self.current();
         // A refresh gives way to the searches of the copy it replaces; a first load is what
         // readiness (or a buyer) waits for.
         let idle = previous.is_some() && self.idle_refreshes.load(Ordering::Relaxed);
-        let mut snapshot = match transport {
+        let (mut snapshot, validators) = match transport {
             // A CSV feed is read as it arrives: the document is never held whole.
             Transport::Live(upstream) if self.csv_rows && upstream.soap().is_none() => {
-                self.fetch_streaming(upstream, rendered, previous, idle)
+                match self
+                    .fetch_streaming(upstream, rendered, previous, idle, known.is_some())
                     .await?
+                {
+                    None => return Ok(Fetched::Unchanged),
+                    Some((snapshot, validators))
+                        if validators.digest.is_some() && validators.digest == known_digest =>
+                    {
+                        // The same bytes: the copy built meanwhile goes, the served one stays.
+                        self.thread.free(snapshot);
+                        return Ok(Fetched::Unchanged);
+                    }
+                    Some(built) => built,
+                }
             }
             transport => {
                 let response = send(transport, &self.upstream, rendered, true).await?;
+                if response.status == http::StatusCode::NOT_MODIFIED && known.is_some() {
+                    return Ok(Fetched::Unchanged);
+                }
                 self.check_status(response.status)?;
                 let feed = Arc::clone(self);
-                self.thread
+                let built = self
+                    .thread
                     .run(idle, move || {
+                        let digest: [u8; 32] = Sha256::digest(&response.body).into();
+                        if Some(digest) == known_digest {
+                            return Ok(None);
+                        }
                         let declared = Declared::reply(feed.charset, &response.headers);
-                        feed.build_after(&response.body, declared, previous.as_deref())
+                        let snapshot =
+                            feed.build_after(&response.body, declared, previous.as_deref())?;
+                        Ok(Some((snapshot, Validators::of(&response.headers, digest))))
                     })
                     .await
-                    .map_err(|e| self.building_failed(e))??
+                    .map_err(|e| self.building_failed(e))??;
+                match built {
+                    Some(built) => built,
+                    None => return Ok(Fetched::Unchanged),
+                }
             }
         };
         snapshot.stats.elapsed = started.elapsed();
@@ -338,19 +537,21 @@ impl Feed {
                 .records
                 .fetch_add(snapshot.all.len(), std::sync::atomic::Ordering::Relaxed);
         }
-        Ok(snapshot)
+        Ok(Fetched::Built(Box::new(snapshot), validators))
     }
 
     /// Fetches a CSV feed and builds the snapshot from its rows as they arrive: the body goes
     /// from the connection to the mapping thread in pieces (at most [`CHUNKS_IN_FLIGHT`]
     /// waiting), so a refresh never holds the whole document next to the copy it replaces.
+    /// `None`: the upstream answered `304` to a `conditional` request.
     async fn fetch_streaming(
         self: &Arc<Self>,
         upstream: &Upstream,
         rendered: crate::engine::request::Rendered,
         previous: Option<Arc<Snapshot>>,
         idle: bool,
-    ) -> Result<Snapshot, AapError> {
+        conditional: bool,
+    ) -> Result<Option<(Snapshot, Validators)>, AapError> {
         let request = crate::upstream::UpstreamRequest {
             method: rendered.method,
             path_and_query: rendered.path_and_query,
@@ -362,6 +563,9 @@ impl Feed {
             .call_streaming(request)
             .await
             .map_err(|e| e.into_aap(upstream.name()))?;
+        if response.status == http::StatusCode::NOT_MODIFIED && conditional {
+            return Ok(None);
+        }
         self.check_status(response.status)?;
         let (chunks, reader) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
         let feed = Arc::clone(self);
@@ -369,8 +573,21 @@ impl Feed {
         let build = self.thread.run(idle, move || {
             let declared = Declared::reply(feed.charset, &headers);
             let bad = |cause: String| feed.bad_document(cause);
-            let rows = formats::csv_stream(ChunkReader::new(reader), declared).map_err(bad)?;
-            feed.build_rows(rows, previous.as_deref())
+            // A gzip file is unpacked as it arrives; a zip archive is held packed, its member
+            // read as a stream (`formats::unpacked`).
+            let mut source = ChunkReader::new(reader);
+            let snapshot = formats::unpacked(
+                &mut source,
+                declared.content_type,
+                &feed.unpack,
+                |document| {
+                    let rows = formats::csv_stream_with(document, declared, &feed.csv_dialect)
+                        .map_err(bad)?;
+                    feed.build_rows(rows, previous.as_deref())
+                },
+            )
+            .map_err(bad)??;
+            Ok::<_, AapError>((snapshot, Validators::of(&headers, source.digest())))
         });
         let mut bytes = response.body.len();
         let pumped = match stream {
@@ -399,9 +616,9 @@ impl Feed {
         drop(chunks);
         let built = build.await.map_err(|e| self.building_failed(e))?;
         pumped.map_err(|e| e.into_aap(upstream.name()))?;
-        let mut snapshot = built?;
+        let (mut snapshot, validators) = built?;
         snapshot.stats.bytes = bytes;
-        Ok(snapshot)
+        Ok(Some((snapshot, validators)))
     }
 
     fn check_status(&self, status: http::StatusCode) -> Result<(), AapError> {
@@ -442,14 +659,20 @@ impl Feed {
         previous: Option<&Snapshot>,
     ) -> Result<Snapshot, AapError> {
         let bad = |cause: String| self.bad_document(cause);
+        let packed = body.len();
+        let unpacked = formats::unpacked_whole(body, declared.content_type, &self.unpack)
+            .map_err(bad)?
+            .map(bytes::Bytes::from);
+        let body = unpacked.as_ref().unwrap_or(body);
         if self.csv_rows {
             let text = formats::CsvText::new(body, declared).map_err(bad)?;
-            let mut snapshot = self.build_rows(text.rows().map_err(bad)?, previous)?;
-            snapshot.stats.bytes = body.len();
+            let rows = text.rows_with(&self.csv_dialect).map_err(bad)?;
+            let mut snapshot = self.build_rows(rows, previous)?;
+            snapshot.stats.bytes = packed;
             return Ok(snapshot);
         }
         let vars = self.vars();
-        let mut building = Building::new(previous, body.len());
+        let mut building = Building::new(previous, packed);
         let doc = JqValue::decode(&self.format, body, declared).map_err(bad)?;
         let records = match &self.items {
             Some(items) => items.run(&doc, &vars).map_err(|e| bad(e.to_string()))?,
@@ -552,8 +775,12 @@ impl Snapshot {
     /// Answers a validated call for `skill` from this snapshot.
     pub fn answer(&self, skill: Skill, request: &Value) -> Result<Data, AapError> {
         match skill {
-            Skill::InventorySearch => Ok(page_data(self.inventory.search(request))),
-            Skill::InventoryFacets => Ok(Data::Json(self.inventory.facets(request.get("filters")))),
+            Skill::InventorySearch => Ok(page_data(
+                self.inventory.search(&SearchRequest::read(request)),
+            )),
+            Skill::InventoryFacets => {
+                Ok(Data::Json(self.inventory.facets(search::filters(request))))
+            }
             Skill::InventoryVehicle => {
                 let vehicle = self.find(request).ok_or_else(|| {
                     AapError::domain(

@@ -1,4 +1,6 @@
 //! `lead.submit`: a buyer's lead delivered to the dealer's CRM, and the CRM's answer mapped back.
+//! Owns delivery (HTTP or mail), the ADF document and the running deliveries; uses
+//! `engine::proxy`, `lang`, `idempotency`, `schema` and `upstream`.
 //!
 //! The pipeline runs the gateway's own rules first (schema, idempotency, consent, the optional
 //! vehicle check); this module holds what is specific to one dealer's lead mapping:

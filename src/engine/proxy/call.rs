@@ -12,7 +12,7 @@ use crate::error::{AapCode, AapError};
 use crate::formats::{Declared, Format};
 use crate::lang::jq::{Doc, Jq, JqValue, JqVars};
 use crate::lang::template::{Lazy, Scope};
-use crate::protocol::{Data, Skill};
+use crate::protocol::{Data, SearchRequest, Skill};
 use crate::upstream::UpstreamResponse;
 use crate::upstream::soap::{self, SoapFault};
 use tracing::debug_span;
@@ -41,7 +41,9 @@ impl ProxyMapping {
         request: &Value,
     ) -> Result<Data, AapError> {
         match (&self.response, self.skill) {
-            (ResponseSpec::List { .. }, _) => self.search(transport, request).await,
+            (ResponseSpec::List { .. }, _) => {
+                self.search(transport, &SearchRequest::read(request)).await
+            }
             (ResponseSpec::Object { jq }, skill) => {
                 let data = self.object(transport, request, jq).await?;
                 if skill == Skill::InventoryVehicle {
@@ -52,7 +54,7 @@ impl ProxyMapping {
         }
     }
 
-    /// `lead.submit`: delivers the lead (`lead` = the gateway's facts, `mapping::lead`) and maps
+    /// `lead.submit`: delivers the lead (`lead` = the gateway's facts, `engine::lead`) and maps
     /// the acknowledgement to reply data.
     pub async fn execute_lead(
         &self,
@@ -171,11 +173,25 @@ impl ProxyMapping {
         rendered: Rendered,
         vars: &JqVars,
     ) -> Result<Called<'_>, AapError> {
+        self.call_linked(transport, rendered, vars, None).await
+    }
+
+    /// [`ProxyMapping::call`], also giving the reply's `Link: <…>; rel="next"` in `next_link`.
+    pub(super) async fn call_linked(
+        &self,
+        transport: Transport<'_>,
+        rendered: Rendered,
+        vars: &JqVars,
+        next_link: Option<&mut Option<String>>,
+    ) -> Result<Called<'_>, AapError> {
         let soap = self.upstream.soap().is_some();
         // Reads are safe to retry, SOAP reads included; a lead is never sent twice by the client.
         let idempotent = matches!(rendered.method, http::Method::GET | http::Method::HEAD)
             || (soap && self.skill != Skill::LeadSubmit);
         let mut response = send(transport, &self.upstream, rendered, idempotent).await?;
+        if let Some(out) = next_link {
+            *out = super::page::next_link(&response.headers);
+        }
         let (doc, fault) = self.decode(&response);
         for (index, rule) in self.errors.iter().enumerate() {
             let status_ok = rule

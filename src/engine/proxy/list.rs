@@ -1,32 +1,48 @@
 //! List skills (`inventory.search`): straight through the upstream when its pages are exactly
 //! AAP's answer, else completed in the gateway from a scan; derived facets from the same scan.
+//!
+//! Exact or loud (docs/protocol.md §Exact or refused): every walk over the upstream's pages
+//! checks that what it read can be the whole answer — a record that comes back twice, a
+//! reported total that paging cannot reach, a short page followed by more records, more
+//! records than the upstream's own total — and refuses the call ([`Incomplete`]) rather than
+//! answer part of it. A record the item program cannot map, or whose listing the AAP schema
+//! refuses, is dropped and counted; when that happens on a page answered straight through, the
+//! search is completed from a scan instead, so that the total never counts it.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
+use tracing::debug_span;
 
-use crate::engine::request::{PageRef, plan};
-use crate::error::AapError;
+use crate::engine::request::{PageRef, Pagination, plan};
+use crate::error::{AapError, Incomplete};
 use crate::inventory::{Inventory, Listing};
 use crate::lang::jq::JqVars;
 use crate::lang::template::{Lazy, Scope};
 use crate::protocol::Data;
-use crate::protocol::vehicle::{SearchPage, Vehicle};
-use tracing::debug_span;
+use crate::protocol::search::SearchRequest;
+use crate::protocol::vehicle::{Field, SearchPage, Vehicle};
 
 use super::call::Called;
-use super::page::{as_count, is_listable_status, page_data, window};
-use super::spec::{ProxyMapping, ResponseSpec, RuleOutcome, Values};
+use super::page::{as_count, is_listable_status, page_data};
+use super::scan_cache::ScanKey;
+use super::spec::{NextPage, ProxyMapping, ResponseSpec, RuleOutcome, Values};
 use super::transport::Transport;
 
 /// One upstream page of a list skill.
 struct Fetched {
-    /// The records mapped to AAP vehicles, whatever their status.
+    /// The records mapped to AAP vehicles whose listing the schema accepts, whatever their
+    /// status.
     vehicles: Vec<Vehicle>,
     /// Records in the upstream's page (mapped or not): what paging decisions count.
     records: usize,
+    /// Records dropped: the item program failed on them or the listing schema refused them.
+    dropped: usize,
     /// The upstream's total, when the mapping reads one.
     total: Option<usize>,
+    /// Sequential paging: the cursor or link of the next page (`None`: this was the last).
+    next: Option<Arc<str>>,
 }
 
 /// The range filters that no unit without a value for `field` can match: with one of them in
@@ -44,8 +60,7 @@ impl ProxyMapping {
     /// Every listing the upstream has (no filter sent; at most `scan_limit` records), for
     /// `aap-gateway verify` to answer searches from with AAP semantics.
     pub async fn full_scan(&self) -> Result<Arc<Inventory>, AapError> {
-        let everything = json!({ "type": "inventory.search.request" });
-        self.scan(Transport::Live(&self.upstream), &everything)
+        self.scan(Transport::Live(&self.upstream), &ScanKey::everything())
             .await
     }
 
@@ -53,11 +68,9 @@ impl ProxyMapping {
     pub async fn facets(
         &self,
         transport: Transport<'_>,
-        request: &Value,
+        filters: &Map<String, Value>,
     ) -> Result<Value, AapError> {
-        let filters = request.get("filters");
-        let query = json!({ "type": "inventory.search.request", "filters": filters });
-        let inventory = self.scan(transport, &query).await?;
+        let inventory = self.scan(transport, &self.scan_key(filters)).await?;
         Ok(inventory.facets(filters))
     }
 
@@ -66,57 +79,174 @@ impl ProxyMapping {
     pub(super) async fn search(
         &self,
         transport: Transport<'_>,
-        request: &Value,
+        request: &SearchRequest<'_>,
     ) -> Result<Data, AapError> {
-        let (skip, limit) = window(request);
-        if !self.direct(request) {
-            let inventory = self.scan(transport, request).await?;
-            return Ok(page_data(inventory.search(request)));
+        if self.direct(request) {
+            match self.straight_through(transport, request).await? {
+                Some(page) => return Ok(Data::Search(page)),
+                // A record it had to drop: its total counts it, a scan does not.
+                None => self.event("direct_page_completed_by_scan", 1),
+            }
         }
-        let max = self
+        let inventory = self
+            .scan(transport, &self.scan_key(request.filters))
+            .await?;
+        Ok(page_data(inventory.search(request)))
+    }
+
+    /// The upstream's own pages covering the request's window, sliced; `None` when a page held
+    /// a record the answer cannot count (unmappable, refused by the listing schema, or not
+    /// listable although `supports.listing: listable` says so).
+    async fn straight_through(
+        &self,
+        transport: Transport<'_>,
+        request: &SearchRequest<'_>,
+    ) -> Result<Option<SearchPage>, AapError> {
+        if self
             .request
             .pagination
             .as_ref()
-            .map_or(u64::MAX, |p| p.max_size());
-        let (pages, start) = plan(skip as u64, limit as u64, max);
-        let build = || self.template_values(request, None);
+            .is_some_and(Pagination::sequential)
+        {
+            return self.straight_through_walk(transport, request).await;
+        }
+        let (skip, limit) = (request.skip, request.limit);
+        let build = || self.template_values(request.data, None);
         let context = Lazy::new(&build);
-        let values = Scope::request(request, &self.shared.tables_tpl, &context);
-        let vars = self.vars(request, None);
+        let values = Scope::request(request.data, &self.shared.tables_tpl, &context);
+        let vars = self.vars(request.data, None);
+        let mut walk = Walk::default();
         let mut listings: Vec<Vehicle> = Vec::new();
-        let mut total = None;
+        // Without paging the one reply is the whole list: the window is sliced from it.
+        let (pages, start) = match &self.request.pagination {
+            Some(paging) => plan(skip as u64, limit as u64, paging.max_size()),
+            None => (vec![PageRef::at(0, 0)], skip),
+        };
         for page in pages {
-            let fetched = self.fetch_page(transport, values, &vars, page).await?;
-            total = total.or(fetched.total);
-            let exhausted = (fetched.records as u64) < page.size;
+            let fetched = self.fetch_page(transport, values, &vars, &page).await?;
+            if fetched.dropped > 0 {
+                return Ok(None);
+            }
+            let end = self.walked(&mut walk, &page, &fetched)?;
             for vehicle in fetched.vehicles {
-                let status = vehicle.status();
-                if is_listable_status(status) {
-                    listings.push(vehicle);
-                } else {
-                    // The declaration is wrong: this page and the total count a unit AAP
-                    // never shows. It is still dropped; the operator must fix `supports`.
+                if !is_listable_status(vehicle.status()) {
+                    // The declaration is wrong: the upstream's pages and total count a unit
+                    // AAP never shows.
                     self.event("unlisted_in_listable_page", 1);
                     tracing::warn!(
                         mapping = %self.file,
-                        status = status.unwrap_or("(none)"),
+                        status = vehicle.status().unwrap_or("(none)"),
                         "the upstream listed a unit a buyer may not see although the mapping \
-                         declares `supports.listing: listable`; pages and totals may be off"
+                         declares `supports.listing: listable`; the search is completed from \
+                         a scan instead"
                     );
+                    return Ok(None);
                 }
+                listings.push(vehicle);
             }
-            if exhausted {
+            if end {
                 break;
             }
         }
+        // `direct` answers only mappings that read the upstream's total.
+        let total = walk.reported.unwrap_or(walk.records);
         let vehicles: Vec<Vehicle> = listings.into_iter().skip(start).take(limit).collect();
-        let total = total.unwrap_or(skip.saturating_add(vehicles.len()));
-        Ok(Data::Search(SearchPage::new(total, skip, limit, vehicles)))
+        // Every match in the window must be on the page.
+        let expected = limit.min(total.saturating_sub(skip));
+        if vehicles.len() < expected {
+            return Err(self.incomplete(Incomplete::Unreachable {
+                reported: total,
+                fetched: walk.records,
+            }));
+        }
+        Ok(Some(SearchPage::new(total, skip, limit, vehicles)))
     }
 
-    /// Whether the upstream's own pages, order and total answer `request` exactly.
-    fn direct(&self, request: &Value) -> bool {
-        self.listable_only && self.translatable(request)
+    /// [`ProxyMapping::straight_through`] for sequential paging: the upstream's pages walked
+    /// from the first (or from the furthest known page before `skip`, `cursors`) until the
+    /// window is covered.
+    async fn straight_through_walk(
+        &self,
+        transport: Transport<'_>,
+        request: &SearchRequest<'_>,
+    ) -> Result<Option<SearchPage>, AapError> {
+        let (skip, limit) = (request.skip, request.limit);
+        let build = || self.template_values(request.data, None);
+        let context = Lazy::new(&build);
+        let values = Scope::request(request.data, &self.shared.tables_tpl, &context);
+        let vars = self.vars(request.data, None);
+        let size = self
+            .request
+            .pagination
+            .as_ref()
+            .map_or(0, Pagination::max_size);
+        // The query without its window: the cursors of its pages are the same for every window.
+        let query = json!({ "filters": request.filters, "sort": request.data.get("sort") });
+        let live = matches!(transport, Transport::Live(_));
+        let (mut before, mut page) = match self.cursors.start(&query, skip).filter(|_| live) {
+            Some((before, cursor)) => (
+                before,
+                PageRef {
+                    index: 1,
+                    size,
+                    cursor: Some(cursor),
+                },
+            ),
+            None => (0, PageRef::at(0, size)),
+        };
+        let started_at = before;
+        let mut walk = Walk::default();
+        let mut listings: Vec<Vehicle> = Vec::new();
+        loop {
+            let fetched = self.fetch_page(transport, values, &vars, &page).await?;
+            if fetched.dropped > 0 {
+                return Ok(None);
+            }
+            let end = self.walked(&mut walk, &page, &fetched)?;
+            for vehicle in fetched.vehicles {
+                if !is_listable_status(vehicle.status()) {
+                    self.event("unlisted_in_listable_page", 1);
+                    return Ok(None);
+                }
+                listings.push(vehicle);
+            }
+            before += fetched.records;
+            if let Some(next) = &fetched.next
+                && live
+            {
+                self.cursors.put(&query, before, next);
+            }
+            if end || before >= skip.saturating_add(limit) {
+                break;
+            }
+            page = PageRef {
+                index: page.index + 1,
+                size,
+                cursor: fetched.next,
+            };
+        }
+        let total = walk.reported.unwrap_or(before);
+        let vehicles: Vec<Vehicle> = listings
+            .into_iter()
+            .skip(skip.saturating_sub(started_at))
+            .take(limit)
+            .collect();
+        let expected = limit.min(total.saturating_sub(skip));
+        if vehicles.len() < expected {
+            return Err(self.incomplete(Incomplete::Unreachable {
+                reported: total,
+                fetched: before,
+            }));
+        }
+        Ok(Some(SearchPage::new(total, skip, limit, vehicles)))
+    }
+
+    /// Whether the upstream's own pages, order and total answer `request` exactly: it lists
+    /// only what a buyer may see, takes every filter and the sort as AAP means them, and says
+    /// how many match (without a total, only reading to the end would tell).
+    fn direct(&self, request: &SearchRequest<'_>) -> bool {
+        let reads_total = matches!(&self.response, ResponseSpec::List { total: Some(_), .. });
+        self.listable_only && reads_total && self.translatable(request)
     }
 
     /// Whether the templates can send filter `key` with `value` to the upstream as is.
@@ -141,24 +271,32 @@ impl ProxyMapping {
     }
 
     /// Whether every filter and the sort of `request` are translated by the templates with
-    /// AAP's meaning.
-    fn translatable(&self, request: &Value) -> bool {
-        let supports = &self.supports;
-        let filters = request.get("filters").and_then(Value::as_object);
-        let filters_ok = filters.is_none_or(|f| f.iter().all(|(k, v)| self.sendable(k, v)));
-        let sort = request.get("sort");
-        let sort_key = |key: &str| sort.and_then(|s| s.get(key)).and_then(Value::as_str);
-        let sort_ok = match sort_key("field") {
+    /// AAP's meaning, ties included.
+    fn translatable(&self, request: &SearchRequest<'_>) -> bool {
+        let filters = request.filters;
+        let filters_ok = filters.iter().all(|(k, v)| self.sendable(k, v));
+        let sort_ok = match request.sort {
             None => true,
-            Some(field) => supports.sort.get(field).is_some_and(|missing| {
-                let descending = sort_key("order") == Some("desc");
-                missing.last_when(descending)
-                    || range_filters(field)
-                        .iter()
-                        .any(|k| filters.is_some_and(|f| f.contains_key(*k)))
+            Some(sort) => self.supports.sort.get(sort.field).is_some_and(|declared| {
+                declared.aap_ties
+                    && (declared.missing.last_when(sort.descending)
+                        || range_filters(sort.field)
+                            .iter()
+                            .any(|k| filters.contains_key(*k)))
             }),
         };
         filters_ok && sort_ok
+    }
+
+    /// The filters of `filters` the upstream takes.
+    fn scan_key(&self, filters: &Map<String, Value>) -> ScanKey {
+        ScanKey {
+            filters: filters
+                .iter()
+                .filter(|(k, v)| self.sendable(k, v))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        }
     }
 
     /// Every listing matching the filters the upstream takes (at most `scan_limit` records),
@@ -166,88 +304,143 @@ impl ProxyMapping {
     async fn scan(
         &self,
         transport: Transport<'_>,
-        request: &Value,
+        key: &ScanKey,
     ) -> Result<Arc<Inventory>, AapError> {
-        let mut narrowed = json!({ "type": "inventory.search.request" });
-        if let Some(filters) = request.get("filters").and_then(Value::as_object) {
-            let sent: Map<String, Value> = filters
-                .iter()
-                .filter(|(k, v)| self.sendable(k, v))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            narrowed["filters"] = Value::Object(sent);
-        }
         // Canned transports (examples) always run, so that what they record is every call.
-        let key = narrowed.to_string();
         let live = matches!(transport, Transport::Live(_));
-        if live && let Some(inventory) = self.scan_cache.get(&key) {
+        if live && let Some(inventory) = self.scan_cache.get(key) {
             return Ok(inventory);
         }
-        let build = || self.template_values(&narrowed, None);
+        let request = key.template_request();
+        let build = || self.template_values(&request, None);
         let context = Lazy::new(&build);
-        let values = Scope::request(&narrowed, &self.shared.tables_tpl, &context);
-        let vars = self.vars(&narrowed, None);
-        let size = self
-            .request
-            .pagination
-            .as_ref()
-            .map_or(self.scan_limit as u64, |p| p.max_size());
+        let values = Scope::request(&request, &self.shared.tables_tpl, &context);
+        let vars = self.vars(&request, None);
+        let size = self.request.pagination.as_ref().map_or(0, |p| p.max_size());
+        let mut walk = Walk::default();
         let mut listings = Vec::new();
-        let mut records = 0usize;
-        let mut index = 0;
+        let mut page = PageRef::at(0, size);
         loop {
-            let page = PageRef { index, size };
-            let fetched = self.fetch_page(transport, values, &vars, page).await?;
-            records += fetched.records;
+            let fetched = self.fetch_page(transport, values, &vars, &page).await?;
+            let end = self.walked(&mut walk, &page, &fetched)?;
+            let next = fetched.next.clone();
             listings.extend(
                 fetched
                     .vehicles
                     .into_iter()
                     .map(|v| Listing::from_arc(v.into_arc())),
             );
-            let exhausted = self.request.pagination.is_none()
-                || (fetched.records as u64) < size
-                || fetched.total.is_some_and(|t| records >= t);
-            if exhausted {
+            if end {
                 break;
             }
-            if records >= self.scan_limit {
-                self.event("scan_limit_reached", 1);
+            if walk.records >= self.scan_limit {
                 tracing::warn!(
                     mapping = %self.file,
                     scan_limit = self.scan_limit,
                     "a search the gateway completes needs more upstream listings than \
                      `scan_limit`; it is refused rather than answered from part of the stock"
                 );
-                return Err(AapError::Internal(format!(
-                    "{}: the search needs more than scan_limit ({}) upstream listings; raise \
-                     `scan_limit` or declare more of what the upstream does in `supports`",
-                    self.file, self.scan_limit
-                )));
+                return Err(self.incomplete(Incomplete::ScanLimit {
+                    limit: self.scan_limit,
+                }));
             }
-            index += 1;
+            page = PageRef {
+                index: page.index + 1,
+                size,
+                cursor: next,
+            };
+        }
+        // Offline (examples) every call gets the example's one reply: no page can prove anything.
+        if let Some((page, got, asked)) = walk.short.filter(|_| live) {
+            // Right after the records read, whether the upstream counts its pages by the size
+            // asked or by its own cap.
+            let next = PageRef::at(1, got as u64);
+            let after = self.fetch_page(transport, values, &vars, &next).await?;
+            if after.records > 0 {
+                return Err(self.incomplete(Incomplete::ShortPage { page, got, asked }));
+            }
+        }
+        if let Some(reported) = walk.reported
+            && reported > walk.records
+        {
+            return Err(self.incomplete(Incomplete::Unreachable {
+                reported,
+                fetched: walk.records,
+            }));
         }
         let inventory = Arc::new(Inventory::new(listings));
         if live {
-            self.scan_cache.put(key, &inventory);
+            self.scan_cache.put(key.clone(), &inventory);
         }
         Ok(inventory)
     }
 
-    /// One upstream page: every record mapped (a record the item mapping fails on is skipped
-    /// and counted), the number of records, and the reported total.
+    /// Takes one fetched page into `walk`; whether it was the last. Refuses a walk whose answer
+    /// could not be whole: a record seen before, more records than the upstream's total.
+    fn walked(&self, walk: &mut Walk, page: &PageRef, fetched: &Fetched) -> Result<bool, AapError> {
+        for vehicle in &fetched.vehicles {
+            if let Some(identity) = identity(vehicle)
+                && !walk.seen.insert(identity)
+            {
+                return Err(self.incomplete(Incomplete::Repeated {
+                    page: page.index + 1,
+                }));
+            }
+        }
+        walk.records += fetched.records;
+        if fetched.total.is_some() {
+            walk.reported = fetched.total;
+        }
+        if let Some(reported) = walk.reported
+            && walk.records > reported
+        {
+            return Err(self.incomplete(Incomplete::Overcounted {
+                reported,
+                fetched: walk.records,
+            }));
+        }
+        let Some(paging) = &self.request.pagination else {
+            return Ok(true); // one call is the whole list
+        };
+        if paging.sequential() {
+            // A reply without a next cursor or link is the last; a short one is not.
+            return Ok(fetched.next.is_none() || fetched.records == 0);
+        }
+        let short = (fetched.records as u64) < page.size;
+        if short && page.index == 0 && fetched.records > 0 && walk.reported.is_none() {
+            // Without a total a short first page is taken as the end, which the next one must
+            // prove: an upstream that caps its pages below `max_size` serves more. (A short
+            // page after full ones is the end: those pages show it serves the size asked.)
+            walk.short = Some((page.index + 1, fetched.records, page.size));
+        }
+        Ok(short || walk.reported.is_some_and(|t| walk.records >= t))
+    }
+
+    /// The call refused, counted and said.
+    fn incomplete(&self, cause: Incomplete) -> AapError {
+        self.event(cause.event(), 1);
+        AapError::Incomplete {
+            mapping: self.file.clone(),
+            cause,
+        }
+    }
+
+    /// One upstream page: every record mapped and its listing checked (a record the item
+    /// mapping fails on, or whose listing the schema refuses, is dropped and counted), the
+    /// number of records, and the reported total.
     async fn fetch_page(
         &self,
         transport: Transport<'_>,
         values: Scope<'_>,
         vars: &JqVars,
-        page: PageRef,
+        page: &PageRef,
     ) -> Result<Fetched, AapError> {
         let ResponseSpec::List {
             items,
             total,
             item,
             records: path,
+            next_page,
         } = &self.response
         else {
             return Err(AapError::Internal(format!(
@@ -256,16 +449,31 @@ impl ProxyMapping {
             )));
         };
         let paged = self.request.pagination.as_ref().map(|_| page);
-        let rendered = debug_span!("render")
+        let mut rendered = debug_span!("render")
             .in_scope(|| self.request.render(values, paged))
             .map_err(|e| self.render_error(e))?;
-        let doc = match self.call(transport, rendered, vars).await? {
+        if let (Some(Pagination::NextLink { .. }), Some(link)) =
+            (&self.request.pagination, &page.cursor)
+        {
+            rendered = rendered
+                .follow(link, self.upstream.base_url())
+                .map_err(|e| self.extract_error(e))?;
+        }
+        let live = matches!(transport, Transport::Live(_));
+        let mut link = None;
+        let wants_link = live && next_page.as_ref().is_some_and(|n| n.link_header);
+        let called = self
+            .call_linked(transport, rendered, vars, wants_link.then_some(&mut link))
+            .await?;
+        let doc = match called {
             Called::Body(doc) | Called::Rule(RuleOutcome::Response, doc) => doc,
             Called::Rule(RuleOutcome::Empty, _) => {
                 return Ok(Fetched {
                     vehicles: Vec::new(),
                     records: 0,
+                    dropped: 0,
                     total: Some(0),
+                    next: None,
                 });
             }
             Called::Rule(other, _) => {
@@ -305,12 +513,12 @@ impl ProxyMapping {
         };
         let mut vehicles = Vec::with_capacity(count);
         let mut failed = None;
-        let mut skipped = 0usize;
+        let mut unmapped = 0usize;
         for vehicle in mapped {
             match vehicle {
                 Ok(vehicle) => vehicles.push(vehicle),
                 Err(e) => {
-                    skipped += 1;
+                    unmapped += 1;
                     failed.get_or_insert(e);
                 }
             }
@@ -320,12 +528,22 @@ impl ProxyMapping {
                 // Not one bad record: the mapping does not fit the upstream's records.
                 return Err(self.extract_error(error.to_string()));
             }
-            self.event("record_skipped", skipped);
+            self.event("record_skipped", unmapped);
             tracing::warn!(
                 mapping = %self.file,
-                skipped,
+                skipped = unmapped,
                 error = %crate::telemetry::Escaped(&error),
                 "upstream records the item mapping could not map were skipped"
+            );
+        }
+        let (refused, why) = self.listings.retain_valid(&mut vehicles);
+        if refused > 0 {
+            self.event("listing_invalid", refused);
+            tracing::warn!(
+                mapping = %self.file,
+                dropped = refused,
+                failures = %why.join(", "),
+                "listings the AAP listing schema refuses were dropped (never counted in a total)"
             );
         }
         let total = match total {
@@ -343,10 +561,87 @@ impl ProxyMapping {
             }
             None => None,
         };
+        // Offline (examples) every call gets the one reply: it has no next page.
+        let next = match next_page {
+            Some(next_page) if live => self.next_position(next_page, &doc, vars, link)?,
+            _ => None,
+        };
         Ok(Fetched {
             vehicles,
             records: count,
+            dropped: unmapped + refused,
             total,
+            next,
         })
+    }
+
+    /// The cursor or link of the page after the one `doc` holds; `None` on the last page.
+    fn next_position(
+        &self,
+        next_page: &NextPage,
+        doc: &crate::lang::jq::Doc,
+        vars: &JqVars,
+        link: Option<String>,
+    ) -> Result<Option<Arc<str>>, AapError> {
+        if let Some(has_more) = &next_page.has_more {
+            let more = has_more
+                .run_one(doc.value(), vars)
+                .map_err(|e| self.extract_error(format!("`pagination.has_more`: {e}")))?
+                .to_json();
+            if matches!(more, Value::Null | Value::Bool(false)) {
+                return Ok(None);
+            }
+        }
+        let next = match &next_page.next {
+            Some(jq) => match jq
+                .run_one(doc.value(), vars)
+                .map_err(|e| self.extract_error(format!("`pagination.next`: {e}")))?
+                .to_json()
+            {
+                Value::String(s) => Some(s),
+                Value::Number(n) => Some(n.to_string()),
+                Value::Null | Value::Bool(false) => None,
+                other => {
+                    return Err(self.extract_error(format!(
+                        "`pagination.next` gave {other}, not a cursor or link"
+                    )));
+                }
+            },
+            None => link,
+        };
+        Ok(next.filter(|s| !s.is_empty()).map(Arc::from))
+    }
+}
+
+/// What one walk over the upstream's pages has read.
+#[derive(Debug, Default)]
+struct Walk {
+    /// The listings' identities (VIN, else stock number), to find a record that comes back.
+    seen: HashSet<Box<str>>,
+    /// Upstream records read, mapped or not.
+    records: usize,
+    /// The upstream's latest total.
+    reported: Option<usize>,
+    /// A short first page without a total: (page, records, asked).
+    short: Option<(u64, usize, u64)>,
+}
+
+/// A listing's identity within one walk: its VIN (upper case), else its stock number.
+fn identity(vehicle: &Vehicle) -> Option<Box<str>> {
+    let text = |key: &str| -> Option<String> {
+        match vehicle {
+            Vehicle::Json(v) => v.get(key)?.as_str().map(str::to_owned),
+            Vehicle::Record(r) => match r.get(key)? {
+                Field::Text(t) => Some(t.as_str(r.body()).to_owned()),
+                Field::Json(v) => v.as_str().map(str::to_owned),
+                Field::List(_) | Field::Num(_) => None,
+            },
+        }
+    };
+    match text("vin").filter(|v| !v.is_empty()) {
+        Some(vin) => Some(format!("vin:{}", vin.to_ascii_uppercase()).into()),
+        None => text("stock")
+            .filter(|s| !s.is_empty())
+            .map(|s| format!("stock:{s}").into()),
     }
 }

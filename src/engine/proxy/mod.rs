@@ -1,5 +1,6 @@
-//! The mapping engine for proxy-mode skills: render the upstream call, send it, apply the error
-//! rules, decode the reply, extract AAP data with jq.
+//! Proxy mode: render the upstream call, send it, apply the error rules, decode the reply,
+//! extract AAP data with jq. Owns a compiled proxy mapping and its scans; uses `engine::request`,
+//! `lang`, `inventory`, `formats` and `upstream`.
 //!
 //! List skills (`inventory.search`) are paged by the engine. The upstream's own pages, order and
 //! total are used only when they are exactly AAP's answer: the mapping declares that the
@@ -21,10 +22,10 @@ mod scan_cache;
 mod spec;
 mod transport;
 
-pub use page::{check_listable, is_listable, is_listable_status, page_data, window};
-pub use scan_cache::ScanCache;
+pub use page::{check_listable, is_listable, is_listable_status, page_data};
+pub use scan_cache::{CursorCache, ScanCache, ScanKey};
 pub use spec::{
-    ErrorRule, MappingGlobals, Missing, NotProcessed, ProxyMapping, ResponseSpec, RuleOutcome,
-    StatusMatch, Supports, Values,
+    ErrorRule, MappingGlobals, Missing, NextPage, NotProcessed, ProxyMapping, ResponseSpec,
+    RuleOutcome, SortSupport, StatusMatch, Supports, Values,
 };
 pub use transport::{Canned, Transport, send};

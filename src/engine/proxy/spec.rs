@@ -12,9 +12,10 @@ use crate::error::AapCode;
 use crate::formats::Format;
 use crate::lang::jq::{Jq, JqValue, KeyPath};
 use crate::protocol::Skill;
+use crate::schema::Listings;
 use crate::upstream::Upstream;
 
-use super::scan_cache::ScanCache;
+use super::scan_cache::{CursorCache, ScanCache};
 
 /// Values every template and jq program of one mapping file sees besides the request.
 #[derive(Debug, Clone)]
@@ -35,10 +36,24 @@ pub enum ResponseSpec {
         /// `items` as keys, when it is a path of literal keys (`.Items`): the records are
         /// then read straight off a JSON reply's tape (`extract::Doc::records`).
         records: Option<KeyPath>,
+        /// Sequential paging (`style: cursor | next_link`): where a reply says what follows.
+        next_page: Option<NextPage>,
     },
     Object {
         jq: Jq,
     },
+}
+
+/// Where a reply of sequential paging says what page follows it.
+#[derive(Debug)]
+pub struct NextPage {
+    /// jq giving the next cursor (`style: cursor`) or the next page's URL (`style: next_link`);
+    /// `null`, `false` or `""` on the last page.
+    pub next: Option<Jq>,
+    /// jq that is false on the last page (`.pageInfo.hasNextPage`), when the reply says so.
+    pub has_more: Option<Jq>,
+    /// The next page's URL is the reply's `Link: <…>; rel="next"` header.
+    pub link_header: bool,
 }
 
 /// `when: { status, fault, jq }` → an AAP error, or a reply.
@@ -99,8 +114,8 @@ impl StatusMatch {
 pub struct Supports {
     /// Filter keys the templates translate → whether the upstream takes one value per call.
     pub filters: HashMap<String, Values>,
-    /// Sort fields the templates translate → where the upstream puts units without a value.
-    pub sort: HashMap<String, Missing>,
+    /// Sort fields the templates translate → how the upstream orders them.
+    pub sort: HashMap<String, SortSupport>,
     /// The separator the templates join list values with; a value containing it cannot be
     /// sent as one value, so such a request is completed in the gateway.
     pub list_separator: Option<String>,
@@ -112,6 +127,25 @@ pub enum Values {
     #[default]
     Many,
     One,
+}
+
+/// How an upstream sorts by one field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SortSupport {
+    /// Where units without a value go.
+    pub missing: Missing,
+    /// It breaks ties as AAP does (stock number, then VIN); `false` (`ties: own`): a sorted
+    /// search is completed in the gateway, whose order is AAP's.
+    pub aap_ties: bool,
+}
+
+impl Default for SortSupport {
+    fn default() -> SortSupport {
+        SortSupport {
+            missing: Missing::Last,
+            aap_ties: true,
+        }
+    }
 }
 
 /// Where an upstream sorts units without a value for the sort field.
@@ -160,6 +194,10 @@ pub struct ProxyMapping {
     pub listable_only: bool,
     pub scan_limit: usize,
     pub scan_cache: ScanCache,
+    /// Sequential paging: where each query's pages begin (`scan_cache`'s lifetime).
+    pub cursors: CursorCache,
+    /// The AAP listing schema: a record whose listing it refuses is dropped and counted.
+    pub listings: Listings,
     /// `lead.submit` only: the answers the CRM's contract declares "not processed"
     /// (`lead.not_processed`); any other unhandled error answer to a lead is an unknown outcome.
     pub not_processed: NotProcessed,

@@ -14,7 +14,7 @@ fn term_facets_group_case_insensitively_and_sort_by_count_then_value() {
         car("7", json!({ "make": "audi", "year": 2020.0 })),
         car("8", json!({ "make": "Audi" })),
     ]);
-    let facets = inv.facets(None);
+    let facets = inv.facets_json(None);
     assert_eq!(
         facets["makes"],
         json!([
@@ -33,7 +33,7 @@ fn term_facets_group_case_insensitively_and_sort_by_count_then_value() {
         ])
     );
     // Display spellings come from the whole inventory, whatever the filter.
-    let facets = inv.facets(Some(&json!({ "stock": "2" })));
+    let facets = inv.facets_json(Some(&json!({ "stock": "2" })));
     assert_eq!(facets["makes"], json!([{ "value": "Honda", "count": 1 }]));
 }
 
@@ -48,7 +48,7 @@ fn facets_use_the_aap_value_forms() {
         car("3", json!({})),
         car("4", json!({ "condition": "used", "status": "pending" })),
     ]);
-    let facets = inv.facets(None);
+    let facets = inv.facets_json(None);
     assert_eq!(
         facets["dc_fast_charge"],
         json!([{ "value": "false", "count": 3 }, { "value": "true", "count": 1 }])
@@ -66,7 +66,7 @@ fn facets_use_the_aap_value_forms() {
         json!([{ "value": "available", "count": 3 }, { "value": "pending", "count": 1 }])
     );
     // No listing carries the flag: no dc_fast_charge facet at all.
-    let facets = inventory(vec![car("1", json!({}))]).facets(None);
+    let facets = inventory(vec![car("1", json!({}))]).facets_json(None);
     assert_eq!(facets.get("dc_fast_charge"), None);
 }
 
@@ -87,7 +87,7 @@ fn range_facets_cover_only_listings_with_the_field() {
         ),
         json!({ "stock": "sold", "status": "sold", "price": 1, "displacement_cc": 600 }),
     ]);
-    let facets = inv.facets(None);
+    let facets = inv.facets_json(None);
     assert_eq!(facets["price_range"], json!({ "min": 10000, "max": 30000 }));
     assert_eq!(facets["year_range"], json!({ "min": 2015, "max": 2024 }));
     assert_eq!(facets["mileage_range"], json!({ "min": 12, "max": 12 }));
@@ -97,7 +97,7 @@ fn range_facets_cover_only_listings_with_the_field() {
     );
     assert_eq!(facets.get("displacement_cc_range"), None);
     // Filtered down to an unpriced listing: no price_range.
-    let facets = inv.facets(Some(&json!({ "stock": "3" })));
+    let facets = inv.facets_json(Some(&json!({ "stock": "3" })));
     assert_eq!(facets.get("price_range"), None);
     assert_eq!(facets.get("mileage_range"), None);
     assert_eq!(facets["year_range"], json!({ "min": 2015, "max": 2015 }));
@@ -110,7 +110,7 @@ fn facets_follow_the_filters_and_keep_the_term_key_set() {
         car("2", json!({ "make": "Toyota", "price": 200 })),
         car("3", json!({ "make": "Toyota", "body": "suv" })),
     ]);
-    let all = inv.facets(None);
+    let all = inv.facets_json(None);
     let keys = |v: &Value| -> Vec<String> {
         v.as_object()
             .map(|o| o.keys().cloned().collect())
@@ -127,18 +127,18 @@ fn facets_follow_the_filters_and_keep_the_term_key_set() {
             "price_range"
         ]
     );
-    let toyota = inv.facets(Some(&json!({ "make": ["toyota"] })));
+    let toyota = inv.facets_json(Some(&json!({ "make": ["toyota"] })));
     assert_eq!(toyota["makes"], json!([{ "value": "Toyota", "count": 2 }]));
     assert_eq!(toyota["trims"], json!([]));
     assert_eq!(toyota["price_range"], json!({ "min": 200, "max": 200 }));
-    let none = inv.facets(Some(&json!({ "make": ["Ford"] })));
+    let none = inv.facets_json(Some(&json!({ "make": ["Ford"] })));
     assert_eq!(
         keys(&none),
         ["makes", "trims", "bodies", "vehicle_types", "statuses"]
     );
     assert_eq!(none["statuses"], json!([]));
     // An empty inventory has no facets at all.
-    assert_eq!(inventory(vec![]).facets(None), json!({}));
+    assert_eq!(inventory(vec![]).facets_json(None), json!({}));
 }
 
 #[test]
@@ -165,8 +165,9 @@ fn total_equals_the_sum_of_counts_of_a_facet_every_listing_has() {
         json!({ "make": ["honda"] }),
         json!({ "make": ["Ford"] }),
     ] {
-        let page = inv.search(&json!({ "type": "inventory.search.request", "filters": filters }));
-        let facets = inv.facets(Some(&filters));
+        let page =
+            inv.search_json(&json!({ "type": "inventory.search.request", "filters": filters }));
+        let facets = inv.facets_json(Some(&filters));
         for key in ["statuses", "vehicle_types", "dc_fast_charge", "makes"] {
             assert_eq!(sum(&facets[key]), page.total as u64, "{key} {filters}");
         }

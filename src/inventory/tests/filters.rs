@@ -16,10 +16,10 @@ fn only_available_intransit_and_pending_listings_are_returned_or_counted() {
     ]);
     assert_eq!(inv.len(), 3);
     assert_eq!(inv.excluded(), 5);
-    let page = inv.search(&json!({ "type": "inventory.search.request" }));
+    let page = inv.search_json(&json!({ "type": "inventory.search.request" }));
     assert_eq!(page.total, 3);
     assert_eq!(stocks(&page), ["A", "B", "C"]);
-    let facets = inv.facets(None);
+    let facets = inv.facets_json(None);
     assert_eq!(
         facets["statuses"],
         json!([{ "value": "available", "count": 1 }, { "value": "intransit", "count": 1 },

@@ -15,6 +15,23 @@ mod filters;
 mod properties;
 mod sort;
 
+/// The requests of these tests, written as JSON as buyers send them.
+trait AsJson {
+    fn search_json(&self, request: &Value) -> Page;
+    fn facets_json(&self, filters: Option<&Value>) -> Value;
+}
+
+impl AsJson for Inventory {
+    fn search_json(&self, request: &Value) -> Page {
+        self.search(&crate::protocol::SearchRequest::read(request))
+    }
+
+    fn facets_json(&self, filters: Option<&Value>) -> Value {
+        let none = serde_json::Map::new();
+        self.facets(filters.and_then(Value::as_object).unwrap_or(&none))
+    }
+}
+
 /// A servable listing with a stock number, plus `extra` fields.
 fn car(stock: &str, extra: Value) -> Value {
     let mut v = json!({ "stock": stock, "status": "available" });
@@ -37,7 +54,7 @@ fn stocks(page: &Page) -> Vec<&str> {
 
 /// Stocks of every match, in order (limit 100).
 fn search_stocks(inv: &Inventory, filters: Value) -> Vec<String> {
-    let page = inv.search(
+    let page = inv.search_json(
         &json!({ "type": "inventory.search.request", "filters": filters,
                                    "pagination": { "limit": 100 } }),
     );
@@ -45,7 +62,7 @@ fn search_stocks(inv: &Inventory, filters: Value) -> Vec<String> {
 }
 
 fn sorted_stocks(inv: &Inventory, field: &str, order: &str) -> Vec<String> {
-    let page = inv.search(&json!({ "type": "inventory.search.request",
+    let page = inv.search_json(&json!({ "type": "inventory.search.request",
                                    "sort": { "field": field, "order": order } }));
     stocks(&page).into_iter().map(String::from).collect()
 }
@@ -58,7 +75,7 @@ fn pagination_defaults_clamps_and_echoes() {
             .collect(),
     );
     let search = |pagination: Value| {
-        inv.search(&json!({ "type": "inventory.search.request", "pagination": pagination }))
+        inv.search_json(&json!({ "type": "inventory.search.request", "pagination": pagination }))
     };
     // (pagination, echoed skip, effective limit, page length, first stock)
     let cases = [
@@ -90,7 +107,7 @@ fn pagination_defaults_clamps_and_echoes() {
         assert_eq!(stocks(&page).first().copied(), first, "{pagination}");
     }
     // Same with a filter (the non-fast path).
-    let page = inv.search(&json!({ "type": "inventory.search.request",
+    let page = inv.search_json(&json!({ "type": "inventory.search.request",
         "filters": { "query": "", "condition": [], "stock": "S149" },
         "pagination": { "skip": 1 } }));
     assert_eq!((page.total, page.skip, page.vehicles.len()), (1, 1, 0));
@@ -120,9 +137,16 @@ fn matches_applies_the_same_semantics_to_a_single_vehicle() {
     for (filters, expected) in cases {
         assert_eq!(matches(&filters, &vehicle), expected, "{filters}");
     }
-    let filters = Filters::new(&json!({ "make": ["honda"] }));
+    let filters = Filters::new(json!({ "make": ["honda"] }).as_object().expect("object"));
     assert!(!filters.is_empty());
-    assert!(Filters::new(&json!({ "make": [], "query": " " })).is_empty());
+    assert!(
+        Filters::new(
+            json!({ "make": [], "query": " " })
+                .as_object()
+                .expect("object")
+        )
+        .is_empty()
+    );
     let sold = json!({ "status": "sold", "make": "Honda" });
     assert!(!filters.matches(&sold));
 }
@@ -130,7 +154,7 @@ fn matches_applies_the_same_semantics_to_a_single_vehicle() {
 #[test]
 fn page_serializes_as_search_response_data() {
     let inv = inventory(vec![car("1", json!({ "price": 1 }))]);
-    let page = inv.search(&json!({ "type": "inventory.search.request" }));
+    let page = inv.search_json(&json!({ "type": "inventory.search.request" }));
     let data = serde_json::to_value(&page).unwrap();
     assert_eq!(
         data,

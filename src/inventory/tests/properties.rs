@@ -300,7 +300,7 @@ fn check_search(
     let sort = json!({ "field": field, "order": order });
     let expected = vehicles.iter().filter(|v| oracle(&filters, v)).count();
 
-    let all = inv.search(
+    let all = inv.search_json(
         &json!({ "type": "inventory.search.request", "filters": filters,
         "sort": sort, "pagination": { "limit": 100 } }),
     );
@@ -328,7 +328,7 @@ fn check_search(
         }
     }
 
-    let page = inv.search(
+    let page = inv.search_json(
         &json!({ "type": "inventory.search.request", "filters": filters,
         "sort": sort, "pagination": { "skip": skip, "limit": limit } }),
     );
@@ -348,7 +348,7 @@ fn check_search(
 
     // Facets: the statuses and vehicle types partition the matches, and each value's
     // count is the total of a search narrowed to it.
-    let facets = inv.facets(Some(&filters));
+    let facets = inv.facets_json(Some(&filters));
     let sum = |key: &str| -> u64 {
         facets
             .get(key)
@@ -388,7 +388,7 @@ fn check_search(
                 }
             }
             let n = inv
-                .search(&json!({ "type": "inventory.search.request", "filters": narrowed }))
+                .search_json(&json!({ "type": "inventory.search.request", "filters": narrowed }))
                 .total;
             prop_assert_eq!(
                 Some(n as u64),

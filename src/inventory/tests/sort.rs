@@ -66,7 +66,7 @@ fn missing_values_sort_last_in_both_orders() {
             with("e", Some(3)),
         ]);
         let order = |order: &str| -> Vec<String> {
-            let page = inv.search(&json!({ "type": "inventory.search.request",
+            let page = inv.search_json(&json!({ "type": "inventory.search.request",
                 "sort": { "field": field.name(), "order": order } }));
             page.vehicles
                 .iter()
@@ -203,7 +203,7 @@ fn ties_break_by_stock_then_vin_ascending_in_both_orders() {
         "S1/VIN-C", "S1/VIN-Z", "S2/VIN-A", "-/VIN-A", "-/VIN-B", "-/-",
     ];
     for order in ["asc", "desc"] {
-        let page = inv.search(&json!({ "type": "inventory.search.request",
+        let page = inv.search_json(&json!({ "type": "inventory.search.request",
             "sort": { "field": "price", "order": order } }));
         let keys = key(&page);
         let (ties, rest) = if order == "asc" {
@@ -215,7 +215,7 @@ fn ties_break_by_stock_then_vin_ascending_in_both_orders() {
         assert_eq!(rest, ["S0/-"], "{order}");
     }
     // Default order (no sort): the tie-break alone.
-    let page = inv.search(&json!({ "type": "inventory.search.request" }));
+    let page = inv.search_json(&json!({ "type": "inventory.search.request" }));
     assert_eq!(
         key(&page),
         [
@@ -241,13 +241,14 @@ fn pages_of_a_sorted_search_are_stable_and_disjoint() {
         json!({ "field": "year", "order": "asc" }),
     ] {
         let all: Vec<String> = {
-            let page = inv.search(&json!({ "type": "inventory.search.request", "sort": sort,
+            let page = inv.search_json(&json!({ "type": "inventory.search.request", "sort": sort,
                                            "pagination": { "limit": 100 } }));
             stocks(&page).into_iter().map(String::from).collect()
         };
         let paged: Vec<String> = (0..6)
             .flat_map(|p| {
-                let page = inv.search(&json!({ "type": "inventory.search.request", "sort": sort,
+                let page = inv
+                    .search_json(&json!({ "type": "inventory.search.request", "sort": sort,
                     "pagination": { "skip": p * 10, "limit": 10 } }));
                 stocks(&page)
                     .into_iter()

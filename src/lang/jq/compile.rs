@@ -209,13 +209,19 @@ pub(super) fn env_disabled(_: Cv<'_, Data>) -> ValXs<'_, Val> {
 /// `split_list` cost 30–150 µs per record (`with_entries`, `map`), `nonempty` and `lookup` 2–4 µs
 /// per call (jaq's `isstring`, `isobject` and `type` are chains of comparisons).
 pub(super) fn helper_funs<D: for<'a> DataT<V<'a> = Val>>() -> impl Iterator<Item = native::Fun<D>> {
-    let funs: [native::Filter<RunPtr<D>>; 13] = [
+    let funs: [native::Filter<RunPtr<D>>; 17] = [
         ("nonempty", v(0), |cv| bome(nonempty(cv.1))),
         ("lookup", v(1), |cv| unary(cv, lookup)),
-        ("dollars", v(0), |cv| bome(Ok(dollars(&cv.1)))),
-        ("miles", v(0), |cv| bome(Ok(miles(&cv.1)))),
-        ("int", v(0), |cv| bome(Ok(int(&cv.1)))),
-        ("num", v(0), |cv| bome(Ok(num(&cv.1)))),
+        ("dollars", v(0), |cv| bome(dollars(&cv.1, None))),
+        ("dollars", v(1), |cv| {
+            unary(cv, |v, f| dollars(&v, Some(&f)))
+        }),
+        ("miles", v(0), |cv| bome(miles(&cv.1, None))),
+        ("miles", v(1), |cv| unary(cv, |v, f| miles(&v, Some(&f)))),
+        ("int", v(0), |cv| bome(int(&cv.1, None))),
+        ("int", v(1), |cv| unary(cv, |v, f| int(&v, Some(&f)))),
+        ("num", v(0), |cv| bome(num(&cv.1, None))),
+        ("num", v(1), |cv| unary(cv, |v, f| num(&v, Some(&f)))),
         ("legacy_date", v(0), |cv| bome(Ok(legacy_date(&cv.1)))),
         ("legacy_datetime", v(1), |cv| unary(cv, legacy_datetime)),
         ("lower", v(0), |cv| {

@@ -194,25 +194,261 @@ pub(super) fn strip_suffix_ci<'s>(s: &'s str, suffix: &str) -> Option<&'s str> {
         .flatten()
 }
 
-pub(super) fn dollars(v: &Val) -> Val {
-    match v {
+/// How a mapping says its upstream writes numbers, named by an example of one:
+/// `dollars("1.234,56")` (thousands dot, decimal comma), `miles("1 234")`, `num("1234,5")`.
+/// Without one, a helper reads the US way (`,` thousands, `.` decimal) and refuses what that
+/// way cannot read unambiguously (see [`refused`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct NumberFormat {
+    /// Between groups of three integer digits; `None`: the texts never group digits.
+    thousands: Option<char>,
+    /// Before the fraction; `None`: the texts have no fraction.
+    decimal: Option<char>,
+}
+
+/// The characters an example may separate digits with: `,` `.`, a space (also written as a
+/// no-break or narrow no-break space), an apostrophe (Swiss `1'234`).
+const SEPARATORS: [char; 6] = [',', '.', ' ', '\'', '\u{a0}', '\u{202f}'];
+
+fn is_space(c: char) -> bool {
+    matches!(c, ' ' | '\u{a0}' | '\u{202f}')
+}
+
+impl NumberFormat {
+    /// The format of `example`: a last `,` or `.` that occurs once and is followed by other than
+    /// three digits, or that follows another separator, is the decimal one; every other
+    /// separator is the thousands one, each followed by three digits.
+    pub(super) fn by_example(example: &str) -> Result<NumberFormat, String> {
+        let bad = |why: &str| {
+            Err(format!(
+                "number format {example:?} {why}: write an example number such as \"1.234,56\", \
+                 \"1 234\" or \"1234,5\""
+            ))
+        };
+        // The separators in order, each with the digits after it.
+        let mut seps: Vec<(char, usize)> = Vec::new();
+        let mut first = 0usize;
+        for c in example.chars() {
+            match c {
+                '0'..='9' => match seps.last_mut() {
+                    Some((_, n)) => *n += 1,
+                    None => first += 1,
+                },
+                c if SEPARATORS.contains(&c) => {
+                    if first == 0 || seps.last().is_some_and(|(_, n)| *n == 0) {
+                        return bad("has a separator without digits before it");
+                    }
+                    seps.push((c, 0));
+                }
+                _ => return bad("has a character that is neither a digit nor a separator"),
+            }
+        }
+        if first == 0 || seps.last().is_some_and(|(_, n)| *n == 0) {
+            return bad("does not start and end with a digit");
+        }
+        let decimal = match seps.split_last() {
+            Some((&(c, n), before))
+                if matches!(c, ',' | '.')
+                    && !before.iter().any(|(b, _)| *b == c)
+                    && (n != 3 || !before.is_empty()) =>
+            {
+                seps.pop();
+                Some(c)
+            }
+            _ => None,
+        };
+        let thousands = seps.first().map(|(c, _)| *c);
+        if seps.iter().any(|(c, n)| Some(*c) != thousands || *n != 3)
+            || first > 3 && thousands.is_some()
+        {
+            return bad("does not group its digits in threes with one separator");
+        }
+        if thousands.is_some() && thousands == decimal {
+            return bad("uses one separator for both thousands and the decimal");
+        }
+        Ok(NumberFormat { thousands, decimal })
+    }
+
+    /// `s` trimmed and rewritten the US way ([`Decimal::parse`] reads it), `None` when it has a
+    /// `,` or `.` this format does not name.
+    fn to_us(self, s: &str) -> Option<String> {
+        let mut out = String::with_capacity(s.len());
+        for c in trim_str(s).chars() {
+            if Some(c) == self.thousands || self.thousands.is_some_and(is_space) && is_space(c) {
+                out.push(',');
+            } else if Some(c) == self.decimal {
+                out.push('.');
+            } else if matches!(c, ',' | '.') {
+                return None;
+            } else {
+                out.push(c);
+            }
+        }
+        Some(out)
+    }
+}
+
+/// The [`NumberFormat`] a helper was given, if any.
+pub(super) fn text_format(
+    helper: &str,
+    format: Option<&Val>,
+) -> Result<Option<NumberFormat>, jaq_core::Error<Val>> {
+    format.map(|f| number_format(helper, f)).transpose()
+}
+
+/// The [`NumberFormat`] of a helper's argument (the example is read per call: a few bytes).
+fn number_format(helper: &str, example: &Val) -> Result<NumberFormat, jaq_core::Error<Val>> {
+    let fail = |why: String| jaq_core::Error::str(format_args!("{helper}: {why}"));
+    let text = as_str(example).ok_or_else(|| {
+        fail(format!(
+            "the format must be an example string such as \"1.234,56\", not {example}"
+        ))
+    })?;
+    NumberFormat::by_example(text).map_err(fail)
+}
+
+/// The number in `s` read as `format` says (the US way when `None`), given to `read`; `None`
+/// when the text is not a number written that way.
+fn with_decimal<R>(
+    s: &str,
+    format: Option<NumberFormat>,
+    read: impl FnOnce(Decimal<'_>) -> R,
+) -> Option<R> {
+    match format {
+        None => Decimal::parse(s).map(read),
+        Some(f) => Decimal::parse(&f.to_us(s)?).map(read),
+    }
+}
+
+/// Whether `s` has a digit: a text without one (`""`, `"Call for price"`) is no value, `null`;
+/// one with digits that a helper cannot read is an error ([`refused`]).
+fn has_digit(s: &str) -> bool {
+    s.bytes().any(|b| b.is_ascii_digit())
+}
+
+/// Whether the number in `s` is one to three digits (not a lone `0`), the `decimal` separator
+/// and three digits: `"12.345"` is twelve and a bit the US way and 12,345 where `.` groups
+/// thousands (and `"12,499"` the other way round), and a whole quantity — money, miles, a
+/// count — is never written to three decimals; so [`integer_read`] refuses it rather than guess.
+fn looks_like_a_thousands_group(s: &str, decimal: char) -> bool {
+    let core = s.trim_matches(|c: char| !c.is_ascii_digit());
+    let Some((int, frac)) = core.split_once(decimal) else {
+        return false;
+    };
+    let digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+    (1..=3).contains(&int.len()) && int != "0" && digits(int) && frac.len() == 3 && digits(frac)
+}
+
+/// The error for a text a helper cannot read exactly: what it says and what to write instead.
+/// (Vehicle values are no personal data; the text is cut to keep the log line short.)
+fn refused(
+    helper: &str,
+    s: &str,
+    format: Option<NumberFormat>,
+    ambiguous: bool,
+) -> jaq_core::Error<Val> {
+    let shown: String = trim_str(s).chars().take(40).collect();
+    if ambiguous {
+        let core = shown.trim_matches(|c: char| !c.is_ascii_digit());
+        let (fraction, whole) = (core.replace(',', "."), core.replace([',', '.'], ""));
+        return match format {
+            None => jaq_core::Error::str(format_args!(
+                "{helper}: {shown:?} could be {fraction} or {whole}; if `.` groups thousands, \
+                 name the format: {helper}(\"1.234\")"
+            )),
+            Some(_) => jaq_core::Error::str(format_args!(
+                "{helper}: {shown:?} could be {fraction} or {whole} (three decimals in a whole \
+                 quantity)"
+            )),
+        };
+    }
+    if format.is_some() {
+        return jaq_core::Error::str(format_args!(
+            "{helper}: {shown:?} is not a number written as the format names"
+        ));
+    }
+    let (comma, dot) = (shown.rfind(','), shown.rfind('.'));
+    let example = match (comma, dot) {
+        (Some(c), Some(d)) if c > d => "1.234,56",
+        (Some(_), None) => "1234,5",
+        _ if shown.trim().contains(is_space) => "1 234",
+        _ => "1.234,56",
+    };
+    jaq_core::Error::str(format_args!(
+        "{helper}: cannot read {shown:?} as a number written 1,234.5; if that is its format, \
+         name it: {helper}(\"{example}\")"
+    ))
+}
+
+/// `Ok(read)`, or for a text the helper could not read: `null` without digits, else the error.
+fn read_or_refuse(
+    helper: &str,
+    s: &str,
+    format: Option<NumberFormat>,
+    read: Option<Val>,
+) -> jaq_core::ValR<Val> {
+    match read {
+        Some(v) => Ok(v),
+        None if !has_digit(s) => Ok(Val::Null),
+        None => Err(refused(helper, s, format, false)),
+    }
+}
+
+/// A whole quantity's reading, refused when it [`looks_like_a_thousands_group`].
+pub(super) fn integer_read(
+    helper: &str,
+    s: &str,
+    format: Option<NumberFormat>,
+    read: Option<Val>,
+) -> jaq_core::ValR<Val> {
+    let decimal = format.map_or(Some('.'), |f| f.decimal);
+    if read.is_some() && decimal.is_some_and(|d| looks_like_a_thousands_group(s, d)) {
+        return Err(refused(helper, s, format, true));
+    }
+    read_or_refuse(helper, s, format, read)
+}
+
+/// `plain_integer` of `s`, where `format` reads plain digits (and `,` groups) the same way.
+#[inline]
+fn plain_in(s: &[u8], format: Option<NumberFormat>) -> Option<i64> {
+    match format {
+        None => plain_integer(s),
+        Some(f) if f.thousands == Some(',') || !s.contains(&b',') => plain_integer(s),
+        Some(_) => None,
+    }
+}
+
+/// A whole float rounded by `round`, else the text's reading by `text`; other values `null`.
+fn numeric(
+    v: &Val,
+    round: fn(f64) -> f64,
+    text: impl FnOnce(&str) -> jaq_core::ValR<Val>,
+) -> jaq_core::ValR<Val> {
+    Ok(match v {
         Val::Num(_) if v.is_int() => v.clone(),
         Val::Num(_) => v
             .as_f64()
-            .map_or_else(|| Val::Null, |f| float_to_int(f, f64::round)),
-        _ => as_str(v).and_then(parse_dollars).unwrap_or(Val::Null),
-    }
+            .map_or_else(|| Val::Null, |f| float_to_int(f, round)),
+        _ => return as_str(v).map_or(Ok(Val::Null), text),
+    })
 }
 
-pub(super) fn parse_dollars(s: &str) -> Option<Val> {
-    if let Some(n) = plain_integer(s.strip_prefix('$').unwrap_or(s).as_bytes()) {
-        return Some(int_val(n));
-    }
-    parse_dollars_in_full(s)
+/// `dollars` and `dollars($format)`.
+pub(super) fn dollars(v: &Val, format: Option<&Val>) -> jaq_core::ValR<Val> {
+    let format = text_format("dollars", format)?;
+    numeric(v, f64::round, |s| parse_dollars(s, format))
 }
 
-/// [`parse_dollars`] of any text.
-pub(super) fn parse_dollars_in_full(s: &str) -> Option<Val> {
+/// `dollars` of a string.
+pub(super) fn parse_dollars(s: &str, format: Option<NumberFormat>) -> jaq_core::ValR<Val> {
+    if let Some(n) = plain_in(s.strip_prefix('$').unwrap_or(s).as_bytes(), format) {
+        return Ok(int_val(n));
+    }
+    integer_read("dollars", s, format, parse_dollars_in_full(s, format))
+}
+
+/// [`parse_dollars`] of any text; `None`: not an amount written that way.
+pub(super) fn parse_dollars_in_full(s: &str, format: Option<NumberFormat>) -> Option<Val> {
     let mut s = trim_str(s);
     s = trim_str(strip_prefix_ci(s, "USD").unwrap_or(s));
     s = trim_str(strip_suffix_ci(s, "USD").unwrap_or(s));
@@ -224,44 +460,43 @@ pub(super) fn parse_dollars_in_full(s: &str) -> Option<Val> {
         None => false,
     };
     s = s.strip_prefix('$').unwrap_or(s);
-    let amount = Decimal::parse(s)?;
-    if negative && amount.negative {
-        return None;
-    }
-    let amount = Decimal {
-        negative: negative || amount.negative,
-        ..amount
-    };
-    Some(amount.rounded())
+    with_decimal(s, format, |amount| {
+        if negative && amount.negative {
+            return None;
+        }
+        let amount = Decimal {
+            negative: negative || amount.negative,
+            ..amount
+        };
+        Some(amount.rounded())
+    })
+    .flatten()
 }
 
-pub(super) fn miles(v: &Val) -> Val {
-    let value = match v {
-        Val::Num(_) if v.is_int() => v.clone(),
-        Val::Num(_) => v
-            .as_f64()
-            .map_or_else(|| Val::Null, |f| float_to_int(f, f64::round)),
-        _ => return as_str(v).map_or_else(|| Val::Null, miles_str),
-    };
-    not_negative(value)
+/// `miles` and `miles($format)`.
+pub(super) fn miles(v: &Val, format: Option<&Val>) -> jaq_core::ValR<Val> {
+    let format = text_format("miles", format)?;
+    Ok(not_negative(numeric(v, f64::round, |s| {
+        miles_str(s, format)
+    })?))
 }
 
 /// `miles` of a string.
-pub(super) fn miles_str(s: &str) -> Val {
-    if let Some(n) = plain_integer(s.as_bytes()) {
-        return int_val(n);
+pub(super) fn miles_str(s: &str, format: Option<NumberFormat>) -> jaq_core::ValR<Val> {
+    if let Some(n) = plain_in(s.as_bytes(), format) {
+        return Ok(int_val(n));
     }
-    miles_str_in_full(s)
+    integer_read("miles", s, format, miles_str_in_full(s, format))
 }
 
-/// [`miles_str`] of any text.
-pub(super) fn miles_str_in_full(s: &str) -> Val {
+/// [`miles_str`] of any text; `None`: not a mileage written that way.
+pub(super) fn miles_str_in_full(s: &str, format: Option<NumberFormat>) -> Option<Val> {
     let s = trim_str(s);
     let s = ["miles", "mile", "mi.", "mi"]
         .iter()
         .find_map(|unit| strip_suffix_ci(s, unit))
         .unwrap_or(s);
-    not_negative(Decimal::parse(s).map_or_else(|| Val::Null, |d| d.rounded()))
+    with_decimal(s, format, |d| not_negative(d.rounded()))
 }
 
 fn not_negative(value: Val) -> Val {
@@ -271,39 +506,37 @@ fn not_negative(value: Val) -> Val {
     }
 }
 
-pub(super) fn int(v: &Val) -> Val {
-    match v {
-        Val::Num(_) if v.is_int() => v.clone(),
-        Val::Num(_) => v
-            .as_f64()
-            .map_or_else(|| Val::Null, |f| float_to_int(f, f64::trunc)),
-        _ => as_str(v).map_or_else(|| Val::Null, int_str),
-    }
+/// `int` and `int($format)`.
+pub(super) fn int(v: &Val, format: Option<&Val>) -> jaq_core::ValR<Val> {
+    let format = text_format("int", format)?;
+    numeric(v, f64::trunc, |s| int_str(s, format))
 }
 
 /// `int` of a string.
-pub(super) fn int_str(s: &str) -> Val {
-    if let Some(n) = plain_integer(s.as_bytes()) {
-        return int_val(n);
+pub(super) fn int_str(s: &str, format: Option<NumberFormat>) -> jaq_core::ValR<Val> {
+    if let Some(n) = plain_in(s.as_bytes(), format) {
+        return Ok(int_val(n));
     }
-    int_str_in_full(s)
+    integer_read("int", s, format, int_str_in_full(s, format))
 }
 
-/// [`int_str`] of any text.
-pub(super) fn int_str_in_full(s: &str) -> Val {
-    Decimal::parse(s).map_or_else(|| Val::Null, |d| d.truncated())
+/// [`int_str`] of any text; `None`: not a number written that way.
+pub(super) fn int_str_in_full(s: &str, format: Option<NumberFormat>) -> Option<Val> {
+    with_decimal(s, format, |d| d.truncated())
 }
 
-pub(super) fn num(v: &Val) -> Val {
+/// `num` and `num($format)`.
+pub(super) fn num(v: &Val, format: Option<&Val>) -> jaq_core::ValR<Val> {
+    let format = text_format("num", format)?;
     match v {
-        Val::Num(_) => v.clone(),
-        _ => as_str(v).map_or_else(|| Val::Null, num_str),
+        Val::Num(_) => Ok(v.clone()),
+        _ => as_str(v).map_or(Ok(Val::Null), |s| num_str(s, format)),
     }
 }
 
-/// `num` of a string.
-pub(super) fn num_str(s: &str) -> Val {
-    Decimal::parse(s).map_or_else(|| Val::Null, |d| d.number())
+/// `num` of a string: a decimal quantity, so `"12.345"` is read the US way without a format.
+pub(super) fn num_str(s: &str, format: Option<NumberFormat>) -> jaq_core::ValR<Val> {
+    read_or_refuse("num", s, format, with_decimal(s, format, |d| d.number()))
 }
 
 /// jq's `trim`: `White_Space` removed at both ends; bytes that are not UTF-8 stop it.

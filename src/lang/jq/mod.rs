@@ -1,4 +1,5 @@
-//! jq programs that turn upstream replies into AAP data.
+//! jq programs that turn upstream replies into AAP data. Owns the compiler, the legacy-format
+//! helpers, the lazy reading of replies and the native plans; uses `protocol` and `formats`.
 //!
 //! Sits on the reply side of a mapping: the upstream reply (JSON, or XML/SOAP decoded to JSON)
 //! becomes a [`JqValue`], and the mapping's jq programs (`items`, `total`, `item`, `jq`, error
@@ -8,7 +9,7 @@
 //!
 //! Every program sees the variables `$request` (the validated AAP request data), `$tables`
 //! (the mapping's lookup tables), `$dealer` (the dealer's settings) and `$lead` (`lead.submit`
-//! only: the gateway's facts about the lead, see `mapping::lead`), and the helpers below
+//! only: the gateway's facts about the lead, see `engine::lead`), and the helpers below
 //! for legacy formats on top of jq's standard library (`env` is disabled: it would expose the
 //! gateway's secrets).
 //!
@@ -21,10 +22,10 @@
 //!
 //! | helper | input → output |
 //! | --- | --- |
-//! | `dollars` | money → whole dollars, halves rounded away from zero: `"$24,990"` → `24990`, `"24990.00"` → `24990`, `"$24,990.60"` → `24991`, `"-$5.50"` → `-6`, `"USD 1,200"` → `1200`, `24990.5` → `24991`; `""`, `"Call for price"`, `null`, booleans, arrays, objects → `null` |
-//! | `miles` | odometer → whole miles: `"12,345 mi"`, `"12345"`, `"12,345 miles"`, `12345` → `12345`; `"12,345.6"` → `12346`; blank, garbage, negative → `null` |
-//! | `int` | tolerant integer, truncated toward zero: `"2022"`, `" 2022 "` → `2022`; `"28"` → `28`; `"1,234"` → `1234`; `2.5` → `2`; `"2.9"` → `2`; `""`, garbage → `null` |
-//! | `num` | tolerant number: `"239"` → `239`; `"61.5"` → `61.5`; `"239.00"` → `239`; `" 1,234.5 "` → `1234.5`; numbers pass; blank, garbage → `null` |
+//! | `dollars` | money → whole dollars, halves rounded away from zero: `"$24,990"` → `24990`, `"24990.00"` → `24990`, `"$24,990.60"` → `24991`, `"-$5.50"` → `-6`, `"USD 1,200"` → `1200`, `24990.5` → `24991`; `""`, `"Call for price"`, `null`, booleans, arrays, objects → `null`; `"45.999,00"`, `"24,99"` → error; `dollars("1.234,56")`: `"45.999,00"` → `45999` |
+//! | `miles` | odometer → whole miles: `"12,345 mi"`, `"12345"`, `"12,345 miles"`, `12345` → `12345`; `"12,345.6"` → `12346`; blank, text without digits, negative → `null`; `"12.345"`, `"1,234 hrs"` → error; `miles("1.234")`: `"12.345"` → `12345` |
+//! | `int` | tolerant integer, truncated toward zero: `"2022"`, `" 2022 "` → `2022`; `"28"` → `28`; `"1,234"` → `1234`; `2.5` → `2`; `"2.9"` → `2`; `""`, text without digits → `null`; `"12,34"`, `"1.234"` → error; `int("1'234")` reads `"1'234"` |
+//! | `num` | tolerant number: `"239"` → `239`; `"61.5"` → `61.5`; `"239.00"` → `239`; `" 1,234.5 "` → `1234.5`; numbers pass; blank, text without digits → `null`; `"1.2.3"`, `"61,5"` → error; `num("1234,5")`: `"61,5"` → `61.5` |
 //! | `nonempty` | strings trimmed, `""` and whitespace → `null`: `" EX-L "` → `"EX-L"`, `"  "` → `null`; non-strings pass (`0` → `0`) |
 //! | `split_list($sep)` | `"A\|B\| C \|"` with `"\|"` → `["A","B","C"]` (items trimmed, empties dropped); `null`, `""` → `[]`; an array is cleaned the same way; another scalar `x` → `[x]` |
 //! | `legacy_date` | → `"YYYY-MM-DD"`: `"03/15/2026"`, `"3/15/2026"`, `"2026-03-15"`, `"2026-03-15 10:00:00"`, `"2026-03-15T10:00:00Z"` → `"2026-03-15"` (the date as written); impossible dates (`"02/30/2026"`), two-digit years, anything else → `null` |
@@ -34,8 +35,14 @@
 //! | `lower`, `upper` | Unicode case mapping of strings: `"HONDA"` → `"honda"`; non-strings pass |
 //! | `title` | capitalises words (after whitespace, `-`, `/`) and lowercases the rest; words with a digit are kept: `"HONDA CIVIC EX-L 4WD"` → `"Honda Civic Ex-L 4WD"`; non-strings pass |
 //!
-//! Numbers in text accept an optional sign, `,` thousands separators (groups of three: `"1,5"`
-//! is garbage) and a decimal point; no exponents. Whole floats leave the gateway as integers
+//! Numbers in text accept an optional sign, `,` thousands separators (groups of three) and a
+//! decimal point; no exponents. `dollars`, `miles`, `int` and `num` also take a format named by
+//! example (`dollars("1.234,56")`, `miles("1 234")`, `num("1234,5")`) and then read only that
+//! format. A text with digits the helper cannot read exactly (`"1,5"`, `"45.999,00"` without a
+//! format, and for the whole quantities a decimal separator before three digits: `"12.345"`,
+//! which `.`-grouping systems mean as 12345)
+//! is an error naming the format to write, so the record is skipped and counted, never given a
+//! different number; a text without digits is `null`. Whole floats leave the gateway as integers
 //! (`24990.0` → `24990`, as jq prints them); NaN and infinities as `null`.
 
 use std::fmt;

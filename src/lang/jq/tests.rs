@@ -288,7 +288,7 @@ fn case_helpers() {
 }
 
 /// The choices an unknown function's message lists.
-const HELPERS_LISTED: &str = "besides jq's builtins the gateway's helpers are nonempty/0, lookup/1, dollars/0, miles/0, int/0, num/0, legacy_date/0, legacy_datetime/1, lower/0, upper/0, title/0, compact/0, split_list/1";
+const HELPERS_LISTED: &str = "besides jq's builtins the gateway's helpers are nonempty/0, lookup/1, dollars/0, dollars/1, miles/0, miles/1, int/0, int/1, num/0, num/1, legacy_date/0, legacy_datetime/1, lower/0, upper/0, title/0, compact/0, split_list/1";
 
 #[test]
 fn compile_errors_are_located() {
@@ -501,7 +501,7 @@ fn realistic_mapping() {
     );
 }
 
-/// Timing, not an assertion: `cargo test --release mapping::extract -- --nocapture timing`.
+/// Timing, not an assertion: `cargo test --release lang::jq -- --nocapture timing`.
 #[test]
 fn timing() {
     let page = json!({"TotalCount": 20, "Items": (0..20).map(dms_record).collect::<Vec<_>>()});
@@ -560,6 +560,8 @@ fn records_read_off_a_tape_map_as_the_decoded_reply_does() {
         {"N": 1.0, "VIN": null, "Opt": "not an object", "Photos": ["a", "b"]},
         {"VIN": "x\ty", "Opt": {"Color": null}, "Photos": [], "k\u0065y": 1},
         {"Opt": [1, 2], "VIN": 5, "VIN": "last wins"},
+        {"Price": "45.999,00", "Miles": "12.345", "Hours": "1,234 hrs"},
+        {"Price": "12,499", "Miles": "12 345"},
         "a string record",
         17
     ], "Total": 6, "Meta": {"Count": "6"}}"#;
@@ -575,6 +577,10 @@ fn records_read_off_a_tape_map_as_the_decoded_reply_does() {
     for program in [
         "{vin: (.VIN | nonempty), price: (.Price | dollars), color: .Opt.Color} | compact",
         "{vin: .VIN, first: .Opt[0], n: .N, photos: [.Photos[]?], key: .key, two: [.N]}",
+        // Numbers in a named format, and refused ones: the same value or error either way.
+        "{p: (.Price | dollars(\"1.234,56\")), m: (.Miles | miles(\"1.234\"))}",
+        "{p: (.Price | dollars), m: (.Miles | miles)}",
+        "{m: (.Miles | miles(\"1 234\")), h: (.Hours | int)}",
         "{a: .Opt.Color.Deeper, b: (.VIN // \"none\"), c: (.Photos | length)}",
         ".VIN",
         ".",

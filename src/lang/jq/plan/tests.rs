@@ -300,6 +300,20 @@ fn helpers() {
             "d": "2026-03-15", "u": "2026-11-30T14:05:00-08:00", "s": "Honda Civic",
             "l": "honda civic", "U": "A"})
     );
+    assert_eq!(
+        one(
+            "{p: (.p | dollars(\"1.234,56\")), m: (.m | miles(\"1 234\")), y: (.y | int(\"1'234\")), \
+             z: (.z | num(\"1234,5\"))}",
+            json!({"p": "45.999,50", "m": "12 345 mi", "y": "1'234", "z": "61,5"})
+        ),
+        json!({"p": 46000, "m": 12345, "y": 1234, "z": 61.5})
+    );
+    assert!(fails(".p | dollars", json!({"p": "45.999,00"})).contains("dollars(\"1.234,56\")"));
+    assert!(fails(".m | miles", json!({"m": "12.345"})).contains("could be"));
+    assert!(fails(".m | miles(5)", json!({"m": "1"})).contains("example string"));
+    assert!(
+        fails(".p | dollars(\"1.234,56\")", json!({"p": "45,999.00"})).contains("format names")
+    );
     assert!(fails(".t | lookup($tables.missing)", json!({"t": "A"})).contains("not an object"));
     assert!(
         fails(".u | legacy_datetime(\"Nowhere/Zone\")", json!({"u": "x"}))

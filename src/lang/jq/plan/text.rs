@@ -14,7 +14,7 @@ use super::eval::is_literal;
 use super::*;
 use crate::lang::jq::helpers::{
     self, as_str, int_str, legacy_date_str, legacy_datetime_str, lookup_str, miles_str, num_str,
-    parse_dollars, split_pieces, title,
+    parse_dollars, split_pieces, text_format, title,
 };
 
 /// A value on its way through a pipeline: text (borrowed from the input while unchanged), a
@@ -339,10 +339,10 @@ impl Fun {
             Fun::Lower => Out::Str(lower(s)),
             Fun::Upper => Out::Str(upper(s)),
             Fun::Title => Out::Str(Cow::Owned(title(&s))),
-            Fun::Dollars => Out::Val(parse_dollars(&s).unwrap_or(Val::Null)),
-            Fun::Miles => Out::Val(miles_str(&s)),
-            Fun::Int => Out::Val(int_str(&s)),
-            Fun::Num => Out::Val(num_str(&s)),
+            Fun::Dollars => Out::Val(parse_dollars(&s, text_format("dollars", arg)?)?),
+            Fun::Miles => Out::Val(miles_str(&s, text_format("miles", arg)?)?),
+            Fun::Int => Out::Val(int_str(&s, text_format("int", arg)?)?),
+            Fun::Num => Out::Val(num_str(&s, text_format("num", arg)?)?),
             Fun::LegacyDate => text_or_null(legacy_date_str(&s)),
             Fun::LegacyDatetime => text_or_null(legacy_datetime_str(Some(&s), given)?),
             Fun::Lookup => lookup_str(&s, given)?.map_or(Out::Val(Val::Null), Out::of_ref),
