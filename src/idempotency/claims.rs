@@ -118,6 +118,16 @@ impl Idempotency {
         self
     }
 
+    /// Takes over the in-process store of `old`, the keys of a configuration whose
+    /// `idempotency:` settings differed (a reload), with this one's TTL and bounds: the replies
+    /// it stored are replayed, the deliveries it runs are joined ("in progress", never a second
+    /// delivery) and record their outcomes where this configuration finds them. `old`'s claims in
+    /// Redis stay with `old`, whose [`Idempotency::retire`] keeps renewing them.
+    pub fn carry_over(&mut self, old: &Idempotency) {
+        old.local.reconfigure_like(&self.local);
+        self.local = Arc::clone(&old.local);
+    }
+
     /// What a delivery with an unknown outcome leaves for the retry.
     pub fn on_ambiguous(&self) -> OnAmbiguous {
         self.on_ambiguous
@@ -292,6 +302,37 @@ impl Idempotency {
                 () = tokio::time::sleep(pause) => {}
                 () = shared.wake.notified() => {}
             }
+        }
+    }
+
+    /// The keeper of keys a reload replaced ([`Idempotency::carry_over`]): renews this
+    /// configuration's claims in Redis until the last delivery holding one ends, then returns.
+    /// Without it a delivery still running (mail may take minutes) would lose its claim after
+    /// `lock_ttl` and be taken over, and sent again, by a retry.
+    pub async fn retire(self: Arc<Self>) {
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        let every = (shared.lock_ttl / 3).max(Duration::from_millis(100));
+        let mut logged = false;
+        loop {
+            let running = shared.lock_claims().len();
+            if running == 0 {
+                if logged {
+                    tracing::info!("idempotency: the replaced configuration's last claim ended");
+                }
+                return;
+            }
+            if !logged {
+                tracing::info!(
+                    claims = running,
+                    "idempotency: settings changed; the replaced configuration's claims are \
+                     renewed until their deliveries end"
+                );
+                logged = true;
+            }
+            let answered = self.tend(&shared).await;
+            tokio::time::sleep(if answered { every } else { KEEPER_RETRY }).await;
         }
     }
 
