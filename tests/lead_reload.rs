@@ -29,7 +29,10 @@ const CRM_TAKES: Duration = Duration::from_millis(3500);
 async fn slow_crm() -> HttpServer {
     HttpServer::start_scripted(|seen| async move {
         tokio::time::sleep(CRM_TAKES).await;
-        reply(200, json!({ "leadId": format!("L-{}", seen.index) }).to_string())
+        reply(
+            200,
+            json!({ "leadId": format!("L-{}", seen.index) }).to_string(),
+        )
     })
     .await
 }
@@ -117,7 +120,10 @@ async fn reload(gw: &Gateway, root: &std::path::Path, from: &str, to: &str) {
     std::fs::write(&path, text.replace(from, to)).expect("write config");
     let deadline = Instant::now() + Duration::from_secs(10);
     while reloads_ok(gw).await < 1.0 {
-        assert!(Instant::now() < deadline, "the configuration never reloaded");
+        assert!(
+            Instant::now() < deadline,
+            "the configuration never reloaded"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -178,7 +184,10 @@ async fn a_reload_changing_idempotency_keeps_the_memory_stores_replies_and_deliv
     assert_eq!(replayed.as_deref(), Some(stored.as_str()));
     let joined = settled(&gw, "running-across").await;
     let first = running.await.expect("first call");
-    assert_eq!(first["result"]["message"]["parts"][0]["data"]["data"]["lead_id"], joined);
+    assert_eq!(
+        first["result"]["message"]["parts"][0]["data"]["data"]["lead_id"],
+        joined
+    );
     assert_eq!(crm.requests(), 2, "each lead reached the CRM once");
 }
 
@@ -217,6 +226,9 @@ async fn a_reload_changing_idempotency_keeps_renewing_the_claims_of_running_deli
     tokio::time::sleep(Duration::from_secs(2)).await;
     let joined = settled(&other, "running-across").await;
     let first = running.await.expect("first call");
-    assert_eq!(first["result"]["message"]["parts"][0]["data"]["data"]["lead_id"], joined);
+    assert_eq!(
+        first["result"]["message"]["parts"][0]["data"]["data"]["lead_id"],
+        joined
+    );
     assert_eq!(crm.requests(), 1, "the lead reached the CRM once");
 }

@@ -381,12 +381,7 @@ impl Inner {
     }
 
     /// Replaces the running entry `id` of `scope` (if still current) with a finished one.
-    fn finish(
-        &mut self,
-        scope: &KeyScope,
-        id: u64,
-        entry: impl FnOnce(u64) -> Entry,
-    ) {
+    fn finish(&mut self, scope: &KeyScope, id: u64, entry: impl FnOnce(u64) -> Entry) {
         let current =
             matches!(self.entries.get(scope), Some(Entry::Running { id: i, .. }) if *i == id);
         if !current {
