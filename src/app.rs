@@ -243,6 +243,12 @@ impl App {
             // Stored replies and deliveries in flight carry over; the old claims in Redis are
             // renewed by the old keys' retiring keeper (`App::retire_replaced`).
             keys.carry_over(&old.idempotency);
+        } else {
+            // Unreachable while `rebuild` hands out no other reference before the swap.
+            tracing::error!(
+                "idempotency: the new settings' keys are already shared; stored replies and \
+                 deliveries in flight do not carry over"
+            );
         }
         let same_limits = self.settings.rate_limit == old.settings.rate_limit
             && self.settings.auth == old.settings.auth
