@@ -581,7 +581,7 @@ async fn memory_resend_loses_nothing_and_resends_only_under_the_first_reference(
     assert_the_goal(Backend::Memory, "resend", &figures);
 }
 
-/// The long run of every row (about 4 × 100 s): `cargo test --test lead_proof -- --ignored
+/// The long run of every row (about 8 minutes): `cargo test --test lead_proof -- --ignored
 /// --nocapture`.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "long: run by hand for the figures in docs/operations.md"]
