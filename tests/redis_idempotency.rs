@@ -291,3 +291,35 @@ async fn a_redis_restored_from_an_older_snapshot_does_not_resend_a_delivered_lea
 async fn a_redis_restored_from_an_older_snapshot_does_not_hold_a_delivered_lead() {
     restored_from_an_older_snapshot(OnAmbiguous::Hold, "i3h:").await;
 }
+
+/// A Redis whose ACL refuses `INFO` to the gateway's user (`-@dangerous` is common): claims
+/// still work, only the restart check is off (the keeper warns once).
+#[tokio::test]
+async fn a_redis_refusing_info_still_serves_claims() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let mut conn = raw(&server).await;
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "gateway", "on", ">secret", "~*", "+@all", "-info",
+        ])
+        .query_async(&mut conn)
+        .await
+        .expect("ACL SETUSER");
+    let url = server.url.replace("redis://", "redis://gateway:secret@");
+    let redis = RedisBackend::new(&url, TIMEOUT, "acl:").expect("valid url");
+    let (_, run_known) = redis
+        .epoch("", Duration::from_secs(1))
+        .await
+        .expect("the epoch without INFO");
+    assert!(!run_known);
+    let keys = Arc::new(Idempotency::shared(
+        limits(OnAmbiguous::Hold),
+        redis,
+        LOCK,
+        OnBackendError::Deny,
+    ));
+    let ticket = fresh(&keys, "k", [1; 32]).await;
+    drop(ticket);
+}

@@ -105,6 +105,7 @@ impl Idempotency {
                 claims: Mutex::new(HashMap::new()),
                 restore: AtomicBool::new(false),
                 restore_over: AtomicBool::new(false),
+                run_unknown: AtomicBool::new(false),
                 wake: Notify::new(),
             })),
             ..Idempotency::local(limits)
@@ -340,8 +341,18 @@ impl Idempotency {
     async fn tend(&self, shared: &Arc<ClaimsShared>) -> bool {
         let known = shared.epoch();
         match shared.redis.epoch(&known, shared.recovery()).await {
-            Ok(current) if current != known => shared.adopt(current),
-            Ok(_) => {}
+            Ok((current, run_known)) => {
+                if !run_known && !shared.run_unknown.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "idempotency: Redis refuses INFO to this user, so a Redis restarted \
+                         from a snapshot (or a failover) is not noticed and its stale claims may \
+                         be taken over; allow INFO (e.g. ACL +info)"
+                    );
+                }
+                if current != known {
+                    shared.adopt(current);
+                }
+            }
             Err(_) => {
                 shared.restore.store(true, Ordering::Relaxed);
                 return false;

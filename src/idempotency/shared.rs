@@ -28,6 +28,8 @@ pub(super) struct ClaimsShared {
     /// keys this replica knows the outcome of (a Redis restored from a snapshot brings back
     /// claims of leads since delivered).
     pub(super) restore_over: AtomicBool,
+    /// Redis refused this replica its `run_id` (warned once).
+    pub(super) run_unknown: AtomicBool,
     pub(super) wake: Notify,
 }
 

@@ -161,16 +161,23 @@ impl RedisBackend {
     /// Redis's idempotency epoch: made now if Redis has none (it lost its data, or never had
     /// any), starting the `recovery` time when the caller knew another (`known` non-empty), and
     /// made anew, starting it too, when the Redis process restarted with its data (it may be
-    /// older than what the replicas saw: a snapshot, a failover).
-    pub async fn epoch(&self, known: &str, recovery: Duration) -> Result<String, BackendError> {
+    /// older than what the replicas saw: a snapshot, a failover). The flag: whether Redis let
+    /// the script read its `run_id` (`false`: such a restart goes unnoticed).
+    pub async fn epoch(
+        &self,
+        known: &str,
+        recovery: Duration,
+    ) -> Result<(String, bool), BackendError> {
         let candidate = uuid::Uuid::new_v4().to_string();
         let mut call = self.inner.epoch.key(self.key("idem-", "epoch"));
         call.key(self.key("idem-", "recovering"))
             .key(self.key("idem-", "epoch-young"))
             .key(self.key("idem-", "run"));
         call.arg(known).arg(&candidate).arg(millis(recovery));
-        self.bounded(|mut conn| async move { call.invoke_async(&mut conn).await })
-            .await
+        let (epoch, run): (String, String) = self
+            .bounded(|mut conn| async move { call.invoke_async(&mut conn).await })
+            .await?;
+        Ok((epoch, run == "1"))
     }
 
     /// Puts back outcomes Redis lost (keys it holds are left alone): `(key, outcome, ttl)`.

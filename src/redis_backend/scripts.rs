@@ -40,9 +40,10 @@ return {1, 0}
 /// whose lease ran out while it delivered).
 pub(super) const RESERVE_LUA: &str = r"
 if redis.replicate_commands then redis.replicate_commands() end
-local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+local info = redis.pcall('INFO', 'server')
+local run = type(info) == 'string' and string.match(info, 'run_id:(%x+)') or nil
 local ran = redis.call('GET', KEYS[5])
-if ran ~= run then
+if run and ran ~= run then
   redis.call('SET', KEYS[5], run)
   if ran and redis.call('EXISTS', KEYS[2]) == 1 then
     redis.call('SET', KEYS[2], ARGV[6])
@@ -140,8 +141,10 @@ return 1
 ";
 
 /// KEYS[1]: the epoch, KEYS[2]: the recovery marker, KEYS[3]: the young-epoch marker,
-/// KEYS[4]: the run marker. ARGV as RESERVE_LUA's 5 to 7. Returns Redis's epoch (made now if
-/// there was none), starting the recovery time as RESERVE_LUA does.
+/// KEYS[4]: the run marker. ARGV as RESERVE_LUA's 5 to 7. Returns {epoch, '1' or '0'}: Redis's
+/// epoch (made now if there was none), starting the recovery time as RESERVE_LUA does, and
+/// whether the script could read the `run_id` ('0': `INFO` is refused to this user, e.g. an ACL
+/// without `@dangerous`; a restart with data is then not noticed, and the caller says so).
 ///
 /// The run marker holds the `run_id` of the Redis process that last ran a claim or epoch
 /// script. A process that finds another id there restarted (or took over, in a failover) since:
@@ -153,16 +156,18 @@ return 1
 /// written before the marker existed; it is recorded, nothing starts.)
 pub(super) const EPOCH_LUA: &str = r"
 if redis.replicate_commands then redis.replicate_commands() end
-local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+local info = redis.pcall('INFO', 'server')
+local run = type(info) == 'string' and string.match(info, 'run_id:(%x+)') or nil
+local seen = run and '1' or '0'
 local ran = redis.call('GET', KEYS[4])
 local epoch = redis.call('GET', KEYS[1])
-if ran ~= run then
+if run and ran ~= run then
   redis.call('SET', KEYS[4], run)
   if ran and epoch then
     redis.call('SET', KEYS[1], ARGV[2])
     redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
     redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
-    return ARGV[2]
+    return {ARGV[2], seen}
   end
 end
 if epoch then
@@ -170,12 +175,12 @@ if epoch then
       and redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
   end
-  return epoch
+  return {epoch, seen}
 end
 redis.call('SET', KEYS[1], ARGV[2])
 redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
 if ARGV[1] ~= '' then redis.call('SET', KEYS[2], '1', 'PX', ARGV[3]) end
-return ARGV[2]
+return {ARGV[2], seen}
 ";
 
 /// Puts back outcomes a replica knows. KEYS: entries; ARGV[1]: 'over' or 'absent', then per
