@@ -239,6 +239,16 @@ impl App {
     pub fn adopt_state(&mut self, old: &App) {
         if self.settings.idempotency == old.settings.idempotency {
             self.idempotency = Arc::clone(&old.idempotency);
+        } else if let Some(keys) = Arc::get_mut(&mut self.idempotency) {
+            // Stored replies and deliveries in flight carry over; the old claims in Redis are
+            // renewed by the old keys' retiring keeper (`App::retire_replaced`).
+            keys.carry_over(&old.idempotency);
+        } else {
+            // Unreachable while `rebuild` hands out no other reference before the swap.
+            tracing::error!(
+                "idempotency: the new settings' keys are already shared; stored replies and \
+                 deliveries in flight do not carry over"
+            );
         }
         let same_limits = self.settings.rate_limit == old.settings.rate_limit
             && self.settings.auth == old.settings.auth
@@ -247,6 +257,16 @@ impl App {
             && self.dealers.iter().map(Dealer::id).eq(old.dealers.iter().map(Dealer::id));
         if same_limits {
             self.limits = Arc::clone(&old.limits);
+        }
+    }
+
+    /// Keeps what `old` (the configuration this one replaced) still owes its deliveries in
+    /// flight: when the idempotency keys were not shared ([`App::adopt_state`]), the old keys'
+    /// claims in Redis are renewed until those deliveries end. Call after `old`'s background
+    /// tasks were stopped; the task ends by itself.
+    pub fn retire_replaced(&self, old: &App) {
+        if !Arc::ptr_eq(&self.idempotency, &old.idempotency) {
+            tokio::spawn(Arc::clone(&old.idempotency).retire());
         }
     }
 

@@ -19,7 +19,6 @@ mod common;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,6 +28,7 @@ use aap_sim::crm::Crm;
 use aap_sim::inventory::{self, Status, Vehicle};
 use aap_sim::sim::{self, Mode, SimApp, SimHandle, SimRequest, SimResponse};
 use common::DemoCopy;
+use common::process::replica;
 use common::redis::RedisServer;
 use serde_json::{Value, json};
 
@@ -77,89 +77,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// A replica: the real binary, killed when dropped.
-struct Replica {
-    child: Child,
-    url: String,
-    admin: String,
-    _log: tempfile::NamedTempFile,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-/// Starts a replica on two ports picked free a moment before. Another test of this process may
-/// take such a port in between (its clients' ephemeral ports come from the same range): a replica
-/// that exits because its address is in use is started again on fresh ports. Any other early exit,
-/// or no health within 30 s, fails the test with the replica's log.
-async fn replica(config: &std::path::Path, vars: &HashMap<String, String>) -> Replica {
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
-    for _attempt in 0..5 {
-        let (port, admin_port) = (free_port(), free_port());
-        let log = tempfile::NamedTempFile::new().expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-            .args(["--log-format", "json", "serve", "--config"])
-            .arg(config)
-            .envs(vars)
-            .env("AAP_GATEWAY__LISTEN", format!("127.0.0.1:{port}"))
-            .env(
-                "AAP_GATEWAY__ADMIN_LISTEN",
-                format!("127.0.0.1:{admin_port}"),
-            )
-            .stdout(Stdio::null())
-            .stderr(log.reopen().expect("log"))
-            .spawn()
-            .expect("the binary starts");
-        let mut replica = Replica {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            admin: format!("http://127.0.0.1:{admin_port}"),
-            _log: log,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let up = client
-                .get(format!("{}/healthz", replica.admin))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success());
-            if up {
-                return replica;
-            }
-            let log = || std::fs::read_to_string(replica._log.path()).unwrap_or_default();
-            if let Some(status) = replica.child.try_wait().expect("wait") {
-                let log = log();
-                assert!(
-                    log.contains("Address already in use"),
-                    "the replica exited ({status}) before it was healthy:\n{log}"
-                );
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the replica was not healthy within 30 s:\n{}",
-                log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    panic!("five replicas in a row found a port taken");
 }
 
 /// The demo, made quick to fail: short CRM and mail timeouts, a 3 s request deadline, keys in
@@ -597,6 +514,6 @@ async fn shutdown_waits_for_a_running_lead_delivery() {
         sent.elapsed()
     );
     assert_eq!(sims.smtp.messages().len(), 1);
-    let log = std::fs::read_to_string(gw._log.path()).expect("log");
+    let log = std::fs::read_to_string(gw.log.path()).expect("log");
     assert!(log.contains("no lead delivery running"), "{log}");
 }

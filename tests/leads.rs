@@ -1298,7 +1298,7 @@ async fn a_dead_replicas_claim_answers_in_progress_then_runs_out_within_its_leas
     let scope = aap_gateway::idempotency::KeyScope::of("demo_toyota", None, &request).expect("key");
     let fingerprint =
         aap_gateway::idempotency::hex(&aap_gateway::idempotency::fingerprint(&request));
-    let epoch = dead.epoch("", Duration::from_secs(1)).await.expect("epoch");
+    let (epoch, _) = dead.epoch("", Duration::from_secs(1)).await.expect("epoch");
     let terms = Claiming {
         lease: Duration::from_millis(1500),
         ttl: Duration::from_secs(3600),

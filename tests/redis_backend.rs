@@ -68,7 +68,7 @@ async fn reserve(
     fingerprint: &str,
     lease: Duration,
 ) -> Result<Reservation, BackendError> {
-    let epoch = backend.epoch("", RECOVERY).await?;
+    let (epoch, _) = backend.epoch("", RECOVERY).await?;
     backend
         .reserve(key, fingerprint, &terms(&epoch, lease))
         .await
@@ -397,7 +397,7 @@ async fn a_claim_that_ran_out_mid_delivery_is_an_unknown_outcome() {
         assert_eq!(delivering.unwrap(), Renewal::Renewed);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let epoch = store.epoch("", RECOVERY).await.unwrap();
+    let (epoch, _) = store.epoch("", RECOVERY).await.unwrap();
     // `resend`: taken over, the dead replica's reference handed on for the log.
     let taken = store
         .reserve("resend", FP_A, &terms(&epoch, LOCK))
@@ -431,7 +431,7 @@ async fn after_redis_lost_its_data_free_keys_wait_while_claims_and_outcomes_are_
     };
     let a = backend(&server, "t:");
     let b = backend(&server, "t:");
-    let epoch = a.epoch("", RECOVERY).await.unwrap();
+    let (epoch, _) = a.epoch("", RECOVERY).await.unwrap();
     let running = reserved(&a, "running", FP_A, LOCK).await;
 
     server.restart(); // empty
@@ -466,10 +466,13 @@ async fn after_redis_lost_its_data_free_keys_wait_while_claims_and_outcomes_are_
         reply: REPLY.to_owned(),
     };
     let written = a
-        .seed(&[
-            ("done".to_owned(), seed.clone(), TTL),
-            ("running".to_owned(), seed, TTL),
-        ])
+        .seed(
+            &[
+                ("done".to_owned(), seed.clone(), TTL),
+                ("running".to_owned(), seed, TTL),
+            ],
+            false,
+        )
         .await
         .unwrap();
     assert_eq!(written, 1, "a key Redis holds is left alone");

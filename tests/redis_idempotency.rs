@@ -12,7 +12,7 @@ use aap_gateway::error::AapError;
 use aap_gateway::idempotency::{Claim, ClaimLimits, Idempotency, KeyScope, Ticket};
 use aap_gateway::redis_backend::RedisBackend;
 use aap_gateway::settings::{OnAmbiguous, OnBackendError};
-use common::redis::RedisServer;
+use common::redis::{Persistence, RedisServer};
 
 const TIMEOUT: Duration = Duration::from_millis(500);
 const LOCK: Duration = Duration::from_secs(3);
@@ -208,4 +208,118 @@ async fn a_fresh_replica_first_at_a_restarted_redis_does_not_skip_the_recovery_w
         matches!(claim, Err(AapError::LeadInProgress { .. })),
         "{claim:?}"
     );
+}
+
+// === item 3: a Redis that restarts from an older snapshot (or fails over to a replica behind) ===
+
+/// A buyer's retries of `key` until one is not "in progress" (a recovery window), at most
+/// `within`.
+async fn settled(keys: &Idempotency, key: &str, within: Duration) -> Result<Claim, AapError> {
+    let deadline = Instant::now() + within;
+    loop {
+        let until = Instant::now() + Duration::from_millis(100);
+        match keys.claim(scope(key), [1; 32], until).await {
+            Err(AapError::LeadInProgress { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn restored_from_an_older_snapshot(on_ambiguous: OnAmbiguous, prefix: &str) {
+    let Some(mut server) = RedisServer::start_persistent(Persistence::Snapshot) else {
+        return;
+    };
+    let lock = Duration::from_millis(600);
+    let redis = RedisBackend::new(&server.url, TIMEOUT, prefix).expect("valid url");
+    let keys = Arc::new(Idempotency::shared(
+        limits(on_ambiguous),
+        redis,
+        lock,
+        OnBackendError::Local,
+    ));
+    let keeper = tokio::spawn(Arc::clone(&keys).keep_shared());
+    let mut ticket = fresh(&keys, "delivered", [1; 32]).await;
+    ticket.delivering("aap-1").await.expect("recorded");
+    // The snapshot is taken while the lead is on its way to the CRM...
+    let mut conn = raw(&server).await;
+    let _: () = redis::cmd("SAVE")
+        .query_async(&mut conn)
+        .await
+        .expect("SAVE");
+    // ...which takes it; the reply is stored, in Redis too, after the snapshot.
+    let reply = aap_gateway::protocol::Reply::new(
+        aap_gateway::protocol::Skill::LeadSubmit,
+        serde_json::json!({ "lead_id": "L-1", "status": "received" }),
+        None,
+    );
+    ticket.complete(&reply).await;
+    // Redis is killed and comes back from that snapshot: the delivered lead is "in flight,
+    // delivering" again, and its lease runs out while nobody renews it.
+    server.restart();
+    let mut conn = raw(&server).await;
+    let state: Option<String> = redis::cmd("HGET")
+        .arg(entry(prefix, "delivered"))
+        .arg("state")
+        .query_async(&mut conn)
+        .await
+        .expect("HGET");
+    assert_eq!(
+        state.as_deref(),
+        Some("inflight"),
+        "the snapshot's stale claim"
+    );
+    tokio::time::sleep(lock).await;
+    // The buyer retries through another replica: it gets the lead's reply — neither a resend
+    // (a duplicate at a CRM that does not de-duplicate), nor "held", nor "in progress" forever.
+    let other = replica(&server, prefix, on_ambiguous, OnBackendError::Local);
+    let claim = settled(&other, "delivered", lock * 6).await;
+    assert!(
+        matches!(&claim, Ok(Claim::Replay(r)) if r.payload.to_value()["data"]["lead_id"] == "L-1"),
+        "{claim:?}"
+    );
+    keeper.abort();
+}
+
+#[tokio::test]
+async fn a_redis_restored_from_an_older_snapshot_does_not_resend_a_delivered_lead() {
+    restored_from_an_older_snapshot(OnAmbiguous::Resend, "i3r:").await;
+}
+
+#[tokio::test]
+async fn a_redis_restored_from_an_older_snapshot_does_not_hold_a_delivered_lead() {
+    restored_from_an_older_snapshot(OnAmbiguous::Hold, "i3h:").await;
+}
+
+/// A Redis whose ACL refuses `INFO` to the gateway's user (`-@dangerous` is common): claims
+/// still work, only the restart check is off (the keeper warns once).
+#[tokio::test]
+async fn a_redis_refusing_info_still_serves_claims() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let mut conn = raw(&server).await;
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "gateway", "on", ">secret", "~*", "+@all", "-info",
+        ])
+        .query_async(&mut conn)
+        .await
+        .expect("ACL SETUSER");
+    let url = server.url.replace("redis://", "redis://gateway:secret@");
+    let redis = RedisBackend::new(&url, TIMEOUT, "acl:").expect("valid url");
+    let (_, run_known) = redis
+        .epoch("", Duration::from_secs(1))
+        .await
+        .expect("the epoch without INFO");
+    assert!(!run_known);
+    let keys = Arc::new(Idempotency::shared(
+        limits(OnAmbiguous::Hold),
+        redis,
+        LOCK,
+        OnBackendError::Deny,
+    ));
+    let ticket = fresh(&keys, "k", [1; 32]).await;
+    drop(ticket);
 }

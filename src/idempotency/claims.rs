@@ -104,6 +104,8 @@ impl Idempotency {
                 epoch: Mutex::new(String::new()),
                 claims: Mutex::new(HashMap::new()),
                 restore: AtomicBool::new(false),
+                restore_over: AtomicBool::new(false),
+                run_unknown: AtomicBool::new(false),
                 wake: Notify::new(),
             })),
             ..Idempotency::local(limits)
@@ -115,6 +117,16 @@ impl Idempotency {
     pub fn with_metrics(mut self, metrics: &Arc<Metrics>) -> Idempotency {
         self.metrics = Some(Arc::clone(metrics));
         self
+    }
+
+    /// Takes over the in-process store of `old`, the keys of a configuration whose
+    /// `idempotency:` settings differed (a reload), with this one's TTL and bounds: the replies
+    /// it stored are replayed, the deliveries it runs are joined ("in progress", never a second
+    /// delivery) and record their outcomes where this configuration finds them. `old`'s claims in
+    /// Redis stay with `old`, whose [`Idempotency::retire`] keeps renewing them.
+    pub fn carry_over(&mut self, old: &Idempotency) {
+        old.local.reconfigure_like(&self.local);
+        self.local = Arc::clone(&old.local);
     }
 
     /// What a delivery with an unknown outcome leaves for the retry.
@@ -294,12 +306,53 @@ impl Idempotency {
         }
     }
 
+    /// The keeper of keys a reload replaced ([`Idempotency::carry_over`]): renews this
+    /// configuration's claims in Redis until the last delivery holding one ends, then returns.
+    /// Without it a delivery still running (mail may take minutes) would lose its claim after
+    /// `lock_ttl` and be taken over, and sent again, by a retry.
+    pub async fn retire(self: Arc<Self>) {
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        let every = (shared.lock_ttl / 3).max(Duration::from_millis(100));
+        let mut logged = false;
+        loop {
+            let running = shared.lock_claims().len();
+            if running == 0 {
+                if logged {
+                    tracing::info!("idempotency: the replaced configuration's last claim ended");
+                }
+                return;
+            }
+            if !logged {
+                tracing::info!(
+                    claims = running,
+                    "idempotency: settings changed; the replaced configuration's claims are \
+                     renewed until their deliveries end"
+                );
+                logged = true;
+            }
+            let answered = self.tend(&shared).await;
+            tokio::time::sleep(if answered { every } else { KEEPER_RETRY }).await;
+        }
+    }
+
     /// One round of [`Idempotency::keep_shared`]; `false` when Redis did not answer.
     async fn tend(&self, shared: &Arc<ClaimsShared>) -> bool {
         let known = shared.epoch();
         match shared.redis.epoch(&known, shared.recovery()).await {
-            Ok(current) if current != known => shared.adopt(current),
-            Ok(_) => {}
+            Ok((current, run_known)) => {
+                if !run_known && !shared.run_unknown.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "idempotency: Redis refuses INFO to this user, so a Redis restarted \
+                         from a snapshot (or a failover) is not noticed and its stale claims may \
+                         be taken over; allow INFO (e.g. ACL +info)"
+                    );
+                }
+                if current != known {
+                    shared.adopt(current);
+                }
+            }
             Err(_) => {
                 shared.restore.store(true, Ordering::Relaxed);
                 return false;
@@ -378,9 +431,18 @@ impl Idempotency {
         shared: &ClaimsShared,
     ) -> Result<(), crate::redis_backend::BackendError> {
         let outcomes = self.local.outcomes();
+        let over = shared.restore_over.swap(false, Ordering::Relaxed);
         let mut written = 0;
         for batch in outcomes.chunks(RESTORE_BATCH) {
-            written += shared.redis.seed(batch).await?;
+            match shared.redis.seed(batch, over).await {
+                Ok(n) => written += n,
+                Err(error) => {
+                    if over {
+                        shared.restore_over.store(true, Ordering::Relaxed);
+                    }
+                    return Err(error);
+                }
+            }
         }
         if written > 0 {
             self.counters.restored.fetch_add(written, Ordering::Relaxed);

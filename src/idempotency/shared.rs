@@ -24,6 +24,12 @@ pub(super) struct ClaimsShared {
     pub(super) claims: Mutex<HashMap<String, ClaimState>>,
     /// Redis may lack outcomes this replica knows (it restarted, or was down): put them back.
     pub(super) restore: AtomicBool,
+    /// Redis's epoch changed: the next put-back also replaces "in flight" claims Redis holds for
+    /// keys this replica knows the outcome of (a Redis restored from a snapshot brings back
+    /// claims of leads since delivered).
+    pub(super) restore_over: AtomicBool,
+    /// Redis refused this replica its `run_id` (warned once).
+    pub(super) run_unknown: AtomicBool,
     pub(super) wake: Notify,
 }
 
@@ -43,18 +49,20 @@ impl ClaimsShared {
             .clone()
     }
 
-    /// Redis's epoch changed: it lost its data (or this replica is new). Put back what this
-    /// replica knows, now.
+    /// Redis's epoch changed: it lost its data, restarted (it may hold a snapshot older than
+    /// what this replica saw), or this replica is new. Put back what this replica knows, now,
+    /// over stale claims too.
     pub(super) fn adopt(&self, epoch: String) {
         let mut known = self.epoch.lock().unwrap_or_else(PoisonError::into_inner);
         if *known != epoch {
             if !known.is_empty() {
                 tracing::warn!(
-                    "idempotency: Redis lost its data (new epoch); no new key is handed out \
-                     while the replicas put back their claims and outcomes"
+                    "idempotency: Redis lost its data or restarted (new epoch); no new key is \
+                     handed out while the replicas put back their claims and outcomes"
                 );
             }
             *known = epoch;
+            self.restore_over.store(true, Ordering::Relaxed);
             self.restore.store(true, Ordering::Relaxed);
             self.wake.notify_one();
         }

@@ -38,14 +38,16 @@ pub enum Claim {
 /// The in-process store: keys and replies with a TTL, bounded in entries and bytes.
 #[derive(Debug)]
 pub struct Store {
-    ttl: Duration,
-    max_entries: usize,
-    max_bytes: usize,
     inner: Mutex<Inner>,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
+    /// How long a finished entry is kept, and the bounds: under the lock, as a reload that
+    /// changes them keeps the store (deliveries in flight record their outcomes into it).
+    ttl: Duration,
+    max_entries: usize,
+    max_bytes: usize,
     entries: HashMap<KeyScope, Entry>,
     /// Finished entries in completion order (= expiry order), with their expiry.
     order: VecDeque<(Instant, KeyScope, u64)>,
@@ -127,11 +129,26 @@ impl Store {
     /// A store of at most `max_entries` keys and `max_bytes` of keys and replies.
     pub fn with_bytes(ttl: Duration, max_entries: usize, max_bytes: usize) -> Store {
         Store {
-            ttl,
-            max_entries: max_entries.max(1),
-            max_bytes,
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Inner {
+                ttl,
+                max_entries: max_entries.max(1),
+                max_bytes,
+                ..Inner::default()
+            }),
         }
+    }
+
+    /// Takes the TTL and bounds of `other` (a reload changed them): entries stored keep their
+    /// expiry, the bounds apply from the next entry on.
+    pub(super) fn reconfigure_like(&self, other: &Store) {
+        let (ttl, max_entries, max_bytes) = {
+            let o = other.lock();
+            (o.ttl, o.max_entries, o.max_bytes)
+        };
+        let mut inner = self.lock();
+        inner.ttl = ttl;
+        inner.max_entries = max_entries;
+        inner.max_bytes = max_bytes;
     }
 
     /// Keys held (in flight or finished, expired ones not yet swept included).
@@ -201,7 +218,8 @@ impl Store {
                 }
                 None => {
                     let bytes = key_bytes(&scope);
-                    inner.evict(self.max_entries, self.max_bytes, bytes);
+                    let (entries, most) = (inner.max_entries, inner.max_bytes);
+                    inner.evict(entries, most, bytes);
                     inner.seq += 1;
                     let id = inner.seq;
                     let (tx, done) = watch::channel(Outcome::Running);
@@ -363,13 +381,7 @@ impl Inner {
     }
 
     /// Replaces the running entry `id` of `scope` (if still current) with a finished one.
-    fn finish(
-        &mut self,
-        store: &Store,
-        scope: &KeyScope,
-        id: u64,
-        entry: impl FnOnce(u64) -> Entry,
-    ) {
+    fn finish(&mut self, scope: &KeyScope, id: u64, entry: impl FnOnce(u64) -> Entry) {
         let current =
             matches!(self.entries.get(scope), Some(Entry::Running { id: i, .. }) if *i == id);
         if !current {
@@ -379,10 +391,10 @@ impl Inner {
         self.seq += 1;
         let seq = self.seq;
         let entry = entry(seq);
-        self.evict(store.max_entries, store.max_bytes, entry.bytes());
+        self.evict(self.max_entries, self.max_bytes, entry.bytes());
         self.put(scope.clone(), entry);
         self.order
-            .push_back((Instant::now() + store.ttl, scope.clone(), seq));
+            .push_back((Instant::now() + self.ttl, scope.clone(), seq));
     }
 }
 
@@ -513,7 +525,7 @@ impl Ticket {
             let fingerprint = self.fingerprint;
             store
                 .lock()
-                .finish(&store, &self.scope, self.id, |seq| Entry::Done {
+                .finish(&self.scope, self.id, |seq| Entry::Done {
                     fingerprint,
                     reply: reply.clone(),
                     seq,
@@ -530,7 +542,7 @@ impl Ticket {
             let fingerprint = self.fingerprint;
             store
                 .lock()
-                .finish(&store, &self.scope, self.id, |seq| Entry::Held {
+                .finish(&self.scope, self.id, |seq| Entry::Held {
                     fingerprint,
                     reference: reference.to_owned(),
                     seq,

@@ -49,7 +49,8 @@ impl RedisBackend {
         let mut call = self.inner.reserve.key(self.key("idem:", key));
         call.key(self.key("idem-", "epoch"))
             .key(self.key("idem-", "recovering"))
-            .key(self.key("idem-", "epoch-young"));
+            .key(self.key("idem-", "epoch-young"))
+            .key(self.key("idem-", "run"));
         call.arg(fingerprint)
             .arg(&token)
             .arg(millis(claiming.lease))
@@ -158,24 +159,41 @@ impl RedisBackend {
     }
 
     /// Redis's idempotency epoch: made now if Redis has none (it lost its data, or never had
-    /// any), starting the `recovery` time when the caller knew another (`known` non-empty).
-    pub async fn epoch(&self, known: &str, recovery: Duration) -> Result<String, BackendError> {
+    /// any), starting the `recovery` time when the caller knew another (`known` non-empty), and
+    /// made anew, starting it too, when the Redis process restarted with its data (it may be
+    /// older than what the replicas saw: a snapshot, a failover). The flag: whether Redis let
+    /// the script read its `run_id` (`false`: such a restart goes unnoticed).
+    pub async fn epoch(
+        &self,
+        known: &str,
+        recovery: Duration,
+    ) -> Result<(String, bool), BackendError> {
         let candidate = uuid::Uuid::new_v4().to_string();
         let mut call = self.inner.epoch.key(self.key("idem-", "epoch"));
         call.key(self.key("idem-", "recovering"))
-            .key(self.key("idem-", "epoch-young"));
+            .key(self.key("idem-", "epoch-young"))
+            .key(self.key("idem-", "run"));
         call.arg(known).arg(&candidate).arg(millis(recovery));
-        self.bounded(|mut conn| async move { call.invoke_async(&mut conn).await })
-            .await
+        let (epoch, run): (String, String) = self
+            .bounded(|mut conn| async move { call.invoke_async(&mut conn).await })
+            .await?;
+        Ok((epoch, run == "1"))
     }
 
     /// Puts back outcomes Redis lost (keys it holds are left alone): `(key, outcome, ttl)`.
     /// Returns how many were written. One round trip per call: callers batch.
-    pub async fn seed(&self, outcomes: &[(String, Seed, Duration)]) -> Result<u64, BackendError> {
+    /// `over_stale`: also replace claims Redis holds "in flight" (after it went back in time,
+    /// they are stale; the outcome is final).
+    pub async fn seed(
+        &self,
+        outcomes: &[(String, Seed, Duration)],
+        over_stale: bool,
+    ) -> Result<u64, BackendError> {
         if outcomes.is_empty() {
             return Ok(0);
         }
         let mut call = self.inner.seed.prepare_invoke();
+        call.arg(if over_stale { "over" } else { "absent" });
         for (key, seed, ttl) in outcomes {
             call.key(self.key("idem:", key));
             let (state, fingerprint, value) = match seed {

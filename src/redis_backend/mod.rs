@@ -31,6 +31,8 @@
 //! {prefix}idem-epoch   string  a random id; gone = Redis lost its data  never expires
 //! {prefix}idem-recovering  string  no free key handed out while it lives  expires after a lease
 //! {prefix}idem-epoch-young string  the epoch was made less than a lease ago  expires after a lease
+//! {prefix}idem-run     string  the run_id of the Redis process that last claimed; another =
+//!                              it restarted, maybe from an older snapshot   never expires
 //! ```
 //!
 //! ## Files

@@ -20,7 +20,8 @@ return {1, 0}
 ";
 
 /// Idempotency claim. KEYS[1]: the entry, KEYS[2]: the epoch, KEYS[3]: the recovery marker,
-/// KEYS[4]: the young-epoch marker (lives for the recovery time after an epoch is made).
+/// KEYS[4]: the young-epoch marker (lives for the recovery time after an epoch is made),
+/// KEYS[5]: the run marker (see [`EPOCH_LUA`]).
 /// ARGV[1]: fingerprint, ARGV[2]: the new token, ARGV[3]: lease (ms), ARGV[4]: entry TTL (ms),
 /// ARGV[5]: the epoch the caller knows ('' if none), ARGV[6]: a new epoch in case there is none,
 /// ARGV[7]: the recovery time (ms), ARGV[8]: 'hold' or 'resend' for an orphaned delivery.
@@ -29,12 +30,27 @@ return {1, 0}
 /// starts the recovery time, during which free keys are not handed out (the replicas put back
 /// what they know first). A caller that knew another epoch and finds a young one starts it too:
 /// a replica that started fresh made the epoch first (it cannot tell a restarted Redis from a
-/// new one), and the replicas that remember the lost data must still put it back. Returns {'epoch', e} when the caller's epoch is not Redis's,
+/// new one), and the replicas that remember the lost data must still put it back. A Redis that
+/// restarted with its data (see [`EPOCH_LUA`]) gets a new epoch and the recovery time too.
+/// While it runs, a claim whose lease ran out is not taken over either: it may be a stale
+/// claim a snapshot brought back, which a replica's put-back replaces with the outcome.
+/// Returns {'epoch', e} when the caller's epoch is not Redis's,
 /// {'done', fp, reply}, {'held', fp, ref[, 'orphan']}, {'inflight', fp, lease_left_ms},
 /// {'recovering', ms}, {'reserved'} or {'reserved', 'orphan', ref} (taken over from a replica
 /// whose lease ran out while it delivered).
 pub(super) const RESERVE_LUA: &str = r"
 if redis.replicate_commands then redis.replicate_commands() end
+local info = redis.pcall('INFO', 'server')
+local run = type(info) == 'string' and string.match(info, 'run_id:(%x+)') or nil
+local ran = redis.call('GET', KEYS[5])
+if run and ran ~= run then
+  redis.call('SET', KEYS[5], run)
+  if ran and redis.call('EXISTS', KEYS[2]) == 1 then
+    redis.call('SET', KEYS[2], ARGV[6])
+    redis.call('SET', KEYS[4], '1', 'PX', ARGV[7])
+    redis.call('SET', KEYS[3], '1', 'PX', ARGV[7])
+  end
+end
 local epoch = redis.call('GET', KEYS[2])
 if not epoch then
   epoch = ARGV[6]
@@ -59,6 +75,9 @@ if e[1] == 'inflight' then
   local lease = tonumber(e[4]) or 0
   if lease > now or e[2] ~= ARGV[1] then
     return {'inflight', e[2] or '', string.format('%d', math.max(lease - now, 0))}
+  end
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    return {'recovering', string.format('%d', math.max(redis.call('PTTL', KEYS[3]), 1))}
   end
   if e[5] == 'delivering' then
     if ARGV[8] == 'hold' then
@@ -121,31 +140,62 @@ redis.call('DEL', KEYS[1])
 return 1
 ";
 
-/// KEYS[1]: the epoch, KEYS[2]: the recovery marker, KEYS[3]: the young-epoch marker. ARGV as
-/// RESERVE_LUA's 5 to 7. Returns Redis's epoch (made now if there was none), starting the
-/// recovery time as RESERVE_LUA does.
+/// KEYS[1]: the epoch, KEYS[2]: the recovery marker, KEYS[3]: the young-epoch marker,
+/// KEYS[4]: the run marker. ARGV as RESERVE_LUA's 5 to 7. Returns {epoch, '1' or '0'}: Redis's
+/// epoch (made now if there was none), starting the recovery time as RESERVE_LUA does, and
+/// whether the script could read the `run_id` ('0': `INFO` is refused to this user, e.g. an ACL
+/// without `@dangerous`; a restart with data is then not noticed, and the caller says so).
+///
+/// The run marker holds the `run_id` of the Redis process that last ran a claim or epoch
+/// script. A process that finds another id there restarted (or took over, in a failover) since:
+/// it kept its data, but that data may be older than what the replicas saw — an RDB or AOF
+/// snapshot lacks the last writes, a promoted replica lags — so it may hold a claim "in flight"
+/// for a lead since delivered, under a lease that runs out soon. Such a Redis gets a new epoch
+/// and the recovery time: every replica notices, and puts back what it knows over those stale
+/// claims before keys are handed out or taken over. (No run marker next to an epoch: a store
+/// written before the marker existed; it is recorded, nothing starts.)
 pub(super) const EPOCH_LUA: &str = r"
+if redis.replicate_commands then redis.replicate_commands() end
+local info = redis.pcall('INFO', 'server')
+local run = type(info) == 'string' and string.match(info, 'run_id:(%x+)') or nil
+local seen = run and '1' or '0'
+local ran = redis.call('GET', KEYS[4])
 local epoch = redis.call('GET', KEYS[1])
+if run and ran ~= run then
+  redis.call('SET', KEYS[4], run)
+  if ran and epoch then
+    redis.call('SET', KEYS[1], ARGV[2])
+    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+    redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+    return {ARGV[2], seen}
+  end
+end
 if epoch then
   if ARGV[1] ~= '' and epoch ~= ARGV[1] and redis.call('EXISTS', KEYS[3]) == 1
       and redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
   end
-  return epoch
+  return {epoch, seen}
 end
 redis.call('SET', KEYS[1], ARGV[2])
 redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
 if ARGV[1] ~= '' then redis.call('SET', KEYS[2], '1', 'PX', ARGV[3]) end
-return ARGV[2]
+return {ARGV[2], seen}
 ";
 
-/// Puts back outcomes a replica knows. KEYS: entries; ARGV: per key four values (state, fp,
-/// reply or reference, TTL ms). A key Redis holds is left alone. Returns how many were written.
+/// Puts back outcomes a replica knows. KEYS: entries; ARGV[1]: 'over' or 'absent', then per
+/// key four values (state, fp, reply or reference, TTL ms). A key Redis holds an outcome for is
+/// left alone, and so is a key it holds "in flight" unless ARGV[1] is 'over': after Redis went
+/// back in time (a snapshot restore) such a claim is stale, and the replica's outcome is final.
+/// Returns how many were written.
 pub(super) const SEED_LUA: &str = r"
 local n = 0
+local over = ARGV[1] == 'over'
 for i, key in ipairs(KEYS) do
-  local a = (i - 1) * 4
-  if redis.call('EXISTS', key) == 0 then
+  local a = (i - 1) * 4 + 1
+  local state = redis.call('HGET', key, 'state')
+  if not state or (over and state == 'inflight') then
+    redis.call('DEL', key)
     local field = 'reply'
     if ARGV[a + 1] == 'held' then field = 'ref' end
     redis.call('HSET', key, 'state', ARGV[a + 1], 'fp', ARGV[a + 2], field, ARGV[a + 3])

@@ -6,7 +6,9 @@
 //!
 //! The listeners stay bound: a changed `listen` / `admin_listen` needs a restart. Idempotency
 //! keys and rate-limit buckets carry over when their settings did not change
-//! (`App::adopt_state`).
+//! (`App::adopt_state`); when the idempotency settings changed, the stored replies and the
+//! deliveries in flight still carry over, and the old claims in Redis are renewed until those
+//! deliveries end (`App::retire_replaced`).
 //!
 //! Directories are watched, not files, so editors that replace a file and Kubernetes, which
 //! swaps a ConfigMap mount's `..data` symlink, are both seen.
@@ -118,6 +120,7 @@ async fn reload(
             }
             *tasks = app.start_background();
             drop(tasks);
+            app.retire_replaced(&old);
             old.metrics.reload(true);
             tracing::info!(
                 trigger,

@@ -1,6 +1,8 @@
 //! Test harness: the real `aap-gateway demo` binary as a child process on loopback ephemeral
-//! ports, its stderr in a log file, killed when dropped.
+//! ports, its stderr in a log file, killed when dropped; and a [`Replica`], the binary serving a
+//! configuration file.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -122,4 +124,89 @@ pub async fn terminate(child: &mut Child, within: Duration) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A replica: the real binary serving `--config`, killed (`SIGKILL`) when dropped.
+pub struct Replica {
+    pub child: Child,
+    /// `http://127.0.0.1:{port}`.
+    pub url: String,
+    pub admin: String,
+    /// Its stderr (JSON log lines).
+    pub log: tempfile::NamedTempFile,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port_now() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Starts a replica on two ports picked free a moment before. Another test of this process may
+/// take such a port in between (its clients' ephemeral ports come from the same range): a replica
+/// that exits because its address is in use is started again on fresh ports. Any other early exit,
+/// or no health within 30 s, fails the test with the replica's log.
+pub async fn replica(config: &std::path::Path, vars: &HashMap<String, String>) -> Replica {
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    for _attempt in 0..5 {
+        let (port, admin_port) = (free_port_now(), free_port_now());
+        let log = tempfile::NamedTempFile::new().expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+            .args(["--log-format", "json", "serve", "--config"])
+            .arg(config)
+            .envs(vars)
+            .env("AAP_GATEWAY__LISTEN", format!("127.0.0.1:{port}"))
+            .env(
+                "AAP_GATEWAY__ADMIN_LISTEN",
+                format!("127.0.0.1:{admin_port}"),
+            )
+            .stdout(Stdio::null())
+            .stderr(log.reopen().expect("log"))
+            .spawn()
+            .expect("the binary starts");
+        let mut replica = Replica {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            admin: format!("http://127.0.0.1:{admin_port}"),
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let up = client
+                .get(format!("{}/healthz", replica.admin))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if up {
+                return replica;
+            }
+            let log = || std::fs::read_to_string(replica.log.path()).unwrap_or_default();
+            if let Some(status) = replica.child.try_wait().expect("wait") {
+                let log = log();
+                assert!(
+                    log.contains("Address already in use"),
+                    "the replica exited ({status}) before it was healthy:\n{log}"
+                );
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica was not healthy within 30 s:\n{}",
+                log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    panic!("five replicas in a row found a port taken");
 }

@@ -3,7 +3,10 @@
 //! The binary is `$REDIS_SERVER` or `redis-server` on the PATH. Without it [`RedisServer::start`]
 //! returns `None` and the calling test returns early, so the suite still passes on a machine
 //! without Redis (the skip is printed) — unless `AAP_TEST_REQUIRE_REDIS=1` (set by `.ci/run`),
-//! where a missing server fails the test instead of skipping it. Nothing is persisted: `--save "" --appendonly no`.
+//! where a missing server fails the test instead of skipping it. Nothing is persisted
+//! (`--save "" --appendonly no`) unless the server is made by [`RedisServer::start_persistent`]:
+//! then its data lives in a temporary directory, and a restart loads it (an RDB snapshot made
+//! by `SAVE`, or the append-only file).
 //!
 //! `start` and `restart` block the calling thread while the server boots (milliseconds, at most
 //! 5 s); that is fine inside `#[tokio::test]`, where nothing else needs the thread meanwhile.
@@ -25,6 +28,18 @@ pub struct RedisServer {
     /// Arguments besides the port and persistence (the TLS listener's).
     extra: Vec<String>,
     child: Option<Child>,
+    /// Where a persistent server keeps its RDB snapshot and append-only file.
+    _data: Option<tempfile::TempDir>,
+}
+
+/// How [`RedisServer::start_persistent`] keeps its data across a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistence {
+    /// Only what the last `SAVE` wrote (`dump.rdb`): a restart goes back to that snapshot.
+    Snapshot,
+    /// An append-only file written to disk every second (`appendfsync everysec`, Redis's
+    /// default): a `SIGKILL` loses at most the last second's writes.
+    AppendOnly,
 }
 
 /// The TLS side of [`RedisServer::start_tls`]: a throwaway CA and a certificate for `localhost`
@@ -83,6 +98,27 @@ impl RedisServer {
         Some((server, tls))
     }
 
+    /// A server keeping its data in a temporary directory as `persistence` says; [`stop`]
+    /// kills it with `SIGKILL` (nothing is flushed) and [`restart`] loads what is on disk.
+    ///
+    /// [`stop`]: RedisServer::stop
+    /// [`restart`]: RedisServer::restart
+    pub fn start_persistent(persistence: Persistence) -> Option<RedisServer> {
+        let data = tempfile::tempdir().expect("temp dir");
+        let mut extra = vec![
+            "--dir".to_owned(),
+            data.path().display().to_string(),
+            "--dbfilename".to_owned(),
+            "dump.rdb".to_owned(),
+        ];
+        if persistence == Persistence::AppendOnly {
+            extra.extend(["--appendonly", "yes", "--appendfsync", "everysec"].map(String::from));
+        }
+        let mut server = RedisServer::start_with(&extra)?;
+        server._data = Some(data);
+        Some(server)
+    }
+
     fn start_with(extra: &[String]) -> Option<RedisServer> {
         let mut last_error = String::new();
         // The free port can be taken between probing and binding it: try a few.
@@ -112,6 +148,7 @@ impl RedisServer {
                         port,
                         extra: extra.to_vec(),
                         child: Some(child),
+                        _data: None,
                     });
                 }
                 Err(error) => last_error = error,
@@ -124,7 +161,8 @@ impl RedisServer {
         self.port
     }
 
-    /// Kills the server (an outage: connections drop, later connects are refused). Data is lost.
+    /// Kills the server with `SIGKILL` (an outage: connections drop, later connects are
+    /// refused). Data is lost, but for what a persistent server had on disk.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -132,7 +170,8 @@ impl RedisServer {
         }
     }
 
-    /// Starts a fresh, empty server on the same port (stopping the old one first).
+    /// Starts the server again on the same port (stopping the old one first): empty, or for a
+    /// persistent one with what it had on disk.
     pub fn restart(&mut self) {
         self.stop();
         let mut child = spawn(self.port, &self.extra).expect("respawn redis-server");
