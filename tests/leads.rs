@@ -64,11 +64,7 @@ async fn rig_with_short_crm_timeout() -> Rig {
 
 /// The value of a metrics sample (`name{labels}` exactly as exposed) of a gateway.
 fn metric(gw: &Gateway, series: &str) -> Option<f64> {
-    gw.app
-        .metrics
-        .encode()
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    common::sample(&gw.app.metrics.encode(), series)
 }
 
 fn unit(units: Vec<Vehicle>, status: Status) -> Vehicle {
@@ -1182,15 +1178,7 @@ async fn a_buyer_who_disconnects_mid_delivery_gets_the_one_delivered_lead_on_ret
     assert_eq!(leads.len(), 1, "{leads:?}");
     assert_eq!(leads[0]["lead_id"], data(&retry)["lead_id"]);
     // The abandoned request was logged and counted like any other.
-    let metrics = gw
-        .client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = gw.metrics().await;
     assert!(
         metrics
             .lines()
@@ -1384,15 +1372,7 @@ async fn under_hold_a_delivery_of_unknown_outcome_is_never_sent_again() {
         retry.text
     );
     assert_eq!(crm_calls(&sims), 1, "never delivered twice");
-    let metrics = gw
-        .client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = gw.metrics().await;
     assert!(
         metrics.contains(
             "aap_gateway_lead_outcome_unknown_total{dealer=\"demo_toyota\",action=\"hold\"} 1"

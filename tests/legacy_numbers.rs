@@ -197,12 +197,7 @@ async fn served(dealer: &str) -> BTreeMap<String, (Option<u64>, Option<u64>)> {
 }
 
 async fn skipped_records() -> u64 {
-    let reply = NORDKAP
-        .gw
-        .client()
-        .get(NORDKAP.gw.admin_url("/metrics"))
-        .send();
-    let text = reply.await.expect("metrics").text().await.expect("text");
+    let text = NORDKAP.gw.metrics().await;
     text.lines()
         .filter(|l| {
             l.starts_with("aap_gateway_mapping_events_total") && l.contains("record_skipped")
