@@ -24,6 +24,7 @@
 
 mod building;
 mod chunks;
+mod join;
 mod parallel;
 #[cfg(test)]
 mod tests;
@@ -54,6 +55,8 @@ use crate::upstream::Upstream;
 
 use self::building::{Building, Lookup, MappedRecord};
 use self::chunks::{CHUNKS_IN_FLIGHT, ChunkReader};
+use self::join::SideTable;
+pub use self::join::{Join, JoinSide, JoinStats};
 use self::parallel::{BATCH, in_order, threads};
 use self::thread::{FeedThread, retire};
 
@@ -75,6 +78,8 @@ pub struct Feed {
     /// mapped one at a time instead of through `items` over the whole document.
     pub csv_rows: bool,
     pub item: Jq,
+    /// A second file joined to the units by a key (the mapping's `join:`).
+    pub join: Option<Join>,
     pub refresh: Duration,
     pub max_stale: Duration,
     pub shared: MappingGlobals,
@@ -120,6 +125,25 @@ impl Validators {
         let since =
             (self.last_modified.iter()).map(|v| (http::header::IF_MODIFIED_SINCE, v.clone()));
         etag.chain(since)
+    }
+}
+
+/// A joined document fetched on its own (`join.request`).
+struct SideDoc {
+    body: bytes::Bytes,
+    headers: http::HeaderMap,
+    digest: [u8; 32],
+}
+
+/// The digest of a document, with that of the document joined to it if any.
+fn combined(document: [u8; 32], side: Option<[u8; 32]>) -> [u8; 32] {
+    match side {
+        None => document,
+        Some(side) => Sha256::new()
+            .chain_update(document)
+            .chain_update(side)
+            .finalize()
+            .into(),
     }
 }
 
@@ -178,6 +202,8 @@ pub struct BuildStats {
     pub reused: usize,
     /// Fetching and building, together.
     pub elapsed: Duration,
+    /// How the `join:` went, if the feed has one.
+    pub join: Option<JoinStats>,
 }
 
 impl Feed {
@@ -193,6 +219,7 @@ impl Feed {
         items: Option<Jq>,
         csv_rows: bool,
         item: Jq,
+        join: Option<Join>,
         refresh: Duration,
         max_stale: Duration,
         shared: MappingGlobals,
@@ -208,6 +235,7 @@ impl Feed {
             items,
             csv_rows,
             item,
+            join,
             refresh,
             max_stale,
             shared,
@@ -474,7 +502,9 @@ impl Feed {
             .request
             .render(Scope::context(&values), None)
             .map_err(|e| AapError::Internal(format!("{}: {e}", self.file)))?;
-        if let Some(known) = known {
+        // (A feed joined to a second document refetches both: a `304` for one would say
+        // nothing of the other. The SHA-256 of both still keeps an unchanged copy.)
+        if let Some(known) = known.filter(|_| !self.joins_a_request()) {
             // The mapping's own headers win (a vendor that wants no conditions can say so).
             let conditions: Vec<_> = (known.conditions())
                 .filter(|(name, _)| !rendered.headers.iter().any(|(n, _)| n == name))
@@ -486,11 +516,14 @@ impl Feed {
         // A refresh gives way to the searches of the copy it replaces; a first load is what
         // readiness (or a buyer) waits for.
         let idle = previous.is_some() && self.idle_refreshes.load(Ordering::Relaxed);
+        // A joined second document is fetched first, whole.
+        let side = self.fetch_side(transport).await?;
+        let side_digest = side.as_ref().map(|s| s.digest);
         let (mut snapshot, validators) = match transport {
             // A CSV feed is read as it arrives: the document is never held whole.
             Transport::Live(upstream) if self.csv_rows && upstream.soap().is_none() => {
                 match self
-                    .fetch_streaming(upstream, rendered, previous, idle, known.is_some())
+                    .fetch_streaming(upstream, rendered, previous, idle, known.is_some(), side)
                     .await?
                 {
                     None => return Ok(Fetched::Unchanged),
@@ -514,13 +547,17 @@ impl Feed {
                 let built = self
                     .thread
                     .run(idle, move || {
-                        let digest: [u8; 32] = Sha256::digest(&response.body).into();
+                        let digest = combined(Sha256::digest(&response.body).into(), side_digest);
                         if Some(digest) == known_digest {
                             return Ok(None);
                         }
                         let declared = Declared::reply(feed.charset, &response.headers);
-                        let snapshot =
-                            feed.build_after(&response.body, declared, previous.as_deref())?;
+                        let snapshot = feed.build_after(
+                            &response.body,
+                            declared,
+                            previous.as_deref(),
+                            side.as_ref(),
+                        )?;
                         Ok(Some((snapshot, Validators::of(&response.headers, digest))))
                     })
                     .await
@@ -551,6 +588,7 @@ impl Feed {
         previous: Option<Arc<Snapshot>>,
         idle: bool,
         conditional: bool,
+        side: Option<SideDoc>,
     ) -> Result<Option<(Snapshot, Validators)>, AapError> {
         let request = crate::upstream::UpstreamRequest {
             method: rendered.method,
@@ -576,18 +614,43 @@ impl Feed {
             // A gzip file is unpacked as it arrives; a zip archive is held packed, its member
             // read as a stream (`formats::unpacked`).
             let mut source = ChunkReader::new(reader);
-            let snapshot = formats::unpacked(
-                &mut source,
-                declared.content_type,
-                &feed.unpack,
-                |document| {
-                    let rows = formats::csv_stream_with(document, declared, &feed.csv_dialect)
+            let previous = previous.as_deref();
+            let units = |document: &mut dyn std::io::Read, table: Option<&SideTable>| {
+                let rows =
+                    formats::csv_stream_with(document, declared, &feed.csv_dialect).map_err(bad)?;
+                feed.build_rows(rows, previous, table)
+            };
+            let snapshot = match &feed.join {
+                // The joined member is read first, the units then stream past it.
+                Some(
+                    join @ Join {
+                        side: JoinSide::Member(name),
+                        ..
+                    },
+                ) => formats::unpacked_with_member(
+                    &mut source,
+                    &feed.unpack,
+                    name,
+                    |side| {
+                        let rows = formats::csv_stream_with(side, declared, &feed.csv_dialect)?;
+                        feed.side_table(join, rows)
+                    },
+                    |table, document| units(document, Some(&table.map_err(bad)?)),
+                )
+                .map_err(bad)??,
+                _ => {
+                    let table = (side.as_ref())
+                        .map(|side| feed.side_document(side))
+                        .transpose()
                         .map_err(bad)?;
-                    feed.build_rows(rows, previous.as_deref())
-                },
-            )
-            .map_err(bad)??;
-            Ok::<_, AapError>((snapshot, Validators::of(&headers, source.digest())))
+                    formats::unpacked(&mut source, declared.content_type, &feed.unpack, |d| {
+                        units(d, table.as_ref())
+                    })
+                    .map_err(bad)??
+                }
+            };
+            let digest = combined(source.digest(), side.map(|s| s.digest));
+            Ok::<_, AapError>((snapshot, Validators::of(&headers, digest)))
         });
         let mut bytes = response.body.len();
         let pumped = match stream {
@@ -645,7 +708,89 @@ impl Feed {
     /// Maps a fetched document into a snapshot; `declared` names its charset (the mapping's,
     /// the reply's `Content-Type`).
     pub fn build(&self, body: &bytes::Bytes, declared: Declared<'_>) -> Result<Snapshot, AapError> {
-        self.build_after(body, declared, None)
+        self.build_after(body, declared, None, None)
+    }
+
+    /// Whether the feed joins a second document of its upstream (`join.request`).
+    fn joins_a_request(&self) -> bool {
+        matches!(
+            &self.join,
+            Some(Join {
+                side: JoinSide::Request(_),
+                ..
+            })
+        )
+    }
+
+    /// Fetches the document `join.request` names, whole (`None`: the feed joins none, or the
+    /// transport is an example's canned reply, which stands for the units' document alone).
+    async fn fetch_side(&self, transport: Transport<'_>) -> Result<Option<SideDoc>, AapError> {
+        let (Some(join), Transport::Live(upstream)) = (&self.join, transport) else {
+            return Ok(None);
+        };
+        let JoinSide::Request(spec) = &join.side else {
+            return Ok(None);
+        };
+        let values = minijinja::context! {
+            tables => self.shared.tables_tpl.clone(),
+            dealer => self.shared.dealer_tpl.clone(),
+        };
+        let rendered = spec
+            .render(Scope::context(&values), None)
+            .map_err(|e| AapError::Internal(format!("{}: join.request: {e}", self.file)))?;
+        let response = send(Transport::Live(upstream), &self.upstream, rendered, true).await?;
+        if !response.status.is_success() {
+            return Err(AapError::UpstreamUnavailable {
+                upstream: self.upstream.name().to_owned(),
+                cause: format!(
+                    "the joined document (`join.request`) answered HTTP {} ({})",
+                    response.status, self.file
+                ),
+            });
+        }
+        let digest = Sha256::digest(&response.body).into();
+        Ok(Some(SideDoc {
+            body: response.body,
+            headers: response.headers,
+            digest,
+        }))
+    }
+
+    /// The joined file's table, from its CSV rows.
+    fn side_table<R: std::io::Read>(
+        &self,
+        join: &Join,
+        rows: formats::CsvRows<R>,
+    ) -> Result<SideTable, String> {
+        SideTable::read(join, rows).map_err(|e| match &join.side {
+            JoinSide::Member(name) => format!("joined member `{name}`: {e}"),
+            JoinSide::Request(_) => format!("joined document (`join.request`): {e}"),
+        })
+    }
+
+    /// The joined file's table from its bytes (unpacked if packed).
+    fn side_bytes(
+        &self,
+        join: &Join,
+        body: &[u8],
+        declared: Declared<'_>,
+    ) -> Result<SideTable, String> {
+        let text = formats::CsvText::new(body, declared)?;
+        self.side_table(join, text.rows_with(&self.csv_dialect)?)
+    }
+
+    /// The table of a joined document fetched on its own (`join.request`).
+    fn side_document(&self, side: &SideDoc) -> Result<SideTable, String> {
+        let Some(join) = &self.join else {
+            return Err("no join".to_owned());
+        };
+        let declared = Declared::reply(self.charset, &side.headers);
+        let unpack = Unpack {
+            member: None,
+            ..self.unpack.clone()
+        };
+        let unpacked = formats::unpacked_whole(&side.body, declared.content_type, &unpack)?;
+        self.side_bytes(join, unpacked.as_deref().unwrap_or(&side.body), declared)
     }
 
     /// [`Feed::build`], sharing with `previous` every vehicle that maps to exactly what it
@@ -657,17 +802,51 @@ impl Feed {
         body: &bytes::Bytes,
         declared: Declared<'_>,
         previous: Option<&Snapshot>,
+        side: Option<&SideDoc>,
     ) -> Result<Snapshot, AapError> {
         let bad = |cause: String| self.bad_document(cause);
         let packed = body.len();
-        let unpacked = formats::unpacked_whole(body, declared.content_type, &self.unpack)
-            .map_err(bad)?
-            .map(bytes::Bytes::from);
+        let (unpacked, table) = match &self.join {
+            Some(
+                join @ Join {
+                    side: JoinSide::Member(name),
+                    ..
+                },
+            ) => {
+                let whole = |file: &mut dyn std::io::Read| {
+                    let mut out = Vec::new();
+                    file.read_to_end(&mut out)
+                        .map(|_| out)
+                        .map_err(|e| e.to_string())
+                };
+                let (side, units) = formats::unpacked_with_member(
+                    &body[..],
+                    &self.unpack,
+                    name,
+                    whole,
+                    |side, units| Ok::<_, String>((side?, whole(units)?)),
+                )
+                .and_then(|read| read)
+                .map_err(bad)?;
+                let table = self.side_bytes(join, &side, declared).map_err(bad)?;
+                (Some(bytes::Bytes::from(units)), Some(table))
+            }
+            _ => {
+                let unpacked = formats::unpacked_whole(body, declared.content_type, &self.unpack)
+                    .map_err(bad)?
+                    .map(bytes::Bytes::from);
+                let table = (side.map(|side| self.side_document(side)))
+                    .transpose()
+                    .map_err(bad)?;
+                (unpacked, table)
+            }
+        };
+        let table = table.as_ref();
         let body = unpacked.as_ref().unwrap_or(body);
         if self.csv_rows {
             let text = formats::CsvText::new(body, declared).map_err(bad)?;
             let rows = text.rows_with(&self.csv_dialect).map_err(bad)?;
-            let mut snapshot = self.build_rows(rows, previous)?;
+            let mut snapshot = self.build_rows(rows, previous, table)?;
             snapshot.stats.bytes = packed;
             return Ok(snapshot);
         }
@@ -683,10 +862,13 @@ impl Feed {
             let batch: Vec<JqValue> = records.by_ref().take(BATCH).collect();
             Ok((!batch.is_empty()).then_some(batch))
         };
-        let work =
-            |batch: Vec<JqValue>| batch.iter().map(|record| self.map(record, &vars)).collect();
+        let work = |batch: Vec<JqValue>| {
+            (batch.iter())
+                .map(|record| self.map(record, &vars, table))
+                .collect()
+        };
         in_order(threads(previous), next, work, |mapped| building.add(mapped)).map_err(bad)?;
-        Ok(self.finish(building))
+        Ok(self.finish(building, table))
     }
 
     /// A snapshot of a CSV document's rows, each a record.
@@ -694,6 +876,7 @@ impl Feed {
         &self,
         mut rows: formats::CsvRows<R>,
         previous: Option<&Snapshot>,
+        table: Option<&SideTable>,
     ) -> Result<Snapshot, AapError> {
         let vars = self.vars();
         let mut building = Building::new(previous, 0);
@@ -716,13 +899,13 @@ impl Feed {
                 .map(|record| {
                     let row = columns.row(record);
                     let record = objects.build(row.text(), row.entries());
-                    self.map(&record, &vars)
+                    self.map(&record, &vars, table)
                 })
                 .collect()
         };
         in_order(threads(previous), next, work, |mapped| building.add(mapped))
             .map_err(|cause| self.bad_document(cause))?;
-        Ok(self.finish(building))
+        Ok(self.finish(building, table))
     }
 
     fn vars(&self) -> JqVars {
@@ -735,7 +918,30 @@ impl Feed {
     }
 
     /// The snapshot, once every record is in; skipped records are logged and counted.
-    fn finish(&self, building: Building<'_>) -> Snapshot {
+    fn finish(&self, mut building: Building<'_>, table: Option<&SideTable>) -> Snapshot {
+        if let Some(table) = table {
+            let join = table.stats();
+            building.stats.join = Some(join);
+            tracing::info!(
+                feed = %self.file,
+                joined = join.joined,
+                unmatched = join.unmatched,
+                ambiguous = join.ambiguous_units,
+                "feed units joined"
+            );
+            if join.ambiguous_keys > 0 {
+                tracing::warn!(
+                    feed = %self.file,
+                    keys = join.ambiguous_keys,
+                    units = join.ambiguous_units,
+                    "join keys held by more than one row of the joined file: the units with \
+                     them got none of the rows (`join.many: true` lists them all)"
+                );
+                if let Some(meter) = self.upstream.meter() {
+                    meter.mapping_event("join_key_ambiguous", join.ambiguous_keys as u64);
+                }
+            }
+        }
         if building.stats.skipped > 0 {
             let skipped = building.stats.skipped;
             tracing::warn!(feed = %self.file, skipped, "feed records the item mapping could not map");
@@ -748,7 +954,20 @@ impl Feed {
 
     /// What the item mapping makes of one record, ready for the snapshot; `None`: the
     /// mapping failed on it.
-    fn map(&self, record: &JqValue, vars: &JqVars) -> Option<MappedRecord> {
+    fn map(
+        &self,
+        record: &JqValue,
+        vars: &JqVars,
+        table: Option<&SideTable>,
+    ) -> Option<MappedRecord> {
+        let joined;
+        let record = match (table, &self.join) {
+            (Some(table), Some(join)) => {
+                joined = table.joined(join, record, vars);
+                &joined
+            }
+            _ => record,
+        };
         let vehicle = self.item.run_one_json(record, vars).ok()?;
         let key = |name: &str| vehicle.get(name).and_then(Value::as_str);
         Some(MappedRecord {
