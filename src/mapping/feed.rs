@@ -20,7 +20,7 @@ impl MappingLoader<'_> {
         let src = self.read("feed.yaml")?;
         let value = src.value.clone();
         let file: FileFeed = self.deserialize(&src, "", value)?;
-        let upstream = self.upstream_ref(&src, "/upstream", &file.upstream, upstreams);
+        let upstream = self.feed_upstream_ref(&src, "/upstream", &file.upstream, upstreams);
         if upstream.as_ref().is_some_and(|u| u.soap().is_some()) {
             self.problems.push(src.problem(
                 "/upstream",

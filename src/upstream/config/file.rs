@@ -158,6 +158,8 @@ pub enum FileUpstreamKind {
     Rest,
     Soap,
     Smtp,
+    /// A feed document read from a local directory (`base_url: file:///mnt/exports`).
+    File,
 }
 
 /// `soap:` of a `kind: soap` upstream.
