@@ -97,6 +97,10 @@ pub struct Feed {
     idle_refreshes: AtomicBool,
     /// What the served copy was made from, for a conditional refresh.
     validators: Mutex<Validators>,
+    /// The item mapping's first error in the build under way (taken by `finish`).
+    first_skip: Mutex<Option<String>>,
+    /// Why the served copy lists nothing, when it does not ([`Snapshot::why_nothing_listable`]).
+    nothing_listable: Mutex<Option<String>>,
     /// When the served copy was last found current: built, or confirmed unchanged.
     confirmed: Mutex<Option<Instant>>,
 }
@@ -189,6 +193,8 @@ pub struct Snapshot {
     pub fetched_at: Instant,
     /// How this copy came about, for logs.
     pub stats: BuildStats,
+    /// The item mapping's error on the first record it could not map.
+    first_skip: Option<String>,
 }
 
 /// What building a snapshot took.
@@ -198,6 +204,10 @@ pub struct BuildStats {
     pub bytes: usize,
     /// Records the item mapping could not map (skipped).
     pub skipped: usize,
+    /// CSV rows with more or fewer fields than the header (skipped, never mapped).
+    pub ragged: usize,
+    /// Records repeating a VIN listed before (the first one is kept).
+    pub repeated: usize,
     /// Vehicles unchanged since the previous copy, shared with it.
     pub reused: usize,
     /// Fetching and building, together.
@@ -247,6 +257,8 @@ impl Feed {
             retiring: std::sync::Mutex::new(None),
             idle_refreshes: AtomicBool::new(false),
             validators: Mutex::new(Validators::default()),
+            first_skip: Mutex::new(None),
+            nothing_listable: Mutex::new(None),
             confirmed: Mutex::new(None),
         }
     }
@@ -286,10 +298,19 @@ impl Feed {
             excluded = snapshot.inventory.excluded(),
             reused = stats.reused,
             skipped = stats.skipped,
+            ragged = stats.ragged,
             bytes = stats.bytes,
             elapsed_ms = stats.elapsed.as_millis() as u64,
             "{message}"
         );
+        let why = snapshot.why_nothing_listable();
+        if let Some(why) = &why {
+            tracing::warn!(feed = %self.file, cause = %why, "feed lists no vehicle");
+        }
+        *self
+            .nothing_listable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = why;
         if let Some(old) = old {
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => {
@@ -329,6 +350,18 @@ impl Feed {
     /// Whether a copy is cached.
     pub fn loaded(&self) -> bool {
         self.current().is_some()
+    }
+
+    /// Listable vehicles in the served copy (`None`: no copy).
+    pub fn listable(&self) -> Option<usize> {
+        self.current().map(|s| s.inventory.len())
+    }
+
+    /// Why the served copy lists no vehicle, if it lists none (readiness shows it).
+    pub fn nothing_listable(&self) -> Option<String> {
+        (self.nothing_listable.lock())
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Age of the cached copy, if any (for metrics and logs): the time since it was last found
@@ -881,12 +914,20 @@ impl Feed {
         let vars = self.vars();
         let mut building = Building::new(previous, 0);
         let columns = rows.columns().clone();
+        let width = columns.width();
+        let mut ragged = 0;
         let next = || {
             let mut batch = Vec::with_capacity(BATCH);
             while batch.len() < BATCH {
                 let mut record = csv::StringRecord::new();
                 if !rows.next_into(&mut record)? {
                     break;
+                }
+                // A row with more or fewer fields than the header: its fields cannot be told
+                // apart (a shifted column would put the price under the mileage).
+                if record.len() != width {
+                    ragged += 1;
+                    continue;
                 }
                 batch.push(record);
             }
@@ -905,6 +946,7 @@ impl Feed {
         };
         in_order(threads(previous), next, work, |mapped| building.add(mapped))
             .map_err(|cause| self.bad_document(cause))?;
+        building.stats.ragged = ragged;
         Ok(self.finish(building, table))
     }
 
@@ -942,14 +984,31 @@ impl Feed {
                 }
             }
         }
+        let first_skip = (self.first_skip.lock())
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         if building.stats.skipped > 0 {
             let skipped = building.stats.skipped;
-            tracing::warn!(feed = %self.file, skipped, "feed records the item mapping could not map");
+            let first = first_skip.as_deref().unwrap_or("");
+            tracing::warn!(feed = %self.file, skipped, first, "feed records the item mapping could not map");
             if let Some(meter) = self.upstream.meter() {
                 meter.mapping_event("record_skipped", skipped as u64);
             }
         }
-        building.finish()
+        if building.stats.ragged > 0 {
+            let ragged = building.stats.ragged;
+            tracing::warn!(
+                feed = %self.file,
+                ragged,
+                "feed CSV rows with more or fewer fields than the header: skipped"
+            );
+            if let Some(meter) = self.upstream.meter() {
+                meter.mapping_event("csv_row_ragged", ragged as u64);
+            }
+        }
+        let mut snapshot = building.finish();
+        snapshot.first_skip = first_skip;
+        snapshot
     }
 
     /// What the item mapping makes of one record, ready for the snapshot; `None`: the
@@ -968,7 +1027,19 @@ impl Feed {
             }
             _ => record,
         };
-        let vehicle = self.item.run_one_json(record, vars).ok()?;
+        let vehicle = match self.item.run_one_json(record, vars) {
+            Ok(vehicle) => vehicle,
+            Err(e) => {
+                let mut first = self
+                    .first_skip
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if first.is_none() {
+                    *first = Some(e.to_string());
+                }
+                return None;
+            }
+        };
         let key = |name: &str| vehicle.get(name).and_then(Value::as_str);
         Some(MappedRecord {
             vin: key("vin").map(str::to_ascii_uppercase),
@@ -989,6 +1060,55 @@ impl Snapshot {
     /// True when the feed mapped no record.
     pub fn is_empty(&self) -> bool {
         self.all.is_empty()
+    }
+
+    /// Why this copy lists no vehicle to buyers, when it lists none: `0 listable of N records:
+    /// <cause>`. `None` when it lists some.
+    pub fn why_nothing_listable(&self) -> Option<String> {
+        if !self.inventory.is_empty() {
+            return None;
+        }
+        let BuildStats {
+            skipped,
+            ragged,
+            repeated,
+            ..
+        } = self.stats;
+        let vehicles = self.all.len();
+        let read = vehicles + skipped + ragged + repeated;
+        if read == 0 {
+            return Some(
+                "the document holds no record (an empty export, or `items` or `unpack.member` \
+                 selects nothing)"
+                    .to_owned(),
+            );
+        }
+        let mut causes = Vec::new();
+        if skipped > 0 {
+            let first = self.first_skip.as_deref().unwrap_or("no message");
+            causes.push(format!(
+                "the item mapping failed on {skipped} (first: {first})"
+            ));
+        }
+        if ragged > 0 {
+            causes.push(format!(
+                "{ragged} CSV rows have more or fewer fields than the header (check `csv.delimiter` \
+                 and `csv.quote`)"
+            ));
+        }
+        let excluded = self.inventory.excluded();
+        if excluded > 0 {
+            causes.push(format!(
+                "{excluded} map to a status AAP does not list (sold, or no `status`)"
+            ));
+        }
+        if repeated > 0 {
+            causes.push(format!("{repeated} repeat a VIN listed before"));
+        }
+        Some(format!(
+            "0 listable of {read} records: {}",
+            causes.join("; ")
+        ))
     }
 
     /// Answers a validated call for `skill` from this snapshot.
