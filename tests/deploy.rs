@@ -68,6 +68,7 @@ const METRICS: &[(&str, MetricKind)] = &[
         MetricKind::Counter,
     ),
     ("aap_gateway_feed_cache_age_seconds", MetricKind::Gauge),
+    ("aap_gateway_feed_listable_vehicles", MetricKind::Gauge),
     ("aap_gateway_feed_refreshes_total", MetricKind::Counter),
     ("aap_gateway_config_reloads_total", MetricKind::Counter),
     ("aap_gateway_build_info", MetricKind::Gauge),

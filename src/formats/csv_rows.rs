@@ -277,6 +277,11 @@ impl CsvColumns {
         self.0.iter().map(|(name, _)| name.as_str())
     }
 
+    /// How many fields the header row has (a name written twice counts twice).
+    pub fn width(&self) -> usize {
+        self.0.iter().map(|(_, at)| at.len()).sum()
+    }
+
     /// `record` as the object it stands for.
     pub fn row<'a>(&'a self, record: &'a csv::StringRecord) -> CsvRow<'a> {
         CsvRow {

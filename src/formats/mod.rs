@@ -38,7 +38,9 @@ use self::csv_rows::decode_csv;
 pub use self::csv_rows::{
     CsvColumns, CsvDialect, CsvRow, CsvRows, CsvText, csv_stream, csv_stream_with,
 };
-pub use self::unpack::{DEFAULT_MAX_RATIO, Packing, RATIO_FLOOR, Unpack, unpacked, unpacked_whole};
+pub use self::unpack::{
+    DEFAULT_MAX_RATIO, Packing, RATIO_FLOOR, Unpack, unpacked, unpacked_whole, unpacked_with_member,
+};
 use self::xml_tree::decode_xml;
 pub use self::xml_tree::{MAX_XML_DEPTH, MAX_XML_NODES};
 

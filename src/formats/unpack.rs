@@ -151,14 +151,55 @@ pub fn unpacked_whole(
         .map_err(|e| e.to_string())
 }
 
-/// Reads the member of a zip archive the mapping names (or its only file) through `read`.
-fn unzipped<T>(
-    archive: Vec<u8>,
+/// [`unpacked`] for a zip archive of which a second file is read too, before the document:
+/// `side` (a file joined to the units, `join.member` of a feed mapping) through `read_side`,
+/// then the document through `read`, given what `read_side` returned. Each file is held to
+/// `unpack`'s caps on its own. A document that is not a zip archive is an error naming what it
+/// is.
+pub fn unpacked_with_member<R, S, T>(
+    mut source: R,
     unpack: &Unpack,
-    read: impl FnOnce(&mut dyn Read) -> T,
-) -> Result<T, String> {
+    side: &str,
+    read_side: impl FnOnce(&mut dyn Read) -> S,
+    read: impl FnOnce(S, &mut dyn Read) -> T,
+) -> Result<T, String>
+where
+    R: Read,
+{
+    let mut archive = Vec::new();
+    source
+        .read_to_end(&mut archive)
+        .map_err(|e| format!("body unreadable ({e})"))?;
+    let what = match Packing::sniff(&archive) {
+        Packing::Zip => None,
+        Packing::Gzip => Some("a gzip file"),
+        Packing::Plain => Some("not packed"),
+    };
+    if let Some(what) = what {
+        return Err(format!(
+            "`join.member` names a file of a zip archive, but the document is {what}"
+        ));
+    }
+    let (mut archive, files, size) = opened(archive)?;
+    if !files.iter().any(|f| f == side) {
+        return Err(format!(
+            "the zip archive has no member `{side}` (`join.member`); it holds {}",
+            listed(&files)
+        ));
+    }
+    let side = member(&mut archive, side, size, unpack, read_side)?;
+    let document = choose(unpack, &files)?;
+    member(&mut archive, &document, size, unpack, |document| {
+        read(side, document)
+    })
+}
+
+type Archive = zip::ZipArchive<io::Cursor<Vec<u8>>>;
+
+/// The archive, its files (not folders) and its packed size.
+fn opened(archive: Vec<u8>) -> Result<(Archive, Vec<String>, u64), String> {
     let size = archive.len() as u64;
-    let mut archive = zip::ZipArchive::new(io::Cursor::new(archive))
+    let archive = zip::ZipArchive::new(io::Cursor::new(archive))
         .map_err(|e| format!("the zip archive is unreadable ({e})"))?;
     let files: Vec<String> = archive
         .file_names()
@@ -166,12 +207,28 @@ fn unzipped<T>(
         .filter(|name| !name.ends_with('/'))
         .map(|name| name.into_owned())
         .collect();
-    let name = match (&unpack.member, files.as_slice()) {
+    Ok((archive, files, size))
+}
+
+/// Reads the member of a zip archive the mapping names (or its only file) through `read`.
+fn unzipped<T>(
+    archive: Vec<u8>,
+    unpack: &Unpack,
+    read: impl FnOnce(&mut dyn Read) -> T,
+) -> Result<T, String> {
+    let (mut archive, files, size) = opened(archive)?;
+    let name = choose(unpack, &files)?;
+    member(&mut archive, &name, size, unpack, read)
+}
+
+/// The member `unpack` names, or the archive's only file.
+fn choose(unpack: &Unpack, files: &[String]) -> Result<String, String> {
+    Ok(match (&unpack.member, files) {
         (Some(member), _) if files.iter().any(|f| f == member) => member.clone(),
         (Some(member), _) => {
             return Err(format!(
                 "the zip archive has no member `{member}` (`unpack.member`); it holds {}",
-                listed(&files)
+                listed(files)
             ));
         }
         (None, [only]) => only.clone(),
@@ -180,13 +237,23 @@ fn unzipped<T>(
             return Err(format!(
                 "the zip archive holds {} files ({}); name the one to read in `unpack.member`",
                 files.len(),
-                listed(&files)
+                listed(files)
             ));
         }
-    };
+    })
+}
+
+/// Reads the archive's file `name` through `read`, held to `unpack`'s caps.
+fn member<T>(
+    archive: &mut Archive,
+    name: &str,
+    size: u64,
+    unpack: &Unpack,
+    read: impl FnOnce(&mut dyn Read) -> T,
+) -> Result<T, String> {
     let what = format!("zip member `{name}`");
     let member = archive
-        .by_name(&name)
+        .by_name(name)
         .map_err(|e| format!("{what} cannot be read ({e})"))?;
     // The member cannot read more packed bytes than the archive holds, whatever its header
     // claims.

@@ -3,9 +3,9 @@
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use crate::engine::feed::Feed;
+use crate::engine::feed::{Feed, Join, JoinSide};
 use crate::formats::{CsvDialect, DEFAULT_MAX_RATIO, Format, Unpack};
-use crate::mapping::file::{FileCommon, FileCsvDialect, FileFeed, FileUnpack};
+use crate::mapping::file::{FileCommon, FileCsvDialect, FileFeed, FileJoin, FileUnpack};
 
 use super::context::Upstreams;
 use super::loader::{MappingLoader, Source, items_program};
@@ -20,7 +20,7 @@ impl MappingLoader<'_> {
         let src = self.read("feed.yaml")?;
         let value = src.value.clone();
         let file: FileFeed = self.deserialize(&src, "", value)?;
-        let upstream = self.upstream_ref(&src, "/upstream", &file.upstream, upstreams);
+        let upstream = self.feed_upstream_ref(&src, "/upstream", &file.upstream, upstreams);
         if upstream.as_ref().is_some_and(|u| u.soap().is_some()) {
             self.problems.push(src.problem(
                 "/upstream",
@@ -51,6 +51,10 @@ impl MappingLoader<'_> {
         let csv_rows = file.items.is_none() && matches!(format, Some(Format::Csv));
         let unpack = self.unpack(&src, file.unpack.as_ref(), upstream.as_deref());
         let dialect = self.csv_dialect(&src, file.csv.as_ref(), csv_rows);
+        let join = match &file.join {
+            Some(join) => self.join(&src, join, common).map(Some),
+            None => Some(None),
+        };
         let refresh = self.duration(&src, "/refresh", &file.refresh);
         let max_stale = self.duration(&src, "/max_stale", &file.max_stale);
         if let (Some(r), Some(m)) = (refresh, max_stale)
@@ -88,12 +92,62 @@ impl MappingLoader<'_> {
             items?,
             csv_rows,
             item?,
+            join?,
             refresh?,
             max_stale?,
             shared,
         ));
         self.carried.feed = Some((definition, Arc::clone(&feed)));
         Some(feed)
+    }
+
+    /// The `join:`: exactly one of `member` and `request`, a key column, a unit key program.
+    fn join(&mut self, src: &Source, file: &FileJoin, common: &FileCommon) -> Option<Join> {
+        let mut ok = true;
+        if file.name.is_empty() {
+            self.problems
+                .push(src.problem("/join/as", "must name the field the joined rows go to"));
+            ok = false;
+        }
+        if file.key.is_empty() {
+            self.problems.push(src.problem(
+                "/join/key",
+                "must name the joined file's key column, as its header writes it",
+            ));
+            ok = false;
+        }
+        let side = match (&file.member, &file.request) {
+            (Some(member), None) if !member.is_empty() && !member.ends_with('/') => {
+                Some(JoinSide::Member(member.clone()))
+            }
+            (Some(_), None) => {
+                self.problems.push(src.problem(
+                    "/join/member",
+                    "must name a file in the archive, not a folder",
+                ));
+                None
+            }
+            (None, Some(request)) => self
+                .request(src, "/join/request", request, false, false, false)
+                .map(JoinSide::Request),
+            (Some(_), Some(_)) | (None, None) => {
+                self.problems.push(src.problem(
+                    "/join",
+                    "needs one of `member` (another file of the zip archive) and `request` \
+                     (a second document of the upstream)",
+                ));
+                None
+            }
+        };
+        let on = self.jq(src, "/join/on", &file.on, common);
+        let (side, on) = (side?, on?);
+        ok.then(|| Join {
+            name: file.name.clone(),
+            side,
+            key: file.key.clone(),
+            on,
+            many: file.many,
+        })
     }
 
     /// The `csv:` dialect; only a feed read row by row has one.

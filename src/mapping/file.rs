@@ -500,6 +500,34 @@ pub struct FileFeed {
     /// comma-separated values with decimal points.
     #[serde(default)]
     pub csv: Option<FileCsvDialect>,
+    /// A second CSV file joined to the units by a key: photos by stock number, options by VIN.
+    #[serde(default)]
+    pub join: Option<FileJoin>,
+}
+
+/// `feed.yaml` `join:`: a second CSV file whose rows join the units' records by a key.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileJoin {
+    /// The field of the unit's record the joined rows go to (`photos`: the item mapping reads
+    /// `.photos`). Unset on a unit whose key finds no row.
+    #[serde(rename = "as")]
+    pub name: String,
+    /// Another file of the feed's zip archive (its path in the archive). One of `member` and
+    /// `request`.
+    #[serde(default)]
+    pub member: Option<String>,
+    /// A second document of the feed's upstream. One of `member` and `request`.
+    #[serde(default)]
+    pub request: Option<FileRequest>,
+    /// The joined file's column holding the key, as its header writes it (`Stock #`).
+    pub key: String,
+    /// jq: the unit record's key (`.["Stock #"]`, `.VIN`).
+    pub on: String,
+    /// `true`: every row a key finds, as a list (a row per photo). `false` (the default): the
+    /// one row; a key two rows hold is ambiguous, and the units with it get neither.
+    #[serde(default)]
+    pub many: bool,
 }
 
 /// `feed.yaml` `csv:`: how a CSV export is written.

@@ -124,7 +124,48 @@ impl MappingLoader<'_> {
         }
     }
 
+    /// The upstream `name`, of a kind that answers calls (not `kind: file`, which only a feed
+    /// reads).
     pub(super) fn target_ref(
+        &mut self,
+        src: &Source,
+        pointer: &str,
+        name: &str,
+        upstreams: &Upstreams,
+    ) -> Option<Target> {
+        match self.any_target_ref(src, pointer, name, upstreams)? {
+            Target::Http(u) if u.is_file() => {
+                self.problems.push(src.problem(
+                    pointer,
+                    format!("`{name}` is a `kind: file` upstream; only a feed.yaml reads files"),
+                ));
+                None
+            }
+            target => Some(target),
+        }
+    }
+
+    /// A feed's upstream: HTTP, or `kind: file`.
+    pub(super) fn feed_upstream_ref(
+        &mut self,
+        src: &Source,
+        pointer: &str,
+        name: &str,
+        upstreams: &Upstreams,
+    ) -> Option<Arc<Upstream>> {
+        match self.any_target_ref(src, pointer, name, upstreams)? {
+            Target::Http(u) => Some(u),
+            Target::Smtp(_) => {
+                self.problems.push(src.problem(
+                    pointer,
+                    format!("`{name}` is an SMTP upstream; only lead.submit can deliver by e-mail"),
+                ));
+                None
+            }
+        }
+    }
+
+    fn any_target_ref(
         &mut self,
         src: &Source,
         pointer: &str,

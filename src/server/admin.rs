@@ -91,10 +91,23 @@ fn readiness(state: &Running) -> Response<Full<Bytes>> {
         .filter(|(_, f)| !f.loaded())
         .map(|(d, _)| d.id())
         .collect();
-    if missing.is_empty() {
+    // Loaded, but listing nothing: the dealer answers every search with no vehicle.
+    let empty: Vec<serde_json::Value> = feeds()
+        .filter_map(|(d, f)| {
+            let cause = f.nothing_listable()?;
+            Some(serde_json::json!({ "dealer": d.id(), "feed": f.file, "cause": cause }))
+        })
+        .collect();
+    if missing.is_empty() && empty.is_empty() {
         return plain(StatusCode::OK, "ready");
     }
-    let body = serde_json::json!({ "status": "ready", "feeds_without_copy": missing });
+    let mut body = serde_json::json!({ "status": "ready" });
+    if !missing.is_empty() {
+        body["feeds_without_copy"] = serde_json::json!(missing);
+    }
+    if !empty.is_empty() {
+        body["feeds_listing_nothing"] = serde_json::json!(empty);
+    }
     let mut response = plain(StatusCode::OK, "ready");
     *response.body_mut() = Full::new(Bytes::from(body.to_string()));
     response
@@ -106,6 +119,10 @@ fn metrics(app: &crate::app::App) -> Response<Full<Bytes>> {
     for dealer in &app.dealers {
         let oldest = dealer.feeds().iter().filter_map(|f| f.age()).max();
         app.metrics.feed_age(&dealer.label, oldest);
+        let listable = (dealer.feeds().iter())
+            .filter_map(|f| f.listable())
+            .reduce(|a, b| a + b);
+        app.metrics.feed_listable(&dealer.label, listable);
     }
     app.metrics
         .in_flight(app.limits.in_flight(app.settings.limits.max_concurrency));

@@ -147,6 +147,7 @@ pub struct Metrics {
     replays: Family<DealerLabels, Counter>,
     conflicts: Family<DealerLabels, Counter>,
     feed_age: Family<DealerLabels, Gauge<f64, AtomicU64>>,
+    feed_listable: Family<DealerLabels, Gauge>,
     feed_refreshes: Family<OutcomeLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
     in_flight: Gauge,
@@ -232,6 +233,13 @@ impl Metrics {
             "aap_gateway_feed_cache_age_seconds",
             "Age of the oldest cached inventory feed of a dealer",
             feed_age.clone(),
+        );
+        let feed_listable = Family::default();
+        registry.register(
+            "aap_gateway_feed_listable_vehicles",
+            "Vehicles a dealer's cached inventory feeds list to buyers (0 with a copy loaded: \
+             the feed lists nothing, and the log and /readyz say why)",
+            feed_listable.clone(),
         );
         let feed_refreshes = Family::default();
         registry.register(
@@ -341,6 +349,7 @@ impl Metrics {
             replays,
             conflicts,
             feed_age,
+            feed_listable,
             feed_refreshes,
             reloads,
             in_flight,
@@ -508,6 +517,24 @@ impl Metrics {
             outcome,
         };
         self.feed_refreshes.get_or_create(&labels).inc();
+    }
+
+    /// Sets the listable-vehicles gauge of `dealer` (its feeds' copies together; none: no
+    /// series).
+    pub fn feed_listable(&self, dealer: &Arc<str>, listable: Option<usize>) {
+        let labels = DealerLabels {
+            dealer: Arc::clone(dealer),
+        };
+        match listable {
+            Some(n) => {
+                self.feed_listable
+                    .get_or_create(&labels)
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+            None => {
+                self.feed_listable.remove(&labels);
+            }
+        }
     }
 
     /// Sets the feed-age gauge of `dealer` (the oldest of its feeds; none: no series).

@@ -168,7 +168,14 @@ pub async fn answer(
         }
         Handler::ScannedVehicle(v) => v.execute(Some(canned), request).await.map(Data::into_value),
         Handler::Feed { skill, feed } => match feed.fetch(Transport::Canned(canned)).await {
-            Ok(snapshot) => snapshot.answer(*skill, request).map(Data::into_value),
+            // Every record of the example dropped: say so and why, not an empty page.
+            Ok(snapshot) => match snapshot.why_nothing_listable() {
+                Some(why) => Err(AapError::Internal(format!(
+                    "{}: the example's feed lists no vehicle: {why}",
+                    feed.file
+                ))),
+                None => snapshot.answer(*skill, request).map(Data::into_value),
+            },
             Err(e) => Err(e),
         },
         Handler::Lead(lead) => run_lead(lead, canned, request).await,

@@ -336,10 +336,13 @@ impl Upstream {
         req.headers
             .extend(span.in_scope(crate::telemetry::trace::outgoing));
         let started = Instant::now();
-        let result = self
-            .call_unmetered(req, stream)
-            .instrument(span.clone())
-            .await;
+        let result = if self.is_file() {
+            self.read_file(req).instrument(span.clone()).await
+        } else {
+            self.call_unmetered(req, stream)
+                .instrument(span.clone())
+                .await
+        };
         match &result {
             Ok((reply, _)) => span.record("http.response.status_code", reply.status.as_u16()),
             Err(e) => span.record("error.kind", e.kind()),
@@ -371,6 +374,43 @@ impl Upstream {
     pub fn attach_meter(&self, meter: crate::telemetry::metrics::Meter) {
         self.inner.breaker.attach_gauge(meter.breaker_gauge());
         let _ = self.inner.meter.set(meter);
+    }
+
+    /// Whether this is a `kind: file` upstream: its calls read local files
+    /// (`upstream/file_source.rs`).
+    pub fn is_file(&self) -> bool {
+        self.inner.base_url.scheme() == "file"
+    }
+
+    /// A call to a `kind: file` upstream: the file read off the async workers, within
+    /// `timeouts.request` and `max_response_bytes`, answered as a reply (never streamed).
+    async fn read_file(
+        &self,
+        req: UpstreamRequest,
+    ) -> Result<(UpstreamResponse, Option<BodyStream<'_>>), UpstreamError> {
+        let started = Instant::now();
+        let base = (self.inner.base_url.to_file_path()).map_err(|()| {
+            UpstreamError::InvalidRequest("base_url names no local directory".to_owned())
+        })?;
+        let limit = self.inner.settings.max_response_bytes;
+        let timeout = self.inner.settings.request_timeout;
+        let reading =
+            tokio::task::spawn_blocking(move || super::file_source::read(&base, &req, limit));
+        let (status, headers, body) = match tokio::time::timeout(timeout, reading).await {
+            Err(_) => return Err(UpstreamError::Timeout { after: timeout }),
+            Ok(Err(e)) => return Err(UpstreamError::Protocol(format!("reading stopped: {e}"))),
+            Ok(Ok(read)) => read?,
+        };
+        tracing::debug!(upstream = %self.inner.name, status = status.as_u16(), "file read");
+        let response = UpstreamResponse {
+            status,
+            headers,
+            body,
+            elapsed: started.elapsed(),
+            verdict: None,
+            token_generation: None,
+        };
+        Ok((response, None))
     }
 
     async fn call_unmetered(

@@ -16,6 +16,9 @@
 //!                                          ◀── UpstreamResponse (any status) | UpstreamError
 //!                                              soap::decode_reply ─▶ Body as JSON | Fault
 //!
+//!  engine::feed ──── UpstreamRequest ──▶ Upstream::call → file_source::read  (kind: file)
+//!                                          a local file as a 200 / 304 reply, off the workers
+//!
 //!  engine::lead ── OutgoingMail ──▶ Mailer::send                            (kind: smtp)
 //!                                breaker, slot, lettre pool, under timeouts.request, no retry
 //!                              ◀── MailReceipt (250 after DATA) | UpstreamError
@@ -50,6 +53,7 @@ mod auth;
 mod breaker;
 mod client;
 pub mod config;
+mod file_source;
 mod http_client;
 mod retry;
 pub mod smtp;

@@ -81,6 +81,7 @@ impl<'a> Building<'a> {
                 .find(hash, |&entry| by_vin.key_at(entry) == Some(vin))
                 .is_some()
             {
+                self.stats.repeated += 1;
                 return;
             }
         }
@@ -166,6 +167,7 @@ impl<'a> Building<'a> {
             by_id,
             fetched_at: Instant::now(),
             stats,
+            first_skip: None,
         }
     }
 }

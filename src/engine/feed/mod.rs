@@ -24,6 +24,7 @@
 
 mod building;
 mod chunks;
+mod join;
 mod parallel;
 #[cfg(test)]
 mod tests;
@@ -54,6 +55,8 @@ use crate::upstream::Upstream;
 
 use self::building::{Building, Lookup, MappedRecord};
 use self::chunks::{CHUNKS_IN_FLIGHT, ChunkReader};
+use self::join::SideTable;
+pub use self::join::{Join, JoinSide, JoinStats};
 use self::parallel::{BATCH, in_order, threads};
 use self::thread::{FeedThread, retire};
 
@@ -75,6 +78,8 @@ pub struct Feed {
     /// mapped one at a time instead of through `items` over the whole document.
     pub csv_rows: bool,
     pub item: Jq,
+    /// A second file joined to the units by a key (the mapping's `join:`).
+    pub join: Option<Join>,
     pub refresh: Duration,
     pub max_stale: Duration,
     pub shared: MappingGlobals,
@@ -92,6 +97,10 @@ pub struct Feed {
     idle_refreshes: AtomicBool,
     /// What the served copy was made from, for a conditional refresh.
     validators: Mutex<Validators>,
+    /// The item mapping's first error in the build under way (taken by `finish`).
+    first_skip: Mutex<Option<String>>,
+    /// Why the served copy lists nothing, when it does not ([`Snapshot::why_nothing_listable`]).
+    nothing_listable: Mutex<Option<String>>,
     /// When the served copy was last found current: built, or confirmed unchanged.
     confirmed: Mutex<Option<Instant>>,
 }
@@ -120,6 +129,25 @@ impl Validators {
         let since =
             (self.last_modified.iter()).map(|v| (http::header::IF_MODIFIED_SINCE, v.clone()));
         etag.chain(since)
+    }
+}
+
+/// A joined document fetched on its own (`join.request`).
+struct SideDoc {
+    body: bytes::Bytes,
+    headers: http::HeaderMap,
+    digest: [u8; 32],
+}
+
+/// The digest of a document, with that of the document joined to it if any.
+fn combined(document: [u8; 32], side: Option<[u8; 32]>) -> [u8; 32] {
+    match side {
+        None => document,
+        Some(side) => Sha256::new()
+            .chain_update(document)
+            .chain_update(side)
+            .finalize()
+            .into(),
     }
 }
 
@@ -165,6 +193,8 @@ pub struct Snapshot {
     pub fetched_at: Instant,
     /// How this copy came about, for logs.
     pub stats: BuildStats,
+    /// The item mapping's error on the first record it could not map.
+    first_skip: Option<String>,
 }
 
 /// What building a snapshot took.
@@ -174,10 +204,16 @@ pub struct BuildStats {
     pub bytes: usize,
     /// Records the item mapping could not map (skipped).
     pub skipped: usize,
+    /// CSV rows with more or fewer fields than the header (skipped, never mapped).
+    pub ragged: usize,
+    /// Records repeating a VIN listed before (the first one is kept).
+    pub repeated: usize,
     /// Vehicles unchanged since the previous copy, shared with it.
     pub reused: usize,
     /// Fetching and building, together.
     pub elapsed: Duration,
+    /// How the `join:` went, if the feed has one.
+    pub join: Option<JoinStats>,
 }
 
 impl Feed {
@@ -193,6 +229,7 @@ impl Feed {
         items: Option<Jq>,
         csv_rows: bool,
         item: Jq,
+        join: Option<Join>,
         refresh: Duration,
         max_stale: Duration,
         shared: MappingGlobals,
@@ -208,6 +245,7 @@ impl Feed {
             items,
             csv_rows,
             item,
+            join,
             refresh,
             max_stale,
             shared,
@@ -219,6 +257,8 @@ impl Feed {
             retiring: std::sync::Mutex::new(None),
             idle_refreshes: AtomicBool::new(false),
             validators: Mutex::new(Validators::default()),
+            first_skip: Mutex::new(None),
+            nothing_listable: Mutex::new(None),
             confirmed: Mutex::new(None),
         }
     }
@@ -258,10 +298,19 @@ impl Feed {
             excluded = snapshot.inventory.excluded(),
             reused = stats.reused,
             skipped = stats.skipped,
+            ragged = stats.ragged,
             bytes = stats.bytes,
             elapsed_ms = stats.elapsed.as_millis() as u64,
             "{message}"
         );
+        let why = snapshot.why_nothing_listable();
+        if let Some(why) = &why {
+            tracing::warn!(feed = %self.file, cause = %why, "feed lists no vehicle");
+        }
+        *self
+            .nothing_listable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = why;
         if let Some(old) = old {
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => {
@@ -301,6 +350,18 @@ impl Feed {
     /// Whether a copy is cached.
     pub fn loaded(&self) -> bool {
         self.current().is_some()
+    }
+
+    /// Listable vehicles in the served copy (`None`: no copy).
+    pub fn listable(&self) -> Option<usize> {
+        self.current().map(|s| s.inventory.len())
+    }
+
+    /// Why the served copy lists no vehicle, if it lists none (readiness shows it).
+    pub fn nothing_listable(&self) -> Option<String> {
+        (self.nothing_listable.lock())
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Age of the cached copy, if any (for metrics and logs): the time since it was last found
@@ -474,7 +535,9 @@ impl Feed {
             .request
             .render(Scope::context(&values), None)
             .map_err(|e| AapError::Internal(format!("{}: {e}", self.file)))?;
-        if let Some(known) = known {
+        // (A feed joined to a second document refetches both: a `304` for one would say
+        // nothing of the other. The SHA-256 of both still keeps an unchanged copy.)
+        if let Some(known) = known.filter(|_| !self.joins_a_request()) {
             // The mapping's own headers win (a vendor that wants no conditions can say so).
             let conditions: Vec<_> = (known.conditions())
                 .filter(|(name, _)| !rendered.headers.iter().any(|(n, _)| n == name))
@@ -486,11 +549,14 @@ impl Feed {
         // A refresh gives way to the searches of the copy it replaces; a first load is what
         // readiness (or a buyer) waits for.
         let idle = previous.is_some() && self.idle_refreshes.load(Ordering::Relaxed);
+        // A joined second document is fetched first, whole.
+        let side = self.fetch_side(transport).await?;
+        let side_digest = side.as_ref().map(|s| s.digest);
         let (mut snapshot, validators) = match transport {
             // A CSV feed is read as it arrives: the document is never held whole.
             Transport::Live(upstream) if self.csv_rows && upstream.soap().is_none() => {
                 match self
-                    .fetch_streaming(upstream, rendered, previous, idle, known.is_some())
+                    .fetch_streaming(upstream, rendered, previous, idle, known.is_some(), side)
                     .await?
                 {
                     None => return Ok(Fetched::Unchanged),
@@ -514,13 +580,17 @@ impl Feed {
                 let built = self
                     .thread
                     .run(idle, move || {
-                        let digest: [u8; 32] = Sha256::digest(&response.body).into();
+                        let digest = combined(Sha256::digest(&response.body).into(), side_digest);
                         if Some(digest) == known_digest {
                             return Ok(None);
                         }
                         let declared = Declared::reply(feed.charset, &response.headers);
-                        let snapshot =
-                            feed.build_after(&response.body, declared, previous.as_deref())?;
+                        let snapshot = feed.build_after(
+                            &response.body,
+                            declared,
+                            previous.as_deref(),
+                            side.as_ref(),
+                        )?;
                         Ok(Some((snapshot, Validators::of(&response.headers, digest))))
                     })
                     .await
@@ -551,6 +621,7 @@ impl Feed {
         previous: Option<Arc<Snapshot>>,
         idle: bool,
         conditional: bool,
+        side: Option<SideDoc>,
     ) -> Result<Option<(Snapshot, Validators)>, AapError> {
         let request = crate::upstream::UpstreamRequest {
             method: rendered.method,
@@ -576,18 +647,43 @@ impl Feed {
             // A gzip file is unpacked as it arrives; a zip archive is held packed, its member
             // read as a stream (`formats::unpacked`).
             let mut source = ChunkReader::new(reader);
-            let snapshot = formats::unpacked(
-                &mut source,
-                declared.content_type,
-                &feed.unpack,
-                |document| {
-                    let rows = formats::csv_stream_with(document, declared, &feed.csv_dialect)
+            let previous = previous.as_deref();
+            let units = |document: &mut dyn std::io::Read, table: Option<&SideTable>| {
+                let rows =
+                    formats::csv_stream_with(document, declared, &feed.csv_dialect).map_err(bad)?;
+                feed.build_rows(rows, previous, table)
+            };
+            let snapshot = match &feed.join {
+                // The joined member is read first, the units then stream past it.
+                Some(
+                    join @ Join {
+                        side: JoinSide::Member(name),
+                        ..
+                    },
+                ) => formats::unpacked_with_member(
+                    &mut source,
+                    &feed.unpack,
+                    name,
+                    |side| {
+                        let rows = formats::csv_stream_with(side, declared, &feed.csv_dialect)?;
+                        feed.side_table(join, rows)
+                    },
+                    |table, document| units(document, Some(&table.map_err(bad)?)),
+                )
+                .map_err(bad)??,
+                _ => {
+                    let table = (side.as_ref())
+                        .map(|side| feed.side_document(side))
+                        .transpose()
                         .map_err(bad)?;
-                    feed.build_rows(rows, previous.as_deref())
-                },
-            )
-            .map_err(bad)??;
-            Ok::<_, AapError>((snapshot, Validators::of(&headers, source.digest())))
+                    formats::unpacked(&mut source, declared.content_type, &feed.unpack, |d| {
+                        units(d, table.as_ref())
+                    })
+                    .map_err(bad)??
+                }
+            };
+            let digest = combined(source.digest(), side.map(|s| s.digest));
+            Ok::<_, AapError>((snapshot, Validators::of(&headers, digest)))
         });
         let mut bytes = response.body.len();
         let pumped = match stream {
@@ -645,7 +741,89 @@ impl Feed {
     /// Maps a fetched document into a snapshot; `declared` names its charset (the mapping's,
     /// the reply's `Content-Type`).
     pub fn build(&self, body: &bytes::Bytes, declared: Declared<'_>) -> Result<Snapshot, AapError> {
-        self.build_after(body, declared, None)
+        self.build_after(body, declared, None, None)
+    }
+
+    /// Whether the feed joins a second document of its upstream (`join.request`).
+    fn joins_a_request(&self) -> bool {
+        matches!(
+            &self.join,
+            Some(Join {
+                side: JoinSide::Request(_),
+                ..
+            })
+        )
+    }
+
+    /// Fetches the document `join.request` names, whole (`None`: the feed joins none, or the
+    /// transport is an example's canned reply, which stands for the units' document alone).
+    async fn fetch_side(&self, transport: Transport<'_>) -> Result<Option<SideDoc>, AapError> {
+        let (Some(join), Transport::Live(upstream)) = (&self.join, transport) else {
+            return Ok(None);
+        };
+        let JoinSide::Request(spec) = &join.side else {
+            return Ok(None);
+        };
+        let values = minijinja::context! {
+            tables => self.shared.tables_tpl.clone(),
+            dealer => self.shared.dealer_tpl.clone(),
+        };
+        let rendered = spec
+            .render(Scope::context(&values), None)
+            .map_err(|e| AapError::Internal(format!("{}: join.request: {e}", self.file)))?;
+        let response = send(Transport::Live(upstream), &self.upstream, rendered, true).await?;
+        if !response.status.is_success() {
+            return Err(AapError::UpstreamUnavailable {
+                upstream: self.upstream.name().to_owned(),
+                cause: format!(
+                    "the joined document (`join.request`) answered HTTP {} ({})",
+                    response.status, self.file
+                ),
+            });
+        }
+        let digest = Sha256::digest(&response.body).into();
+        Ok(Some(SideDoc {
+            body: response.body,
+            headers: response.headers,
+            digest,
+        }))
+    }
+
+    /// The joined file's table, from its CSV rows.
+    fn side_table<R: std::io::Read>(
+        &self,
+        join: &Join,
+        rows: formats::CsvRows<R>,
+    ) -> Result<SideTable, String> {
+        SideTable::read(join, rows).map_err(|e| match &join.side {
+            JoinSide::Member(name) => format!("joined member `{name}`: {e}"),
+            JoinSide::Request(_) => format!("joined document (`join.request`): {e}"),
+        })
+    }
+
+    /// The joined file's table from its bytes (unpacked if packed).
+    fn side_bytes(
+        &self,
+        join: &Join,
+        body: &[u8],
+        declared: Declared<'_>,
+    ) -> Result<SideTable, String> {
+        let text = formats::CsvText::new(body, declared)?;
+        self.side_table(join, text.rows_with(&self.csv_dialect)?)
+    }
+
+    /// The table of a joined document fetched on its own (`join.request`).
+    fn side_document(&self, side: &SideDoc) -> Result<SideTable, String> {
+        let Some(join) = &self.join else {
+            return Err("no join".to_owned());
+        };
+        let declared = Declared::reply(self.charset, &side.headers);
+        let unpack = Unpack {
+            member: None,
+            ..self.unpack.clone()
+        };
+        let unpacked = formats::unpacked_whole(&side.body, declared.content_type, &unpack)?;
+        self.side_bytes(join, unpacked.as_deref().unwrap_or(&side.body), declared)
     }
 
     /// [`Feed::build`], sharing with `previous` every vehicle that maps to exactly what it
@@ -657,17 +835,51 @@ impl Feed {
         body: &bytes::Bytes,
         declared: Declared<'_>,
         previous: Option<&Snapshot>,
+        side: Option<&SideDoc>,
     ) -> Result<Snapshot, AapError> {
         let bad = |cause: String| self.bad_document(cause);
         let packed = body.len();
-        let unpacked = formats::unpacked_whole(body, declared.content_type, &self.unpack)
-            .map_err(bad)?
-            .map(bytes::Bytes::from);
+        let (unpacked, table) = match &self.join {
+            Some(
+                join @ Join {
+                    side: JoinSide::Member(name),
+                    ..
+                },
+            ) => {
+                let whole = |file: &mut dyn std::io::Read| {
+                    let mut out = Vec::new();
+                    file.read_to_end(&mut out)
+                        .map(|_| out)
+                        .map_err(|e| e.to_string())
+                };
+                let (side, units) = formats::unpacked_with_member(
+                    &body[..],
+                    &self.unpack,
+                    name,
+                    whole,
+                    |side, units| Ok::<_, String>((side?, whole(units)?)),
+                )
+                .and_then(|read| read)
+                .map_err(bad)?;
+                let table = self.side_bytes(join, &side, declared).map_err(bad)?;
+                (Some(bytes::Bytes::from(units)), Some(table))
+            }
+            _ => {
+                let unpacked = formats::unpacked_whole(body, declared.content_type, &self.unpack)
+                    .map_err(bad)?
+                    .map(bytes::Bytes::from);
+                let table = (side.map(|side| self.side_document(side)))
+                    .transpose()
+                    .map_err(bad)?;
+                (unpacked, table)
+            }
+        };
+        let table = table.as_ref();
         let body = unpacked.as_ref().unwrap_or(body);
         if self.csv_rows {
             let text = formats::CsvText::new(body, declared).map_err(bad)?;
             let rows = text.rows_with(&self.csv_dialect).map_err(bad)?;
-            let mut snapshot = self.build_rows(rows, previous)?;
+            let mut snapshot = self.build_rows(rows, previous, table)?;
             snapshot.stats.bytes = packed;
             return Ok(snapshot);
         }
@@ -683,10 +895,13 @@ impl Feed {
             let batch: Vec<JqValue> = records.by_ref().take(BATCH).collect();
             Ok((!batch.is_empty()).then_some(batch))
         };
-        let work =
-            |batch: Vec<JqValue>| batch.iter().map(|record| self.map(record, &vars)).collect();
+        let work = |batch: Vec<JqValue>| {
+            (batch.iter())
+                .map(|record| self.map(record, &vars, table))
+                .collect()
+        };
         in_order(threads(previous), next, work, |mapped| building.add(mapped)).map_err(bad)?;
-        Ok(self.finish(building))
+        Ok(self.finish(building, table))
     }
 
     /// A snapshot of a CSV document's rows, each a record.
@@ -694,16 +909,25 @@ impl Feed {
         &self,
         mut rows: formats::CsvRows<R>,
         previous: Option<&Snapshot>,
+        table: Option<&SideTable>,
     ) -> Result<Snapshot, AapError> {
         let vars = self.vars();
         let mut building = Building::new(previous, 0);
         let columns = rows.columns().clone();
+        let width = columns.width();
+        let mut ragged = 0;
         let next = || {
             let mut batch = Vec::with_capacity(BATCH);
             while batch.len() < BATCH {
                 let mut record = csv::StringRecord::new();
                 if !rows.next_into(&mut record)? {
                     break;
+                }
+                // A row with more or fewer fields than the header: its fields cannot be told
+                // apart (a shifted column would put the price under the mileage).
+                if record.len() != width {
+                    ragged += 1;
+                    continue;
                 }
                 batch.push(record);
             }
@@ -716,13 +940,14 @@ impl Feed {
                 .map(|record| {
                     let row = columns.row(record);
                     let record = objects.build(row.text(), row.entries());
-                    self.map(&record, &vars)
+                    self.map(&record, &vars, table)
                 })
                 .collect()
         };
         in_order(threads(previous), next, work, |mapped| building.add(mapped))
             .map_err(|cause| self.bad_document(cause))?;
-        Ok(self.finish(building))
+        building.stats.ragged = ragged;
+        Ok(self.finish(building, table))
     }
 
     fn vars(&self) -> JqVars {
@@ -735,21 +960,86 @@ impl Feed {
     }
 
     /// The snapshot, once every record is in; skipped records are logged and counted.
-    fn finish(&self, building: Building<'_>) -> Snapshot {
+    fn finish(&self, mut building: Building<'_>, table: Option<&SideTable>) -> Snapshot {
+        if let Some(table) = table {
+            let join = table.stats();
+            building.stats.join = Some(join);
+            tracing::info!(
+                feed = %self.file,
+                joined = join.joined,
+                unmatched = join.unmatched,
+                ambiguous = join.ambiguous_units,
+                "feed units joined"
+            );
+            if join.ambiguous_keys > 0 {
+                tracing::warn!(
+                    feed = %self.file,
+                    keys = join.ambiguous_keys,
+                    units = join.ambiguous_units,
+                    "join keys held by more than one row of the joined file: the units with \
+                     them got none of the rows (`join.many: true` lists them all)"
+                );
+                if let Some(meter) = self.upstream.meter() {
+                    meter.mapping_event("join_key_ambiguous", join.ambiguous_keys as u64);
+                }
+            }
+        }
+        let first_skip = (self.first_skip.lock())
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         if building.stats.skipped > 0 {
             let skipped = building.stats.skipped;
-            tracing::warn!(feed = %self.file, skipped, "feed records the item mapping could not map");
+            let first = first_skip.as_deref().unwrap_or("");
+            tracing::warn!(feed = %self.file, skipped, first, "feed records the item mapping could not map");
             if let Some(meter) = self.upstream.meter() {
                 meter.mapping_event("record_skipped", skipped as u64);
             }
         }
-        building.finish()
+        if building.stats.ragged > 0 {
+            let ragged = building.stats.ragged;
+            tracing::warn!(
+                feed = %self.file,
+                ragged,
+                "feed CSV rows with more or fewer fields than the header: skipped"
+            );
+            if let Some(meter) = self.upstream.meter() {
+                meter.mapping_event("csv_row_ragged", ragged as u64);
+            }
+        }
+        let mut snapshot = building.finish();
+        snapshot.first_skip = first_skip;
+        snapshot
     }
 
     /// What the item mapping makes of one record, ready for the snapshot; `None`: the
     /// mapping failed on it.
-    fn map(&self, record: &JqValue, vars: &JqVars) -> Option<MappedRecord> {
-        let vehicle = self.item.run_one_json(record, vars).ok()?;
+    fn map(
+        &self,
+        record: &JqValue,
+        vars: &JqVars,
+        table: Option<&SideTable>,
+    ) -> Option<MappedRecord> {
+        let joined;
+        let record = match (table, &self.join) {
+            (Some(table), Some(join)) => {
+                joined = table.joined(join, record, vars);
+                &joined
+            }
+            _ => record,
+        };
+        let vehicle = match self.item.run_one_json(record, vars) {
+            Ok(vehicle) => vehicle,
+            Err(e) => {
+                let mut first = self
+                    .first_skip
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if first.is_none() {
+                    *first = Some(e.to_string());
+                }
+                return None;
+            }
+        };
         let key = |name: &str| vehicle.get(name).and_then(Value::as_str);
         Some(MappedRecord {
             vin: key("vin").map(str::to_ascii_uppercase),
@@ -770,6 +1060,55 @@ impl Snapshot {
     /// True when the feed mapped no record.
     pub fn is_empty(&self) -> bool {
         self.all.is_empty()
+    }
+
+    /// Why this copy lists no vehicle to buyers, when it lists none: `0 listable of N records:
+    /// <cause>`. `None` when it lists some.
+    pub fn why_nothing_listable(&self) -> Option<String> {
+        if !self.inventory.is_empty() {
+            return None;
+        }
+        let BuildStats {
+            skipped,
+            ragged,
+            repeated,
+            ..
+        } = self.stats;
+        let vehicles = self.all.len();
+        let read = vehicles + skipped + ragged + repeated;
+        if read == 0 {
+            return Some(
+                "the document holds no record (an empty export, or `items` or `unpack.member` \
+                 selects nothing)"
+                    .to_owned(),
+            );
+        }
+        let mut causes = Vec::new();
+        if skipped > 0 {
+            let first = self.first_skip.as_deref().unwrap_or("no message");
+            causes.push(format!(
+                "the item mapping failed on {skipped} (first: {first})"
+            ));
+        }
+        if ragged > 0 {
+            causes.push(format!(
+                "{ragged} CSV rows have more or fewer fields than the header (check `csv.delimiter` \
+                 and `csv.quote`)"
+            ));
+        }
+        let excluded = self.inventory.excluded();
+        if excluded > 0 {
+            causes.push(format!(
+                "{excluded} map to a status AAP does not list (sold, or no `status`)"
+            ));
+        }
+        if repeated > 0 {
+            causes.push(format!("{repeated} repeat a VIN listed before"));
+        }
+        Some(format!(
+            "0 listable of {read} records: {}",
+            causes.join("; ")
+        ))
     }
 
     /// Answers a validated call for `skill` from this snapshot.

@@ -77,7 +77,7 @@ fn a_refresh_shares_the_vehicles_that_did_not_change_and_answers_as_a_fresh_load
         .replacen("\"$24,990\"", "\"$23,990\"", 1);
     let changed = bytes::Bytes::from(changed);
     let refreshed = feed
-        .build_after(&changed, Declared::default(), Some(&first))
+        .build_after(&changed, Declared::default(), Some(&first), None)
         .expect("builds");
     assert_eq!(refreshed.stats.reused, 2, "all but the repriced unit");
     let fresh = feed.build(&changed, Declared::default()).expect("builds");
@@ -130,7 +130,7 @@ fn a_feed_that_repeats_a_unit_lists_it_once_as_its_first_row_says() {
     );
     // And a refresh of it reads the same.
     let refreshed = feed
-        .build_after(&document, Declared::default(), Some(&built))
+        .build_after(&document, Declared::default(), Some(&built), None)
         .expect("builds");
     assert_eq!((refreshed.len(), refreshed.stats.reused), (4, 4));
     assert_eq!(answers(&refreshed), answers(&built));
@@ -161,7 +161,7 @@ fn a_document_whose_connection_breaks_off_is_refused_not_taken_for_a_shorter_one
         drop(chunks);
         let rows = formats::csv_stream(ChunkReader::new(reader), Declared::default())
             .map_err(|e| feed.bad_document(e))?;
-        feed.build_rows(rows, None)
+        feed.build_rows(rows, None, None)
     };
     assert_eq!(build(false).expect("a one-row feed").len(), 1);
     let error = build(true).expect_err("a broken document");

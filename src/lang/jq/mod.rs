@@ -519,6 +519,32 @@ impl JqValue {
     pub fn is_truthy(&self) -> bool {
         self.0.as_bool()
     }
+
+    /// The array of `items`, in order.
+    pub fn array(items: Vec<JqValue>) -> JqValue {
+        JqValue(items.into_iter().map(|v| v.0).collect())
+    }
+
+    /// This object with `key` set to `value` (the object itself is shared, not changed); `None`
+    /// when this is not an object.
+    pub fn with_field(&self, key: &str, value: JqValue) -> Option<JqValue> {
+        let Val::Obj(map) = &self.0 else {
+            return None;
+        };
+        let mut map = map.clone();
+        Rc::make_mut(&mut map).insert(Val::from(key.to_owned()), value.0);
+        Some(JqValue(Val::Obj(map)))
+    }
+
+    /// The value as a key to look up: a string as it is, a number as its JSON text; `None` for
+    /// anything else (`null`, an empty string, a list, an object).
+    pub fn key_text(&self) -> Option<String> {
+        match &self.0 {
+            Val::TStr(b) | Val::BStr(b) if !b.is_empty() => Some(lossy(b)),
+            Val::Num(_) => Some(val_to_json(&self.0).to_string()),
+            _ => None,
+        }
+    }
 }
 
 /// Objects whose values are all strings (a CSV row), built straight into jaq's representation:

@@ -64,6 +64,30 @@ impl Check {
         }
     }
 
+    /// `kind: file`: `file:///` and an absolute directory, nothing else.
+    pub(super) fn file_url(&mut self, pointer: &str, text: &str) -> Option<Url> {
+        let url = match Url::parse(text.trim()) {
+            Ok(url) => url,
+            Err(e) => {
+                self.problem(pointer, format!("not a valid URL: {e}"));
+                return None;
+            }
+        };
+        let local = url.scheme() == "file"
+            && url.host_str().is_none_or(str::is_empty)
+            && url.query().is_none()
+            && url.fragment().is_none()
+            && url.to_file_path().is_ok();
+        if !local {
+            self.problem(
+                pointer,
+                "base_url of `kind: file` is a local directory: `file:///mnt/exports`",
+            );
+            return None;
+        }
+        Some(url)
+    }
+
     pub(super) fn http_url(&mut self, pointer: &str, text: &str, what: &str) -> Option<Url> {
         let url = match Url::parse(text.trim()) {
             Ok(url) => url,

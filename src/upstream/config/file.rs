@@ -34,15 +34,17 @@ impl fmt::Debug for Secret {
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileUpstream {
-    /// `rest` (JSON or any body over HTTP), `soap` (SOAP 1.1/1.2 envelopes over HTTP) or `smtp`
-    /// (e-mail, e.g. ADF/XML leads to a CRM's intake address).
+    /// `rest` (JSON or any body over HTTP), `soap` (SOAP 1.1/1.2 envelopes over HTTP), `smtp`
+    /// (e-mail, e.g. ADF/XML leads to a CRM's intake address) or `file` (a feed document in a
+    /// local directory: a shared volume another container writes).
     #[serde(default)]
     pub kind: FileUpstreamKind,
     /// HTTP kinds: base URL, `http` or `https`, no query, fragment or credentials; its path is a
     /// prefix of every call's path: `https://x/api` + `/v2/vehicles` → `https://x/api/v2/vehicles`
     /// (an empty call path is the base URL itself, the usual case for a SOAP endpoint).
     /// `smtp`: `smtp://host[:port]` (STARTTLS per `smtp.starttls`, port 587 by default) or
-    /// `smtps://host[:port]` (TLS from the first byte, port 465 by default).
+    /// `smtps://host[:port]` (TLS from the first byte, port 465 by default). `file`:
+    /// `file:///an/absolute/directory`; a feed's request path names a file under it.
     pub base_url: String,
     /// How long to wait for the upstream.
     #[serde(default)]
@@ -158,6 +160,8 @@ pub enum FileUpstreamKind {
     Rest,
     Soap,
     Smtp,
+    /// A feed document read from a local directory (`base_url: file:///mnt/exports`).
+    File,
 }
 
 /// `soap:` of a `kind: soap` upstream.

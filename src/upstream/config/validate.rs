@@ -57,6 +57,23 @@ impl FileUpstream {
                 self.http(&mut c, base_url, common)
                     .map(EndpointSettings::Http)
             }
+            FileUpstreamKind::File => {
+                let base_url = c.file_url("/base_url", &self.base_url);
+                for (pointer, set) in [
+                    ("/auth", self.auth.is_some()),
+                    ("/headers", !self.headers.is_empty()),
+                ] {
+                    if set {
+                        c.problem(
+                            pointer,
+                            "a `file` upstream reads a local directory: no HTTP settings",
+                        );
+                    }
+                }
+                let common = self.common(&mut c);
+                self.http(&mut c, base_url, common)
+                    .map(EndpointSettings::Http)
+            }
             FileUpstreamKind::Smtp => {
                 let endpoint = c.smtp_url("/base_url", &self.base_url);
                 let common = self.common(&mut c);

@@ -1,0 +1,249 @@
+//! A source that yields nothing is loud (issue 37 item 11, for feeds): a feed that loads with 0
+//! listable of N records says so — a warning with the cause, the gauge
+//! `aap_gateway_feed_listable_vehicles` at 0, and a note in `/readyz` naming the dealer, the
+//! feed and the cause; CSV rows with more or fewer fields than the header are counted and
+//! skipped (a shifted column would put the price under the mileage); `test-mappings` says when
+//! every example record was dropped, and why. Real gateway in-process, a feed host on
+//! 127.0.0.1:0.
+
+mod common;
+mod feed_support;
+
+use std::collections::HashMap;
+use std::process::Command;
+
+use bytes::Bytes;
+use common::Gateway;
+use feed_support::{Export, FeedHost, config_yaml, feed_folder};
+use serde_json::{Value, json};
+
+const FEED_YAML: &str = r#"upstream: feed
+request: { method: GET, path: /lot.csv }
+format: csv
+refresh: 1h
+max_stale: 2h
+item: |
+  {
+    vin: (.VIN | nonempty), stock: (.Stock | nonempty), dealer_id: $dealer.id,
+    vehicle_type: "car", year: (.Year | int), make: (.Make | nonempty),
+    model: (.Model | nonempty), condition: "used",
+    status: (if .Sold == "Y" then "sold" else "available" end),
+    price: (.Price | dollars), mileage: (.Miles | miles)
+  } | compact
+"#;
+
+async fn start(host: &FeedHost, dealers: &[&str]) -> Gateway {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let folders: Vec<(&str, std::path::PathBuf)> = dealers
+        .iter()
+        .map(|id| {
+            let folder = dir.path().join(id);
+            feed_folder(
+                &folder,
+                &FEED_YAML.replace("/lot.csv", &format!("/{id}.csv")),
+            );
+            (*id, folder)
+        })
+        .collect();
+    let listed: Vec<(&str, &std::path::Path)> =
+        folders.iter().map(|(id, f)| (*id, f.as_path())).collect();
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(&config, config_yaml(&listed)).expect("config");
+    let vars = HashMap::from([("FEED_URL".to_owned(), host.url.clone())]);
+    common::start_file_with_vars(&config, Some(dir), vars).await
+}
+
+fn csv(body: &str) -> Export {
+    Export {
+        body: Bytes::from(body.to_owned()),
+        content_type: "text/csv",
+        ..Export::default()
+    }
+}
+
+async fn readyz(gw: &Gateway) -> (u16, String) {
+    let reply = gw.client().get(gw.admin_url("/readyz")).send().await;
+    let reply = reply.expect("readyz");
+    let status = reply.status().as_u16();
+    (status, reply.text().await.expect("text"))
+}
+
+fn gauge(metrics: &str, dealer: &str) -> Option<i64> {
+    let prefix = format!("aap_gateway_feed_listable_vehicles{{dealer=\"{dealer}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+}
+
+fn events(metrics: &str, dealer: &str, event: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("aap_gateway_mapping_events_total")
+                && l.contains(&format!("dealer=\"{dealer}\""))
+                && l.contains(&format!("event=\"{event}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+async fn search(gw: &Gateway, dealer: &str) -> Value {
+    let call =
+        json!({ "type": "inventory.search.request", "sort": { "field": "price", "order": "asc" } });
+    let reply = gw.send(&format!("/dealers/{dealer}/a2a"), call).await;
+    assert!(reply.body.get("error").is_none(), "{}", reply.text);
+    reply.payload()["data"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_feed_that_lists_nothing_says_why_in_the_gauge_and_readyz() {
+    let host = FeedHost::start().await;
+    // Every odometer is in kilometres with the unit glued on, which the `miles` helper
+    // refuses: every record is skipped.
+    host.serve(
+        "/glued_km.csv",
+        csv("VIN,Stock,Year,Make,Model,Price,Miles,Sold\n\
+             1HGCM82633A004352,U-1,2018,Honda,Accord,\"18,990\",41200km,N\n\
+             2T1BURHE0JC043821,U-2,2018,Toyota,Corolla,\"14,250\",38900km,N\n"),
+    );
+    // Every unit sold.
+    host.serve(
+        "/soldout.csv",
+        csv("VIN,Stock,Year,Make,Model,Price,Miles,Sold\n\
+             1FTEW1EP5JFA11111,S-1,2018,Ford,F-150,\"31,499\",\"52,000\",Y\n"),
+    );
+    // A lot with units: the control.
+    host.serve(
+        "/stocked.csv",
+        csv("VIN,Stock,Year,Make,Model,Price,Miles,Sold\n\
+             5YJ3E1EA7KF317000,T-1,2019,Tesla,Model 3,\"29,900\",\"33,100\",N\n"),
+    );
+    let gw = start(&host, &["glued_km", "soldout", "stocked"]).await;
+
+    let (status, body) = readyz(&gw).await;
+    assert_eq!(
+        status, 200,
+        "a feed that lists nothing does not hold the pod back: {body}"
+    );
+    let body: Value = serde_json::from_str(&body).expect("readyz JSON");
+    let notes = body["feeds_listing_nothing"].as_array().expect("notes");
+    let cause = |dealer: &str| {
+        notes
+            .iter()
+            .find(|n| n["dealer"] == dealer)
+            .and_then(|n| n["cause"].as_str())
+            .map(str::to_owned)
+    };
+    let glued_km = cause("glued_km").expect("glued_km is named");
+    assert!(
+        glued_km.starts_with("0 listable of 2 records: the item mapping failed on 2 (first: "),
+        "{glued_km}"
+    );
+    assert!(
+        glued_km.contains("41200km"),
+        "the helper's message: {glued_km}"
+    );
+    let soldout = cause("soldout").expect("soldout is named");
+    assert_eq!(
+        soldout,
+        "0 listable of 1 records: 1 map to a status AAP does not list (sold, or no `status`)"
+    );
+    assert_eq!(cause("stocked"), None, "{notes:?}");
+
+    let metrics = gw.metrics().await;
+    assert_eq!(gauge(&metrics, "glued_km"), Some(0), "{metrics}");
+    assert_eq!(gauge(&metrics, "soldout"), Some(0));
+    assert_eq!(gauge(&metrics, "stocked"), Some(1));
+    assert_eq!(events(&metrics, "glued_km", "record_skipped"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn csv_rows_longer_or_shorter_than_the_header_are_counted_and_skipped() {
+    let host = FeedHost::start().await;
+    // Row 3 has an unquoted comma in its model (one field too many: its price would read
+    // "XLT"); row 5 lost its last two fields.
+    let rows = [
+        (
+            "1HGCM82633A004352,U-1,2018,Honda,Accord,\"18,990\",\"41,200\",N",
+            true,
+        ),
+        (
+            "1FTEW1EP5JFA11111,U-2,2018,Ford,F-150, XLT,\"31,499\",\"52,000\",N",
+            false,
+        ),
+        (
+            "2T1BURHE0JC043821,U-3,2018,Toyota,Corolla,\"14,250\",\"38,900\",N",
+            true,
+        ),
+        ("5YJ3E1EA7KF317000,U-4,2019,Tesla,Model 3,\"29,900\"", false),
+        (
+            "3VWDB7AJ5HM900001,U-5,2017,VW,Jetta,\"9,800\",\"77,000\",N",
+            true,
+        ),
+    ];
+    let mut body = "VIN,Stock,Year,Make,Model,Price,Miles,Sold\n".to_owned();
+    for (row, _) in rows {
+        body.push_str(row);
+        body.push('\n');
+    }
+    host.serve("/ragged.csv", csv(&body));
+    let gw = start(&host, &["ragged"]).await;
+    let page = search(&gw, "ragged").await;
+    // The oracle: the stock numbers of the rows as wide as the header.
+    let mut expected: Vec<&str> = rows
+        .iter()
+        .filter(|(_, whole)| *whole)
+        .map(|(row, _)| row.split(',').nth(1).expect("stock"))
+        .collect();
+    expected.sort_unstable();
+    let mut listed: Vec<&str> = page["vehicles"]
+        .as_array()
+        .expect("vehicles")
+        .iter()
+        .filter_map(|v| v["stock"].as_str())
+        .collect();
+    listed.sort_unstable();
+    assert_eq!(listed, expected, "{page}");
+    let metrics = gw.metrics().await;
+    assert_eq!(events(&metrics, "ragged", "csv_row_ragged"), 2, "{metrics}");
+}
+
+#[test]
+fn test_mappings_says_when_every_example_record_was_dropped_and_why() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let folder = dir.path().join("lot");
+    feed_folder(&folder, FEED_YAML);
+    std::fs::write(
+        folder.join("inventory.search.yaml"),
+        r#"skill: inventory.search
+mode: feed
+examples:
+  - name: two used cars
+    request: { type: inventory.search.request }
+    upstream_reply:
+      status: 200
+      content_type: text/csv
+      body: "VIN,Stock,Year,Make,Model,Price,Miles,Sold\n1HGCM82633A004352,U-1,2018,Honda,Accord,18990,41200km,N\n2T1BURHE0JC043821,U-2,2018,Toyota,Corolla,14250,38900km,N\n"
+    expect: { total: 2 }
+"#,
+    )
+    .expect("search");
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(&config, config_yaml(&[("lot", &folder)])).expect("config");
+    let out = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+        .args(["test-mappings", "--config"])
+        .arg(&config)
+        .env("FEED_URL", "http://127.0.0.1:9")
+        .output()
+        .expect("run aap-gateway");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("FAIL  lot inventory.search — two used cars"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("the example's feed lists no vehicle: 0 listable of 2 records: the item mapping failed on 2 (first: "),
+        "{stdout}"
+    );
+}
