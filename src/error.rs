@@ -144,8 +144,9 @@ pub struct FieldViolation {
     pub description: String,
 }
 
-/// Everything that can end a call early.
-#[derive(Debug, thiserror::Error)]
+/// Everything that can end a call early. `Clone`: the callers that share one scan of an
+/// upstream (single flight) each answer its outcome.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum AapError {
     // --- JSON-RPC / A2A protocol errors (A2A error shape, no `aap.error`) ---
     #[error("invalid JSON payload: {detail}")]

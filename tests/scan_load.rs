@@ -13,7 +13,8 @@
 
 mod common;
 
-use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use common::Gateway;
@@ -107,6 +108,27 @@ fn keel_page(seen: &Seen) -> (Vec<Value>, usize) {
         // Reports one unit fewer than it lists.
         Some("over") => (slice(page), all.len() - 1),
         _ => (slice(page), all.len()),
+    }
+}
+
+/// Keel Street with a gate: while it is shut, every call waits (a DMS that stalls).
+fn keel_gated(
+    gate: Arc<AtomicBool>,
+) -> impl Fn(
+    Seen,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = http::Response<common::http_server::ChunkBody>> + Send>,
+> + Send
++ Sync
++ 'static {
+    move |seen| {
+        let gate = Arc::clone(&gate);
+        Box::pin(async move {
+            while !gate.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            keel(seen).await
+        })
     }
 }
 
@@ -373,5 +395,141 @@ fn scan_limit_is_refused_from_the_first_pages_total_before_the_rest_is_read() {
             .send("/dealers/small/a2a", by_price(Some("volvo"), 0, 50))
             .await;
         assert_eq!(page_of(&reply), oracle(Some("volvo"), 0, 50));
+    });
+}
+
+// =============================================================================================
+// 2. Single flight
+
+/// Polls the gateway's metrics until `event` reached `count` (a bounded wait: a gateway that
+/// never counts it fails the test instead of hanging).
+async fn until_event(gw: &Gateway, event: &str, count: u64) {
+    for _ in 0..400 {
+        if event_count(&gw.metrics().await, event) >= count {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "`{event}` never reached {count}: {}",
+        event_count(&gw.metrics().await, event)
+    );
+}
+
+#[test]
+fn identical_scans_at_once_share_one_upstream_walk() {
+    runtime().block_on(async {
+        let gate = Arc::new(AtomicBool::new(false));
+        let server = HttpServer::start_scripted(keel_gated(Arc::clone(&gate))).await;
+        // No cache: only the walk under way is shared.
+        let keel = start_on(server, &[("keel", search_yaml("ok", "scan_cache: 0s\n"), 4)]).await;
+        let gw = &keel.gw;
+        // Six buyers, different windows and sorts of one make: one scan (same upstream filters).
+        let windows = [(0, 10), (10, 10), (20, 5), (0, 50), (3, 7), (40, 10)];
+        let searches = windows.map(|(skip, limit)| async move {
+            let reply = gw
+                .send("/dealers/keel/a2a", by_price(Some("subaru"), skip, limit))
+                .await;
+            assert_eq!(page_of(&reply), oracle(Some("subaru"), skip, limit));
+        });
+        let facets = async {
+            let reply = gw
+                .send(
+                    "/dealers/keel/a2a",
+                    json!({ "type": "inventory.facets.request", "filters": { "make": ["subaru"] } }),
+                )
+                .await;
+            assert!(reply.body.get("error").is_none(), "{}", reply.text);
+        };
+        let opener = async {
+            // Every caller but the first joined the walk before the DMS answers anything.
+            until_event(gw, "scan_shared", 6).await;
+            gate.store(true, Ordering::SeqCst);
+        };
+        tokio::join!(futures_util::future::join_all(searches), facets, opener);
+        let subaru = STOCK.iter().filter(|u| u.make == "Subaru").count();
+        assert_eq!(
+            keel.server.requests(),
+            subaru.div_ceil(PAGE),
+            "seven callers, one walk of the make's pages"
+        );
+    });
+}
+
+// =============================================================================================
+// 3. Stale while revalidate
+
+#[test]
+fn a_due_scan_answers_from_its_copy_while_one_refresh_reads_it_again() {
+    runtime().block_on(async {
+        let gate = Arc::new(AtomicBool::new(true));
+        let server = HttpServer::start_scripted(keel_gated(Arc::clone(&gate))).await;
+        let keel = start_on(
+            server,
+            &[(
+                "keel",
+                search_yaml("ok", "scan_cache: 300ms\nscan_stale: 1h\n"),
+                4,
+            )],
+        )
+        .await;
+        let gw = &keel.gw;
+        let pages = UNITS.div_ceil(PAGE);
+        let reply = gw.send("/dealers/keel/a2a", by_price(None, 0, 20)).await;
+        assert_eq!(page_of(&reply), oracle(None, 0, 20));
+        assert_eq!(keel.server.requests(), pages);
+
+        // Due, and the DMS stalls: buyers are answered from the copy, one refresh waits.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        gate.store(false, Ordering::SeqCst);
+        for (skip, limit) in [(20, 20), (100, 30), (0, 5)] {
+            let reply = tokio::time::timeout(
+                Duration::from_secs(10),
+                gw.send("/dealers/keel/a2a", by_price(None, skip, limit)),
+            )
+            .await
+            .expect("a due scan answers from its copy, not after a new walk");
+            assert_eq!(page_of(&reply), oracle(None, skip, limit));
+        }
+        assert_eq!(
+            event_count(&gw.metrics().await, "scan_stale_served"),
+            3,
+            "three answers from the due copy"
+        );
+        // One refresh only: its first page waits at the gate.
+        for _ in 0..200 {
+            if keel.server.requests() > pages {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            keel.server.requests(),
+            pages + 1,
+            "one refresh, not one per buyer"
+        );
+
+        // The DMS answers: the refresh completes and is the fresh copy.
+        gate.store(true, Ordering::SeqCst);
+        for _ in 0..400 {
+            if keel.server.requests() == 2 * pages && keel.server.in_flight() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            keel.server.requests(),
+            2 * pages,
+            "the refresh read every page"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let reply = gw.send("/dealers/keel/a2a", by_price(None, 0, 20)).await;
+        assert_eq!(page_of(&reply), oracle(None, 0, 20));
+        assert_eq!(
+            keel.server.requests(),
+            2 * pages,
+            "answered from the refreshed copy"
+        );
+        assert_eq!(event_count(&gw.metrics().await, "scan_stale_served"), 3);
     });
 }

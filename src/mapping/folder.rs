@@ -267,7 +267,7 @@ impl MappingLoader<'_> {
         }
         let upstream = self.proxy_upstream(src, &file, upstreams);
         self.proxy(skill, src, file, upstream, common)
-            .map(|m| Handler::Proxy(Arc::new(m)))
+            .map(|m| Handler::Proxy(m.into_shared()))
     }
 
     fn proxy_upstream(

@@ -74,7 +74,7 @@ impl MappingLoader<'_> {
                 Some(Handler::Lead(Arc::new(LeadMapping {
                     file: path,
                     policy: policy?,
-                    destination: Destination::Http(Arc::new(mapped?)),
+                    destination: Destination::Http(mapped?.into_shared()),
                 })))
             }
             None => {

@@ -26,7 +26,7 @@ use crate::protocol::vehicle::{Field, SearchPage, Vehicle};
 
 use super::call::Called;
 use super::page::{as_count, is_listable_status, page_data};
-use super::scan_cache::ScanKey;
+use super::scan_cache::{Lookup, ScanKey, Walk as ScanWalk};
 use super::spec::{NextPage, ProxyMapping, ResponseSpec, RuleOutcome, Values};
 use super::transport::Transport;
 
@@ -300,22 +300,80 @@ impl ProxyMapping {
     }
 
     /// Every listing matching the filters the upstream takes (at most `scan_limit` records),
-    /// searchable with AAP semantics; reused for `scan_cache`.
+    /// searchable with AAP semantics: kept for `scan_cache`, a due copy answering for
+    /// `scan_stale` more while it is read again in the background, and one walk shared by every
+    /// caller asking for the same scan at once ([`ScanCache`](super::ScanCache)).
     async fn scan(
         &self,
         transport: Transport<'_>,
         key: &ScanKey,
     ) -> Result<Arc<Inventory>, AapError> {
-        // Canned transports (examples) always run, so that what they record is every call.
-        let live = matches!(transport, Transport::Live(_));
-        if live && let Some(inventory) = self.scan_cache.get(key) {
-            return Ok(inventory);
+        if !matches!(transport, Transport::Live(_)) {
+            // Canned transports (examples) always run, so that what they record is every call.
+            return self.walk_scan(transport, key).await;
         }
-        let inventory = self.walk_scan(transport, key).await?;
-        if live {
-            self.scan_cache.put(key.clone(), &inventory);
+        loop {
+            match self.scan_cache.lookup(key) {
+                Lookup::Fresh(inventory) => return Ok(inventory),
+                Lookup::Stale(inventory, None) => {
+                    self.event("scan_stale_served", 1);
+                    return Ok(inventory);
+                }
+                Lookup::Stale(inventory, Some(walk)) => match self.refresh_in_background(walk) {
+                    Ok(()) => {
+                        self.event("scan_stale_served", 1);
+                        return Ok(inventory);
+                    }
+                    // Nowhere to run it: read it now, as a fresh scan.
+                    Err(walk) => {
+                        let outcome = self.walk_scan(transport, key).await;
+                        walk.finish(&outcome);
+                        return outcome;
+                    }
+                },
+                Lookup::Follow(mut told) => {
+                    self.event("scan_shared", 1);
+                    if let Ok(seen) = told.wait_for(Option::is_some).await
+                        && let Some(outcome) = seen.as_ref()
+                    {
+                        return outcome.clone();
+                    }
+                    // The walk's caller went away before it ended: look again.
+                }
+                Lookup::Lead(walk) => {
+                    let outcome = self.walk_scan(transport, key).await;
+                    walk.finish(&outcome);
+                    return outcome;
+                }
+            }
         }
-        Ok(inventory)
+    }
+
+    /// Reads a due scan again on a task of its own, the previous copy answering meanwhile;
+    /// `Err` gives the walk back when there is no runtime or no shared mapping to run it on.
+    fn refresh_in_background(&self, walk: ScanWalk) -> Result<(), ScanWalk> {
+        let (Some(mapping), Ok(runtime)) =
+            (self.this.upgrade(), tokio::runtime::Handle::try_current())
+        else {
+            return Err(walk);
+        };
+        runtime.spawn(async move {
+            let key = walk.key().clone();
+            let outcome = mapping
+                .walk_scan(Transport::Live(&mapping.upstream), &key)
+                .await;
+            if let Err(error) = &outcome {
+                mapping.event("scan_refresh_failed", 1);
+                tracing::warn!(
+                    mapping = %mapping.file,
+                    error = %crate::telemetry::Escaped(error),
+                    "a due scan could not be read again; its copy answers until `scan_stale` \
+                     runs out, then searches wait for a fresh scan"
+                );
+            }
+            walk.finish(&outcome);
+        });
+        Ok(())
     }
 
     /// Reads every listing matching `key` off the upstream's pages. Offset and page-number
