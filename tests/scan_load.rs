@@ -13,9 +13,10 @@
 
 mod common;
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::Gateway;
 use common::http_server::{HttpServer, Seen, reply};
@@ -198,14 +199,23 @@ async fn start_keel(dealers: &[(&str, String, usize)]) -> Keel {
 }
 
 async fn start_on(server: HttpServer, dealers: &[(&str, String, usize)]) -> Keel {
+    let dealers: Vec<(&str, String, String)> = dealers
+        .iter()
+        .map(|(id, search, width)| (*id, search.clone(), upstreams(*width)))
+        .collect();
+    start_custom(server, &dealers).await
+}
+
+/// The gateway with one dealer per (id, search file, upstreams.yaml).
+async fn start_custom(server: HttpServer, dealers: &[(&str, String, String)]) -> Keel {
     let dir = tempfile::tempdir().expect("temp");
     let mut yaml = String::from(
         "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nrate_limit: { enabled: false }\ndealers:\n",
     );
-    for (id, search, width) in dealers {
+    for (id, search, upstreams) in dealers {
         let folder = dir.path().join(id);
         std::fs::create_dir_all(&folder).expect("folder");
-        std::fs::write(folder.join("upstreams.yaml"), upstreams(*width)).expect("upstreams");
+        std::fs::write(folder.join("upstreams.yaml"), upstreams).expect("upstreams");
         std::fs::write(folder.join("inventory.search.yaml"), search).expect("search");
         std::fs::write(
             folder.join("inventory.facets.yaml"),
@@ -531,5 +541,244 @@ fn a_due_scan_answers_from_its_copy_while_one_refresh_reads_it_again() {
             "answered from the refreshed copy"
         );
         assert_eq!(event_count(&gw.metrics().await, "scan_stale_served"), 3);
+    });
+}
+
+// =============================================================================================
+// 4. The DMS's own limits
+
+/// Keel Street behind a limit of its own: `policy` sees each call (its arrival index and the
+/// time since the first call) and says how to answer it: a status instead of the page (`Some`),
+/// and headers to add.
+type Policy = dyn Fn(usize, Duration) -> (Option<u16>, Vec<(&'static str, String)>) + Send + Sync;
+
+async fn limited(policy: Arc<Policy>) -> HttpServer {
+    let first: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    HttpServer::start_scripted(move |seen: Seen| {
+        let policy = Arc::clone(&policy);
+        let first = Arc::clone(&first);
+        async move {
+            let since = {
+                let mut first = first.lock().expect("lock");
+                first.get_or_insert_with(Instant::now).elapsed()
+            };
+            let (status, headers) = policy(seen.index, since);
+            let mut response = match status {
+                Some(status) => reply(status, "{}"),
+                None => keel(seen).await,
+            };
+            for (name, value) in headers {
+                response
+                    .headers_mut()
+                    .insert(name, value.parse().expect("header"));
+            }
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+    })
+    .await
+}
+
+fn upstream_yaml(extra: &str) -> String {
+    format!(
+        "keel:\n  kind: rest\n  base_url: ${{KEEL_URL}}\n  max_concurrency: 4\n  timeouts: {{ connect: 1s, request: 5s, queue: 3s }}\n{extra}"
+    )
+}
+
+#[test]
+fn a_short_retry_after_is_waited_for_within_the_calls_budget() {
+    runtime().block_on(async {
+        // The first call is told to come back in a second; every other is answered.
+        let server = limited(Arc::new(|index, _| match index {
+            0 => (Some(429), vec![("retry-after", "1".to_owned())]),
+            _ => (None, Vec::new()),
+        }))
+        .await;
+        let keel = start_custom(
+            server,
+            &[(
+                "keel",
+                search_yaml("ok", "scan_cache: 0s\n"),
+                upstream_yaml("  retries: { attempts: 2, max_backoff: 2s }\n"),
+            )],
+        )
+        .await;
+        let reply = keel
+            .gw
+            .send("/dealers/keel/a2a", by_price(Some("ram"), 0, 50))
+            .await;
+        assert_eq!(page_of(&reply), oracle(Some("ram"), 0, 50));
+        let ram = STOCK.iter().filter(|u| u.make == "Ram").count();
+        assert_eq!(
+            keel.server.requests(),
+            ram.div_ceil(PAGE) + 1,
+            "the refused first page was asked for once more, nothing else"
+        );
+    });
+}
+
+#[test]
+fn a_long_retry_after_is_the_buyers_rate_limited_hint_and_holds_the_following_calls() {
+    runtime().block_on(async {
+        let server = limited(Arc::new(|_, _| {
+            (Some(503), vec![("retry-after", "120".to_owned())])
+        }))
+        .await;
+        let keel = start_custom(
+            server,
+            &[(
+                "keel",
+                search_yaml("ok", "scan_cache: 0s\n"),
+                upstream_yaml(""),
+            )],
+        )
+        .await;
+        for _ in 0..3 {
+            let reply = keel
+                .gw
+                .send("/dealers/keel/a2a", by_price(None, 0, 10))
+                .await;
+            let error = reply.aap_error();
+            assert_eq!(error["code"], "RATE_LIMITED", "{}", reply.text);
+            assert_eq!(error["retryable"], true);
+            let hint = error["details"]["retry_after_ms"].as_u64().expect("a hint");
+            assert!(
+                (110_000..=120_000).contains(&hint),
+                "the upstream's own hint, less the time gone: {hint}"
+            );
+        }
+        assert_eq!(
+            keel.server.requests(),
+            1,
+            "told to wait two minutes: not retried, and no later buyer's call reaches it"
+        );
+        let metrics = keel.gw.metrics().await;
+        assert_eq!(
+            event_count(&metrics, "upstream_rate_limited"),
+            1,
+            "{metrics}"
+        );
+    });
+}
+
+#[test]
+fn a_closed_rate_limit_window_holds_the_scans_next_pages_until_it_resets() {
+    runtime().block_on(async {
+        let early = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&early);
+        // The first answer closes its window for a second; a call inside it is counted.
+        let server = limited(Arc::new(move |index, since| {
+            if index == 0 {
+                let closed = vec![
+                    ("x-ratelimit-remaining", "0".to_owned()),
+                    ("x-ratelimit-reset", "1".to_owned()),
+                ];
+                return (None, closed);
+            }
+            if since < Duration::from_millis(900) {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+            (None, Vec::new())
+        }))
+        .await;
+        let keel = start_custom(
+            server,
+            &[(
+                "keel",
+                search_yaml("window", "scan_cache: 0s\n"),
+                upstream_yaml(""),
+            )],
+        )
+        .await;
+        let reply = keel
+            .gw
+            .send("/dealers/keel/a2a", by_price(None, 0, 25))
+            .await;
+        assert_eq!(page_of(&reply), oracle(None, 0, 25));
+        assert_eq!(keel.server.requests(), UNITS.div_ceil(PAGE));
+        assert_eq!(
+            early.load(Ordering::SeqCst),
+            0,
+            "no page was asked for while the DMS's window was closed"
+        );
+    });
+}
+
+#[test]
+fn a_ceiling_on_requests_per_second_spreads_a_scan_instead_of_a_burst() {
+    runtime().block_on(async {
+        let arrivals: Arc<Mutex<Vec<Duration>>> = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&arrivals);
+        // A DMS that falls over when two calls start within 150 ms of each other.
+        let server = limited(Arc::new(move |_, since| {
+            let mut arrivals = seen.lock().expect("lock");
+            let crowded = arrivals
+                .last()
+                .is_some_and(|last| since.saturating_sub(*last) < Duration::from_millis(150));
+            arrivals.push(since);
+            (crowded.then_some(503), Vec::new())
+        }))
+        .await;
+        let keel = start_custom(
+            server,
+            &[
+                (
+                    "keel",
+                    search_yaml("ok", "scan_cache: 0s\n"),
+                    upstream_yaml("  max_requests_per_second: 5\n  retries: { attempts: 1 }\n"),
+                ),
+                (
+                    "slow",
+                    search_yaml("ok", "scan_cache: 0s\n"),
+                    upstream_yaml("  max_requests_per_second: 1\n  retries: { attempts: 1 }\n"),
+                ),
+            ],
+        )
+        .await;
+        let reply = keel
+            .gw
+            .send("/dealers/keel/a2a", by_price(None, 0, 25))
+            .await;
+        assert_eq!(page_of(&reply), oracle(None, 0, 25));
+        assert_eq!(
+            keel.server.requests(),
+            UNITS.div_ceil(PAGE),
+            "every page once, none refused for crowding"
+        );
+
+        // A burst past what the ceiling can serve within timeouts.queue is refused at once,
+        // never passed on: at one call a second, the turns within 3 s are 0, 1, 2 and 3 s from
+        // now; eight buyers ask for five scans (one page each, one per make).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let gw = &keel.gw;
+        let before = keel.server.requests();
+        let burst = (0..8).map(|i| async move {
+            let make = MAKES[i % MAKES.len()];
+            gw.send("/dealers/slow/a2a", by_price(Some(make), i, 5))
+                .await
+        });
+        let replies = futures_util::future::join_all(burst).await;
+        let refused = replies
+            .iter()
+            .filter(|r| r.body.get("error").is_some())
+            .inspect(|r| assert_eq!(r.aap_code(), "RATE_LIMITED", "{}", r.text))
+            .count();
+        assert!(refused > 0, "five calls cannot all start within 3 s at 1/s");
+        assert!(refused < 8, "the first ones are served in turn");
+        assert_eq!(
+            keel.server.requests() - before,
+            4,
+            "only the calls with a turn were sent"
+        );
+        let crowded = arrivals
+            .lock()
+            .expect("lock")
+            .windows(2)
+            .filter(|w| w[1].saturating_sub(w[0]) < Duration::from_millis(150))
+            .count();
+        assert_eq!(crowded, 0, "no two calls started within 150 ms");
     });
 }

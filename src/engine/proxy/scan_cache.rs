@@ -267,8 +267,8 @@ mod tests {
         Arc::new(Inventory::new(Vec::new()))
     }
 
-    #[test]
-    fn a_scan_is_fresh_then_due_with_one_refresh_then_gone() {
+    #[tokio::test]
+    async fn a_scan_is_fresh_then_due_with_one_refresh_then_gone() {
         let cache = Arc::new(ScanCache::new(
             Duration::from_millis(60),
             Duration::from_millis(120),
@@ -286,7 +286,7 @@ mod tests {
         );
         walk.finish(&Ok(inventory()));
         assert!(matches!(cache.lookup(&key("kia")), Lookup::Fresh(_)));
-        std::thread::sleep(Duration::from_millis(80));
+        tokio::time::sleep(Duration::from_millis(80)).await;
         let Lookup::Stale(_, Some(refresh)) = cache.lookup(&key("kia")) else {
             panic!("due: the copy answers and the first caller refreshes");
         };
@@ -300,7 +300,7 @@ mod tests {
             cache.lookup(&key("kia")),
             Lookup::Stale(_, Some(_))
         ));
-        std::thread::sleep(Duration::from_millis(120));
+        tokio::time::sleep(Duration::from_millis(120)).await;
         assert!(
             matches!(cache.lookup(&key("kia")), Lookup::Lead(_)),
             "past scan_cache + scan_stale the copy is gone: the caller waits for a walk"
