@@ -572,10 +572,7 @@ async fn main() {
             calls: mix.len(),
             errors,
             dms_calls: dms.calls.load(Ordering::SeqCst),
-            per_call: Some((
-                percentile(&per_call, 99.0),
-                *per_call.last().unwrap_or(&0),
-            )),
+            per_call: Some((percentile(&per_call, 99.0), *per_call.last().unwrap_or(&0))),
             peak: dms.peak_per_second(),
             most_in_flight: dms.most_in_flight.load(Ordering::SeqCst),
             latency,
