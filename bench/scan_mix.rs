@@ -70,6 +70,9 @@ struct Args {
     /// The upstream's `max_concurrency`.
     #[arg(long, default_value_t = 8)]
     max_concurrency: usize,
+    /// The upstream's `max_requests_per_second` (none when absent).
+    #[arg(long)]
+    max_rps: Option<f64>,
     /// Mean think time between two calls of the sequential run, in milliseconds.
     #[arg(long, default_value_t = 20)]
     think_ms: u64,
@@ -325,8 +328,11 @@ async fn start_gateway(args: &Args, dir: &Path, dms: SocketAddr) -> Gateway {
     write(
         &mappings.join("upstreams.yaml"),
         &format!(
-            "dms:\n  kind: rest\n  base_url: http://{dms}\n  max_concurrency: {}\n  timeouts: {{ connect: 1s, request: 5s, queue: 10s }}\n",
-            args.max_concurrency
+            "dms:\n  kind: rest\n  base_url: http://{dms}\n  max_concurrency: {}\n  timeouts: {{ connect: 1s, request: 5s, queue: 10s }}\n{}",
+            args.max_concurrency,
+            args.max_rps
+                .map(|r| format!("  max_requests_per_second: {r}\n"))
+                .unwrap_or_default()
         ),
     );
     write(
@@ -490,6 +496,7 @@ impl Report {
             "latency_ms_max": ms(*latency.last().unwrap_or(&Duration::ZERO)),
             "scan_cache": args.scan_cache, "scan_stale": args.scan_stale,
             "max_concurrency": args.max_concurrency, "seed": args.seed, "rate": args.rate,
+            "max_requests_per_second": args.max_rps,
         });
         eprintln!("{line}");
     }

@@ -13,6 +13,7 @@
 #   BENCH_SCAN_CACHE=5s        the mapping's scan_cache (short, so the mix spans several windows)
 #   BENCH_SCAN_STALE=0s        the mapping's scan_stale
 #   BENCH_MAX_CONCURRENCY=8    the upstream's max_concurrency
+#   BENCH_MAX_RPS=             the upstream's max_requests_per_second (none when empty)
 #   BENCH_THINK_MS=20          mean think time between the sequential run's calls
 #   BENCH_RUNS=cold,sequential,open
 #   BENCH_BIN=…/release/aap-gateway   the gateway binary
@@ -43,6 +44,7 @@ for units in $UNITS; do
         --scan-cache "${BENCH_SCAN_CACHE:-5s}" --scan-stale "${BENCH_SCAN_STALE:-0s}" \
         --max-concurrency "${BENCH_MAX_CONCURRENCY:-8}" --think-ms "${BENCH_THINK_MS:-20}" \
         --runs "${BENCH_RUNS:-cold,sequential,open}" \
+        ${BENCH_MAX_RPS:+--max-rps "$BENCH_MAX_RPS"} \
         | if (( header )); then cat; else tail -n +3; fi
     header=0
 done
