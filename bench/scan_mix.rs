@@ -383,6 +383,11 @@ response:
         .stderr(log)
         .spawn()
         .expect("the gateway starts");
+    // Stopped (killed and waited for) when dropped, on every path.
+    let gateway = Gateway {
+        child,
+        rpc: format!("http://127.0.0.1:{port}/dealers/keel/a2a"),
+    };
     let client = reqwest::Client::new();
     let ready = format!("http://127.0.0.1:{admin}/readyz");
     for _ in 0..600 {
@@ -392,10 +397,7 @@ response:
             .await
             .is_ok_and(|r| r.status().is_success())
         {
-            return Gateway {
-                child,
-                rpc: format!("http://127.0.0.1:{port}/dealers/keel/a2a"),
-            };
+            return gateway;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
