@@ -144,8 +144,9 @@ pub struct FieldViolation {
     pub description: String,
 }
 
-/// Everything that can end a call early.
-#[derive(Debug, thiserror::Error)]
+/// Everything that can end a call early. `Clone`: the callers that share one scan of an
+/// upstream (single flight) each answer its outcome.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum AapError {
     // --- JSON-RPC / A2A protocol errors (A2A error shape, no `aap.error`) ---
     #[error("invalid JSON payload: {detail}")]
@@ -217,6 +218,16 @@ pub enum AapError {
     /// like [`AapError::Overloaded`] (`RATE_LIMITED`, HTTP 503), never an upstream failure.
     #[error("upstream `{upstream}` busy: no concurrency slot within {waited:?}")]
     UpstreamBusy { upstream: String, waited: Duration },
+    /// The upstream's own limit: it answered `429` (or `503` with `Retry-After`) beyond what a
+    /// retry within the call's budget could wait for, or its pace (`max_requests_per_second`,
+    /// its `X-RateLimit-*` headers) has no turn for this call within `timeouts.queue`.
+    /// `RATE_LIMITED` with the upstream's hint (HTTP 503: the dealer's system is full, not the
+    /// caller over its quota).
+    #[error("upstream `{upstream}` rate limited: next call in {retry_after:?}")]
+    UpstreamRateLimited {
+        upstream: String,
+        retry_after: Duration,
+    },
     /// The upstream refused the call in a way the same call would meet again (an unhandled 4xx
     /// other than 408 / 429, a SOAP `Client` / `Sender` fault): `INTERNAL_ERROR`, not retryable.
     #[error("upstream `{upstream}` refused the call: {cause}")]
@@ -340,7 +351,8 @@ impl AapError {
             | AapError::LeadHeld { .. } => Some(AapCode::InternalError),
             AapError::RateLimited { .. }
             | AapError::Overloaded { .. }
-            | AapError::UpstreamBusy { .. } => Some(AapCode::RateLimited),
+            | AapError::UpstreamBusy { .. }
+            | AapError::UpstreamRateLimited { .. } => Some(AapCode::RateLimited),
             AapError::Parse { .. }
             | AapError::InvalidRequest { .. }
             | AapError::MethodNotFound { .. }

@@ -542,3 +542,27 @@ fn check_notes_what_a_search_mapping_costs_off_the_fast_paths() {
         "{slow}"
     );
 }
+
+#[test]
+fn scan_stale_without_scan_cache_is_refused_where_it_is_written() {
+    let search = |keys: &str| {
+        format!(
+            "skill: inventory.search\nupstream: dms\n{keys}request: {{ path: /stock }}\n\
+             response:\n  items: .units\n  item: '{{ vin: .vin, status: \"available\" }}'\n"
+        )
+    };
+    let (_dir, config) = one_search_dealer(&search("scan_cache: 0s\nscan_stale: 30s\n"));
+    let (ok, _, stderr) = check(config.to_str().expect("UTF-8 path"));
+    assert!(!ok, "refused: {stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("inventory.search.yaml:4:")
+                && l.contains("`scan_stale`")
+                && l.contains("set `scan_cache`")),
+        "{stderr}"
+    );
+    let (_dir, config) = one_search_dealer(&search("scan_cache: 30s\nscan_stale: 1m\n"));
+    let (ok, _, stderr) = check(config.to_str().expect("UTF-8 path"));
+    assert!(ok, "{stderr}");
+}

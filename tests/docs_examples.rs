@@ -237,6 +237,27 @@ fn cases() -> Vec<Case> {
         )],
     ));
 
+    // docs/mappings.md §Searching: a completed search's scans (`scan_stale`).
+    let scans = block(
+        "docs/mappings.md",
+        "# A completed search's scans (inventory.search.yaml, next to its request and response)",
+    );
+    cases.push(Case::new(
+        "mappings-scans",
+        "inventory.search",
+        &format!(
+            "{scans}request:\n  path: /vehicles\n  query: {{ make: \"{{{{ request.filters.make | join(',') }}}}\" }}\n"
+        ),
+        &[
+            ("upstream", "rest"),
+            ("response", json_items),
+            (
+                "examples",
+                &example("scans kept and refreshed", SEARCH, Some(JSON_PAGE)),
+            ),
+        ],
+    ));
+
     // docs/leads.md: the SOAP, REST, ADF and e-mail deliveries.
     let leads = yaml_blocks("docs/leads.md");
     let starting = |needle: &str| -> String {

@@ -2,8 +2,9 @@
 //! stand-in REST system and a stand-in SOAP 1.1 service, written here, answer each stock number
 //! in a different way, and no error rule handles most of them. What the same call would meet
 //! again (a 4xx other than 408 / 429, a SOAP `Client` fault, a mapped reply failing the response
-//! schema) is `INTERNAL_ERROR` with `retryable: false`; what may pass (5xx, 408, 429, a `Server`
-//! fault, a timeout) stays `retryable: true`. An error rule whose `jq` fails is a mapping error,
+//! schema) is `INTERNAL_ERROR` with `retryable: false`; what may pass (5xx, 408, a `Server`
+//! fault, a timeout) stays `retryable: true`; a 429 is the dealer system's own limit:
+//! `RATE_LIMITED` with its hint. An error rule whose `jq` fails is a mapping error,
 //! not a rule that silently never matches.
 
 mod common;
@@ -182,7 +183,6 @@ async fn deterministic_refusals_are_not_retryable_and_transient_failures_are() {
         ("rest", "S404", false),
         ("rest", "S422", false),
         ("rest", "S408", true),
-        ("rest", "S429", true),
         ("rest", "S500", true),
         ("rest", "S503", true),
         // The mapped reply fails the response schema: the same call maps the same way.
@@ -190,6 +190,14 @@ async fn deterministic_refusals_are_not_retryable_and_transient_failures_are() {
         ("soap", "CLIENT", false),
         ("soap", "SERVER", true),
     ];
+    // The dealer system's own limit: the buyer is told to slow down, with a hint.
+    let reply = lookup(gw, "rest", "S429").await;
+    assert_eq!(
+        outcome(&reply),
+        ("RATE_LIMITED".to_owned(), true),
+        "rest S429: {}",
+        reply.text
+    );
     for (dealer, stock, retryable) in cases {
         let reply = lookup(gw, dealer, stock).await;
         assert_eq!(

@@ -88,6 +88,7 @@ pub fn to_mcp(error: &AapError, wire: &WireError) -> McpError {
         | AapError::UpstreamUnavailable { .. }
         | AapError::UpstreamResting { .. }
         | AapError::UpstreamBusy { .. }
+        | AapError::UpstreamRateLimited { .. }
         | AapError::UpstreamRefused { .. }
         | AapError::InvalidUpstreamResponse { .. }
         | AapError::InvalidReply { .. }

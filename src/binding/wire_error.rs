@@ -425,6 +425,13 @@ pub fn to_wire(error: &AapError, stamp: &ErrorStamp) -> WireError {
             StatusCode::SERVICE_UNAVAILABLE,
             stamp,
         ),
+        // The dealer's system said how long to wait (or its pace did): that is the hint.
+        AapError::UpstreamRateLimited { retry_after, .. } => rate_limited(
+            *retry_after,
+            "The dealer's systems asked to slow down",
+            StatusCode::SERVICE_UNAVAILABLE,
+            stamp,
+        ),
         AapError::UpstreamResting { retry_after, .. } => internal(stamp, true, Some(*retry_after)),
         AapError::UpstreamRefused { .. } | AapError::InvalidReply { .. } => {
             internal(stamp, false, None)

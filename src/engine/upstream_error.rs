@@ -23,6 +23,10 @@ impl IntoAap for UpstreamError {
                 retry_after,
             },
             UpstreamError::Busy { waited } => AapError::UpstreamBusy { upstream, waited },
+            UpstreamError::Paced { retry_after } => AapError::UpstreamRateLimited {
+                upstream,
+                retry_after,
+            },
             UpstreamError::Connect(_) | UpstreamError::Auth(_) | UpstreamError::Rejected { .. } => {
                 AapError::UpstreamUnavailable {
                     upstream,

@@ -65,6 +65,12 @@ pub struct FileSkill {
     /// answered by the detail call with an identifier of the unit it takes. Unset: all.
     #[serde(default)]
     pub takes: Option<Vec<String>>,
+    /// How long past `scan_cache` a kept scan may still answer while one fresh scan is read in
+    /// the background (stale while revalidate), so no buyer waits for a whole scan of a slow
+    /// DMS. A unit sold on the DMS may be offered for up to `scan_cache` + `scan_stale` (plus
+    /// one scan's reading time) after its sale. `0s` (the default): never past `scan_cache`.
+    #[serde(default = "default_scan_stale")]
+    pub scan_stale: String,
     /// `lead.submit` only: the dealer's lead policy (consent channels, checks, time zone).
     #[serde(default)]
     pub lead: Option<FileLead>,
@@ -174,6 +180,10 @@ fn default_scan_limit() -> usize {
 
 fn default_scan_cache() -> String {
     "30s".to_owned()
+}
+
+fn default_scan_stale() -> String {
+    "0s".to_owned()
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]

@@ -284,7 +284,9 @@ impl MappingLoader<'_> {
         }
         let takes = self.takes(src, file.takes.as_deref());
         let upstream = self.proxy_upstream(src, &file, upstreams);
-        let detail = Arc::new(self.proxy(skill, src, file, upstream, common)?);
+        let detail = self
+            .proxy(skill, src, file, upstream, common)?
+            .into_shared();
         match takes? {
             Some(takes) if skill == Skill::InventoryVehicle => {
                 let Some(search) = mapped.get(&Skill::InventorySearch) else {

@@ -88,7 +88,7 @@ impl MappingLoader<'_> {
                 Some(Handler::Lead(Arc::new(LeadMapping {
                     file: path,
                     policy: policy?,
-                    destination: Destination::Http(Arc::new(mapped?)),
+                    destination: Destination::Http(mapped?.into_shared()),
                     verdict: verdict?,
                 })))
             }
@@ -246,7 +246,7 @@ impl MappingLoader<'_> {
         );
         ok.then_some(())?;
         Some(Arc::new(Verdict {
-            poll: Arc::new(poll?),
+            poll: poll?.into_shared(),
             every: every?,
             wait: wait?,
             attempts: declared.attempts,

@@ -128,10 +128,11 @@ impl MappingLoader<'_> {
             listable_only,
             scan_limit: file.scan_limit.max(1),
             cursors: CursorCache::new(scan_cache.as_ref().map_or(Duration::ZERO, ScanCache::ttl)),
-            scan_cache: scan_cache?,
+            scan_cache: Arc::new(scan_cache?),
             listings: self.ctx.schemas.listings(),
             // Set by the lead compiler from `lead.not_processed`.
             not_processed: crate::engine::proxy::NotProcessed::default(),
+            this: std::sync::Weak::new(),
         })
     }
 
@@ -391,25 +392,37 @@ impl MappingLoader<'_> {
         errors
     }
 
-    /// `scan_cache` (a search's); other skills keep none.
+    /// `scan_cache` and `scan_stale` (a search's); other skills keep none.
     fn scan_cache(&mut self, src: &Source, file: &FileSkill, list: bool) -> Option<ScanCache> {
-        if list {
-            match humantime::parse_duration(file.scan_cache.trim()) {
-                Ok(ttl) => Some(ScanCache::new(ttl)),
-                Err(_) => {
-                    self.problems.push(src.problem(
-                        "/scan_cache",
-                        format!(
-                            "`{}` is not a duration like 30s or 2m (0s turns the cache off)",
-                            file.scan_cache
-                        ),
-                    ));
-                    None
-                }
-            }
-        } else {
-            Some(ScanCache::default())
+        if !list {
+            return Some(ScanCache::default());
         }
+        let mut duration = |pointer: &str, text: &str, off: &str| {
+            let parsed = humantime::parse_duration(text.trim());
+            if parsed.is_err() {
+                self.problems.push(src.problem(
+                    pointer,
+                    format!("`{text}` is not a duration like 30s or 2m ({off})"),
+                ));
+            }
+            parsed.ok()
+        };
+        let ttl = duration("/scan_cache", &file.scan_cache, "0s turns the cache off");
+        let stale = duration(
+            "/scan_stale",
+            &file.scan_stale,
+            "0s: a scan never answers past scan_cache",
+        );
+        let (ttl, stale) = (ttl?, stale?);
+        if ttl.is_zero() && !stale.is_zero() {
+            self.problems.push(src.problem(
+                "/scan_stale",
+                "`scan_stale` keeps a due scan answering past `scan_cache`, which is off (0s): \
+                 set `scan_cache` (e.g. 30s) or remove `scan_stale`",
+            ));
+            return None;
+        }
+        Some(ScanCache::new(ttl, stale))
     }
 
     /// An error rule's `reply`: what the engine makes of an answer that is a success in meaning.

@@ -29,6 +29,7 @@ use super::auth::{Auth, Credential};
 use super::breaker::{Breaker, BreakerState};
 use super::config::{FileUpstream, RESERVED_HEADERS, UpstreamConfigProblem, UpstreamSettings};
 use super::http_client::{CallError, ClientSettings, HttpClient, ReplyBody};
+use super::pace::{Pacer, retry_after};
 use super::retry::{RetryBudget, backoff};
 use super::{UpstreamError, UpstreamRequest, UpstreamResponse};
 
@@ -83,6 +84,8 @@ struct Inner {
     slots: Semaphore,
     breaker: Breaker,
     budget: RetryBudget,
+    /// `max_requests_per_second` and the upstream's own stated limits.
+    pacer: Pacer,
     auth: Auth,
     /// Metrics of this upstream's calls, once the app attaches them.
     meter: std::sync::OnceLock<crate::telemetry::metrics::Meter>,
@@ -135,6 +138,7 @@ impl Upstream {
                 slots: Semaphore::new(settings.max_concurrency),
                 breaker: Breaker::new(name, settings.breaker_failures, settings.breaker_cool_down),
                 budget: RetryBudget::new(settings.budget_percent, settings.budget_min_per_sec),
+                pacer: Pacer::new(settings.max_requests_per_second),
                 auth,
                 client,
                 settings,
@@ -459,6 +463,27 @@ impl Upstream {
                 }
             };
             let credential = inner.auth.credential().await?;
+            // The upstream's pace: a turn within `timeouts.queue`, in the order calls ask, or
+            // refused at once (nothing sent, the breaker left alone). A retry after the
+            // upstream's `Retry-After` waits here for it.
+            match inner.pacer.reserve(inner.settings.queue_timeout) {
+                Ok(wait) if wait.is_zero() => {}
+                Ok(wait) => tokio::time::sleep(wait).await,
+                Err(retry_after) => {
+                    tracing::debug!(
+                        upstream = %inner.name,
+                        method = %req.method,
+                        path,
+                        attempt,
+                        wait_ms = retry_after.as_millis() as u64,
+                        "the upstream's pace has no turn within timeouts.queue; not calling"
+                    );
+                    return Self::with_verdict(
+                        last.unwrap_or(Err(UpstreamError::Paced { retry_after })),
+                        None,
+                    );
+                }
+            }
             // Waiting for a slot is local queueing, not the upstream's time: it has its own
             // bound, and a full queue leaves the breaker alone (the permit is dropped unused).
             let waited = inner.settings.queue_timeout;
@@ -507,6 +532,20 @@ impl Upstream {
                 }
             };
             let elapsed_ms = attempt_started.elapsed().as_millis() as u64;
+            // The upstream's own limits pace the calls that follow; a `Retry-After` on a 429 or
+            // 503 also decides whether this one is tried again.
+            let stated = match &outcome {
+                Ok(response) => {
+                    inner.pacer.observe(response.status, &response.headers);
+                    matches!(
+                        response.status,
+                        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+                    )
+                    .then(|| retry_after(&response.headers))
+                    .flatten()
+                }
+                Err(_) => None,
+            };
             match &outcome {
                 Ok(response) => {
                     tracing::debug!(
@@ -567,14 +606,17 @@ impl Upstream {
                 continue;
             }
 
-            let worth_retrying = match &outcome {
-                Ok(response) => matches!(
+            let worth_retrying = match (&outcome, stated) {
+                // Told when to come back: only when that is short (`retries.max_backoff`); a
+                // longer wait is the caller's, with the upstream's hint.
+                (Ok(_), Some(after)) => after <= inner.settings.max_backoff,
+                (Ok(response), None) => matches!(
                     response.status,
                     StatusCode::BAD_GATEWAY
                         | StatusCode::SERVICE_UNAVAILABLE
                         | StatusCode::GATEWAY_TIMEOUT
                 ),
-                Err(error) => matches!(
+                (Err(error), _) => matches!(
                     error,
                     UpstreamError::Connect(_) | UpstreamError::Timeout { .. }
                 ),
@@ -588,12 +630,14 @@ impl Upstream {
             }
             // Retried: this try's 5xx is a failure (the verdict's drop reports it).
             drop(deferred);
-            tokio::time::sleep(backoff(
-                attempt,
-                inner.settings.backoff,
-                inner.settings.max_backoff,
-            ))
-            .await;
+            if stated.is_none() {
+                tokio::time::sleep(backoff(
+                    attempt,
+                    inner.settings.backoff,
+                    inner.settings.max_backoff,
+                ))
+                .await;
+            }
             attempt += 1;
             last = Some(outcome);
         }

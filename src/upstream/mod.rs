@@ -9,6 +9,8 @@
 //!    soap::request ── envelope + headers ─▶   (same call)               (kind: soap)
 //!                                            breaker ─ open? fail fast (CircuitOpen)
 //!                                            auth    ─ static header / OAuth2 token (cached)
+//!                                            pace    ─ wait ≤ timeouts.queue for the
+//!                                                      upstream's pace (else Paced)
 //!                                            slot    ─ wait ≤ timeouts.queue (full: Busy)
 //!                                            attempt ─ under timeouts.request:
 //!                                                      send → body ≤ limit
@@ -34,6 +36,10 @@
 //! - `max_concurrency`: legacy servers fall over under parallel load; excess calls queue in the
 //!   gateway, not on the server, for at most `timeouts.queue`. A full queue is the gateway's
 //!   own overload, so it never counts against the upstream's circuit breaker.
+//! - `max_requests_per_second` and the upstream's own limits (`Retry-After` on 429/503,
+//!   `X-RateLimit-Remaining`/`-Reset`): calls are spaced in the order they ask, a call whose
+//!   turn is further than `timeouts.queue` away is refused with the wait as its hint, so a
+//!   burst of buyers never reaches the server as a burst (`pace`).
 //! - `retries` with a budget: a retry can rescue a transient failure, but under sustained
 //!   failure unbudgeted retries multiply the load just when the server can least take it. Only
 //!   idempotent calls are retried: a lead must not be delivered twice.
@@ -55,6 +61,7 @@ mod client;
 pub mod config;
 mod file_source;
 mod http_client;
+mod pace;
 mod retry;
 pub mod smtp;
 pub mod soap;
@@ -72,6 +79,7 @@ pub use config::{
     FileUpstreamKind, OAuth2Settings, Secret, SmtpCredentials, SmtpSettings, SmtpTls, UpstreamAuth,
     UpstreamConfigProblem, UpstreamSettings,
 };
+pub use pace::{retry_after, stated_window};
 pub use smtp::{MailPart, MailReceipt, Mailer, OutgoingMail};
 pub use soap::{SoapFault, SoapReply, SoapSettings, SoapVersion, WsSecurity};
 
@@ -185,6 +193,11 @@ pub enum UpstreamError {
     /// is full, nothing was sent (not an upstream failure).
     #[error("no free concurrency slot within {}", humantime::format_duration(*waited))]
     Busy { waited: Duration },
+    /// The upstream's pace (`max_requests_per_second`, or the limits it stated itself:
+    /// `Retry-After`, `X-RateLimit-*`) would start this call only `retry_after` from now, past
+    /// `timeouts.queue`: refused before anything was sent (not an upstream failure).
+    #[error("paced: the upstream takes the next call in {}", humantime::format_duration(*retry_after))]
+    Paced { retry_after: Duration },
     /// The reply body exceeded `max_response_bytes`.
     #[error("reply larger than {limit} bytes")]
     TooLarge { limit: usize },
@@ -212,6 +225,7 @@ impl UpstreamError {
             UpstreamError::Connect(_) => "connect",
             UpstreamError::CircuitOpen { .. } => "circuit_open",
             UpstreamError::Busy { .. } => "queue_full",
+            UpstreamError::Paced { .. } => "paced",
             UpstreamError::TooLarge { .. } => "too_large",
             UpstreamError::Protocol(_) | UpstreamError::InvalidRequest(_) => "invalid_response",
             UpstreamError::Auth(_) => "auth",

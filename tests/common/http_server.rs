@@ -243,6 +243,12 @@ impl HttpServer {
         self.state.requests.load(Ordering::SeqCst)
     }
 
+    /// Requests in flight now.
+    #[allow(dead_code)]
+    pub fn in_flight(&self) -> usize {
+        self.state.in_flight.load(Ordering::SeqCst)
+    }
+
     /// The most requests in flight at once so far.
     pub fn max_in_flight(&self) -> usize {
         self.state.max_in_flight.load(Ordering::SeqCst)

@@ -352,6 +352,24 @@ impl ProxyMapping {
             if self.skill == Skill::LeadSubmit && !self.not_processed.status(status.as_u16()) {
                 return Err(self.lead_unknown(upstream, cause));
             }
+            // The upstream's own limit, past what a retry within the call's budget could wait
+            // for: the buyer is told to slow down, with the upstream's hint (its `Retry-After`,
+            // else the end of its stated window, else a second).
+            let hint = crate::upstream::retry_after(&response.headers);
+            if status == StatusCode::TOO_MANY_REQUESTS
+                || (status == StatusCode::SERVICE_UNAVAILABLE && hint.is_some())
+            {
+                let retry_after = hint
+                    .or_else(|| {
+                        crate::upstream::stated_window(&response.headers).map(|(window, _)| window)
+                    })
+                    .unwrap_or(std::time::Duration::from_secs(1));
+                self.event("upstream_rate_limited", 1);
+                return Err(AapError::UpstreamRateLimited {
+                    upstream,
+                    retry_after,
+                });
+            }
             // A 4xx refuses the request itself (the same call meets it again), except a timeout
             // (408) or a quota (429); 5xx and anything odd may pass.
             return Err(

@@ -26,7 +26,7 @@ use crate::protocol::vehicle::{Field, SearchPage, Vehicle};
 
 use super::call::Called;
 use super::page::{as_count, is_listable_status, page_data};
-use super::scan_cache::ScanKey;
+use super::scan_cache::{Lookup, ScanKey, Walk as ScanWalk};
 use super::spec::{NextPage, ProxyMapping, ResponseSpec, RuleOutcome, Values};
 use super::transport::Transport;
 
@@ -308,49 +308,149 @@ impl ProxyMapping {
     }
 
     /// Every listing matching the filters the upstream takes (at most `scan_limit` records),
-    /// searchable with AAP semantics; reused for `scan_cache`.
+    /// searchable with AAP semantics: kept for `scan_cache`, a due copy answering for
+    /// `scan_stale` more while it is read again in the background, and one walk shared by every
+    /// caller asking for the same scan at once ([`ScanCache`](super::ScanCache)).
     async fn scan(
         &self,
         transport: Transport<'_>,
         key: &ScanKey,
     ) -> Result<Arc<Inventory>, AapError> {
-        // Canned transports (examples) always run, so that what they record is every call.
-        let live = matches!(transport, Transport::Live(_));
-        if live && let Some(inventory) = self.scan_cache.get(key) {
-            return Ok(inventory);
+        if !matches!(transport, Transport::Live(_)) {
+            // Canned transports (examples) always run, so that what they record is every call.
+            return self.walk_scan(transport, key).await;
         }
+        loop {
+            match self.scan_cache.lookup(key) {
+                Lookup::Fresh(inventory) => return Ok(inventory),
+                Lookup::Stale(inventory, None) => {
+                    self.event("scan_stale_served", 1);
+                    return Ok(inventory);
+                }
+                Lookup::Stale(inventory, Some(walk)) => match self.refresh_in_background(walk) {
+                    Ok(()) => {
+                        self.event("scan_stale_served", 1);
+                        return Ok(inventory);
+                    }
+                    // Nowhere to run it: read it now, as a fresh scan.
+                    Err(walk) => {
+                        let outcome = self.walk_scan(transport, key).await;
+                        walk.finish(&outcome);
+                        return outcome;
+                    }
+                },
+                Lookup::Follow(mut told) => {
+                    self.event("scan_shared", 1);
+                    if let Ok(seen) = told.wait_for(Option::is_some).await
+                        && let Some(outcome) = seen.as_ref()
+                    {
+                        return outcome.clone();
+                    }
+                    // The walk's caller went away before it ended: look again.
+                }
+                Lookup::Lead(walk) => {
+                    let outcome = self.walk_scan(transport, key).await;
+                    walk.finish(&outcome);
+                    return outcome;
+                }
+            }
+        }
+    }
+
+    /// Reads a due scan again on a task of its own, the previous copy answering meanwhile;
+    /// `Err` gives the walk back when there is no runtime or no shared mapping to run it on.
+    fn refresh_in_background(&self, walk: ScanWalk) -> Result<(), ScanWalk> {
+        let (Some(mapping), Ok(runtime)) =
+            (self.this.upgrade(), tokio::runtime::Handle::try_current())
+        else {
+            return Err(walk);
+        };
+        runtime.spawn(async move {
+            let key = walk.key().clone();
+            let outcome = mapping
+                .walk_scan(Transport::Live(&mapping.upstream), &key)
+                .await;
+            if let Err(error) = &outcome {
+                mapping.event("scan_refresh_failed", 1);
+                tracing::warn!(
+                    mapping = %mapping.file,
+                    error = %crate::telemetry::Escaped(error),
+                    "a due scan could not be read again; its copy answers until `scan_stale` \
+                     runs out, then searches wait for a fresh scan"
+                );
+            }
+            walk.finish(&outcome);
+        });
+        Ok(())
+    }
+
+    /// Reads every listing matching `key` off the upstream's pages. Offset and page-number
+    /// paging: once a page's total says how many pages there are, the rest are read at once,
+    /// at most `max_concurrency` in flight, and taken in the upstream's page order whatever
+    /// order they arrive in, so every check of the walk holds as when read one by one; a walk
+    /// that ends early (a short page, a refusal) drops the calls still in flight. Cursors and
+    /// next links are read one after another: each page names the next.
+    async fn walk_scan(
+        &self,
+        transport: Transport<'_>,
+        key: &ScanKey,
+    ) -> Result<Arc<Inventory>, AapError> {
+        let live = matches!(transport, Transport::Live(_));
         let request = key.template_request();
         let build = || self.template_values(&request, None);
         let context = Lazy::new(&build);
         let values = Scope::request(&request, &self.shared.tables_tpl, &context);
         let vars = self.vars(&request, None);
         let size = self.request.pagination.as_ref().map_or(0, |p| p.max_size());
+        // Pages at once: a canned reply (examples) is one, read as the walk asks for it.
+        let width = match transport {
+            Transport::Live(upstream)
+                if self
+                    .request
+                    .pagination
+                    .as_ref()
+                    .is_some_and(|p| !p.sequential()) =>
+            {
+                upstream.settings().max_concurrency.max(1)
+            }
+            _ => 1,
+        };
         let mut walk = Walk::default();
         let mut listings = Vec::new();
         let mut page = PageRef::at(0, size);
         loop {
-            let fetched = self.fetch_page(transport, values, &vars, &page).await?;
-            let end = self.walked(&mut walk, &page, &fetched)?;
-            let next = fetched.next.clone();
-            listings.extend(
-                fetched
-                    .vehicles
-                    .into_iter()
-                    .map(|v| Listing::from_arc(v.into_arc())),
-            );
-            if end {
-                break;
-            }
-            if walk.records >= self.scan_limit {
-                tracing::warn!(
-                    mapping = %self.file,
-                    scan_limit = self.scan_limit,
-                    "a search the gateway completes needs more upstream listings than \
-                     `scan_limit`; it is refused rather than answered from part of the stock"
+            let ahead = match walk.reported {
+                Some(total) if width > 1 => self.pages_left(total, size, page.index)?,
+                _ => 1,
+            };
+            if ahead > 1 {
+                let vars = &vars;
+                let pages = (page.index..page.index + ahead).map(|index| PageRef::at(index, size));
+                let mut arriving = futures_util::StreamExt::buffered(
+                    futures_util::stream::iter(pages.map(|page| async move {
+                        let fetched = self.fetch_page(transport, values, vars, &page).await;
+                        (page, fetched)
+                    })),
+                    width,
                 );
-                return Err(self.incomplete(Incomplete::ScanLimit {
-                    limit: self.scan_limit,
-                }));
+                let mut end = false;
+                while let Some((read, fetched)) = futures_util::StreamExt::next(&mut arriving).await
+                {
+                    if self.took(&mut walk, &mut listings, &read, fetched?)? {
+                        end = true;
+                        break;
+                    }
+                }
+                if end {
+                    break;
+                }
+                page = PageRef::at(page.index + ahead, size);
+                continue;
+            }
+            let fetched = self.fetch_page(transport, values, &vars, &page).await?;
+            let next = fetched.next.clone();
+            if self.took(&mut walk, &mut listings, &page, fetched)? {
+                break;
             }
             page = PageRef {
                 index: page.index + 1,
@@ -376,11 +476,52 @@ impl ProxyMapping {
                 fetched: walk.records,
             }));
         }
-        let inventory = Arc::new(Inventory::new(listings));
-        if live {
-            self.scan_cache.put(key.clone(), &inventory);
+        Ok(Arc::new(Inventory::new(listings)))
+    }
+
+    /// How many pages from page `next` on the upstream's `total` says are left (at least
+    /// one); a total past `scan_limit` is refused before any of them is asked for.
+    fn pages_left(&self, total: usize, size: u64, next: u64) -> Result<u64, AapError> {
+        if total > self.scan_limit {
+            return Err(self.scan_limit_reached());
         }
-        Ok(inventory)
+        let pages = (total as u64).div_ceil(size.max(1));
+        Ok(pages.saturating_sub(next).max(1))
+    }
+
+    /// Takes one page of a scan into `walk` and `listings`; whether it was the last. A walk
+    /// that goes on past `scan_limit` records is refused.
+    fn took(
+        &self,
+        walk: &mut Walk,
+        listings: &mut Vec<Listing>,
+        page: &PageRef,
+        fetched: Fetched,
+    ) -> Result<bool, AapError> {
+        let end = self.walked(walk, page, &fetched)?;
+        listings.extend(
+            fetched
+                .vehicles
+                .into_iter()
+                .map(|v| Listing::from_arc(v.into_arc())),
+        );
+        if !end && walk.records >= self.scan_limit {
+            return Err(self.scan_limit_reached());
+        }
+        Ok(end)
+    }
+
+    /// A scan that would need more than `scan_limit` records: refused, said and counted.
+    fn scan_limit_reached(&self) -> AapError {
+        tracing::warn!(
+            mapping = %self.file,
+            scan_limit = self.scan_limit,
+            "a search the gateway completes needs more upstream listings than \
+             `scan_limit`; it is refused rather than answered from part of the stock"
+        );
+        self.incomplete(Incomplete::ScanLimit {
+            limit: self.scan_limit,
+        })
     }
 
     /// Takes one fetched page into `walk`; whether it was the last. Refuses a walk whose answer

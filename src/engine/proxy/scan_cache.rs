@@ -3,8 +3,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::inventory::Inventory;
 use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+
+use crate::error::AapError;
+use crate::inventory::Inventory;
 
 /// What a scan asks the upstream for: the filters it takes with AAP's meaning. Scans are
 /// cached under it (`scan_cache`).
@@ -29,21 +32,95 @@ impl ScanKey {
 }
 
 /// Listings fetched to complete searches in the gateway, kept for `ttl` per set of upstream
-/// filters (a buyer paging through results, facets after a search).
+/// filters (a buyer paging through results, facets after a search), and the scans under way.
+///
+/// - **Single flight**: a scan asked for while an identical one (same [`ScanKey`]) is being
+///   read waits for that walk's outcome instead of walking the upstream again, whether or not
+///   the cache keeps it (`scan_cache: 0s` included).
+/// - **Stale while revalidate**: past `ttl`, a scan is *due*; for `stale` more it still
+///   answers while one refresh reads it again in the background. Past `ttl + stale` it is
+///   gone: the caller waits for a fresh walk (or joins the one under way). `stale` is 0 by
+///   default: no answer comes from listings older than `ttl`.
 #[derive(Debug, Default)]
 pub struct ScanCache {
     ttl: Duration,
-    entries: Mutex<Vec<(ScanKey, Instant, Arc<Inventory>)>>,
+    stale: Duration,
+    state: Mutex<State>,
 }
+
+#[derive(Debug, Default)]
+struct State {
+    entries: Vec<(ScanKey, Instant, Arc<Inventory>)>,
+    /// Scans being read, and where their outcome will be told.
+    walks: Vec<(ScanKey, u64, watch::Receiver<Option<Outcome>>)>,
+    /// The id of the next walk.
+    next: u64,
+}
+
+/// A scan's outcome, as every caller sharing it answers.
+pub(super) type Outcome = Result<Arc<Inventory>, AapError>;
 
 /// Distinct scans kept per mapping; the oldest goes first.
 const SCAN_CACHE_ENTRIES: usize = 32;
 
+/// What a caller asking for a scan is to do ([`ScanCache::lookup`]).
+pub(super) enum Lookup {
+    /// A copy within `scan_cache`.
+    Fresh(Arc<Inventory>),
+    /// A due copy within `scan_stale`: answer it; with a [`Walk`], start the one refresh.
+    Stale(Arc<Inventory>, Option<Walk>),
+    /// The same scan is being read: wait for its outcome.
+    Follow(watch::Receiver<Option<Outcome>>),
+    /// Read it, then tell the others ([`Walk::finish`]).
+    Lead(Walk),
+}
+
+/// The one walk of a scan under way. Finished, it tells its followers the outcome and keeps a
+/// whole scan for `scan_cache`; dropped unfinished (the caller went away), its followers are
+/// told nothing and look again, one of them walking instead.
+#[derive(Debug)]
+pub(super) struct Walk {
+    cache: Arc<ScanCache>,
+    key: ScanKey,
+    id: u64,
+    tell: Option<watch::Sender<Option<Outcome>>>,
+}
+
+impl Walk {
+    pub(super) fn key(&self) -> &ScanKey {
+        &self.key
+    }
+
+    /// Keeps a whole scan and tells the followers.
+    pub(super) fn finish(mut self, outcome: &Outcome) {
+        let mut state = self.cache.lock();
+        if let Ok(inventory) = outcome {
+            self.cache.keep(&mut state, self.key.clone(), inventory);
+        }
+        state.walks.retain(|(_, id, _)| *id != self.id);
+        drop(state);
+        if let Some(tell) = self.tell.take() {
+            tell.send_replace(Some(outcome.clone()));
+        }
+    }
+}
+
+impl Drop for Walk {
+    fn drop(&mut self) {
+        if self.tell.is_some() {
+            // Unfinished: its followers see the sender go and look again.
+            self.cache.lock().walks.retain(|(_, id, _)| *id != self.id);
+        }
+    }
+}
+
 impl ScanCache {
-    pub fn new(ttl: Duration) -> ScanCache {
+    /// Keeps scans for `ttl`, and a due one for `stale` more while it is read again.
+    pub fn new(ttl: Duration, stale: Duration) -> ScanCache {
         ScanCache {
             ttl,
-            entries: Mutex::new(Vec::new()),
+            stale,
+            state: Mutex::new(State::default()),
         }
     }
 
@@ -52,28 +129,65 @@ impl ScanCache {
         self.ttl
     }
 
-    pub(super) fn get(&self, key: &ScanKey) -> Option<Arc<Inventory>> {
-        if self.ttl.is_zero() {
-            return None;
-        }
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries.retain(|(_, at, _)| at.elapsed() < self.ttl);
-        entries
-            .iter()
-            .find(|(k, _, _)| k == key)
-            .map(|(_, _, inventory)| Arc::clone(inventory))
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(super) fn put(&self, key: ScanKey, inventory: &Arc<Inventory>) {
+    /// What a caller asking for the scan of `key` is to do.
+    pub(super) fn lookup(self: &Arc<Self>, key: &ScanKey) -> Lookup {
+        let mut state = self.lock();
+        let keep = self.ttl + self.stale;
+        if !self.ttl.is_zero() {
+            state.entries.retain(|(_, at, _)| at.elapsed() < keep);
+        }
+        let walking = state
+            .walks
+            .iter()
+            .find(|(k, _, _)| k == key)
+            .map(|(_, _, rx)| rx.clone());
+        let found = state
+            .entries
+            .iter()
+            .find(|(k, _, _)| k == key)
+            .map(|(_, at, inventory)| (at.elapsed(), Arc::clone(inventory)));
+        match (found, walking) {
+            (Some((age, inventory)), _) if age < self.ttl => Lookup::Fresh(inventory),
+            (Some((_, inventory)), Some(_)) => Lookup::Stale(inventory, None),
+            (Some((_, inventory)), None) => {
+                Lookup::Stale(inventory, Some(self.start(&mut state, key)))
+            }
+            (None, Some(rx)) => Lookup::Follow(rx),
+            (None, None) => Lookup::Lead(self.start(&mut state, key)),
+        }
+    }
+
+    fn start(self: &Arc<Self>, state: &mut State, key: &ScanKey) -> Walk {
+        let (tell, rx) = watch::channel(None);
+        let id = state.next;
+        state.next += 1;
+        state.walks.push((key.clone(), id, rx));
+        Walk {
+            cache: Arc::clone(self),
+            key: key.clone(),
+            id,
+            tell: Some(tell),
+        }
+    }
+
+    fn keep(&self, state: &mut State, key: ScanKey, inventory: &Arc<Inventory>) {
         if self.ttl.is_zero() {
             return;
         }
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries.retain(|(k, at, _)| *k != key && at.elapsed() < self.ttl);
-        if entries.len() >= SCAN_CACHE_ENTRIES {
-            entries.remove(0);
+        let keep = self.ttl + self.stale;
+        state
+            .entries
+            .retain(|(k, at, _)| *k != key && at.elapsed() < keep);
+        if state.entries.len() >= SCAN_CACHE_ENTRIES {
+            state.entries.remove(0);
         }
-        entries.push((key, Instant::now(), Arc::clone(inventory)));
+        state
+            .entries
+            .push((key, Instant::now(), Arc::clone(inventory)));
     }
 }
 
@@ -136,5 +250,84 @@ impl CursorCache {
         if !pages.iter().any(|(b, _)| *b == before) && pages.len() < CURSOR_PAGES {
             pages.push((before, Arc::clone(cursor)));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(make: &str) -> ScanKey {
+        let mut filters = Map::new();
+        filters.insert("make".to_owned(), json!([make]));
+        ScanKey { filters }
+    }
+
+    fn inventory() -> Arc<Inventory> {
+        Arc::new(Inventory::new(Vec::new()))
+    }
+
+    #[tokio::test]
+    async fn a_scan_is_fresh_then_due_with_one_refresh_then_gone() {
+        let cache = Arc::new(ScanCache::new(
+            Duration::from_millis(60),
+            Duration::from_millis(120),
+        ));
+        let Lookup::Lead(walk) = cache.lookup(&key("kia")) else {
+            panic!("nothing kept: the caller walks");
+        };
+        assert!(
+            matches!(cache.lookup(&key("kia")), Lookup::Follow(_)),
+            "the same scan at once follows the walk"
+        );
+        assert!(
+            matches!(cache.lookup(&key("ram")), Lookup::Lead(_)),
+            "another scan walks on its own"
+        );
+        walk.finish(&Ok(inventory()));
+        assert!(matches!(cache.lookup(&key("kia")), Lookup::Fresh(_)));
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        let Lookup::Stale(_, Some(refresh)) = cache.lookup(&key("kia")) else {
+            panic!("due: the copy answers and the first caller refreshes");
+        };
+        assert!(
+            matches!(cache.lookup(&key("kia")), Lookup::Stale(_, None)),
+            "one refresh at a time"
+        );
+        // A refresh that fails keeps the copy answering within the bound.
+        refresh.finish(&Err(AapError::Internal("refused".to_owned())));
+        assert!(matches!(
+            cache.lookup(&key("kia")),
+            Lookup::Stale(_, Some(_))
+        ));
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        assert!(
+            matches!(cache.lookup(&key("kia")), Lookup::Lead(_)),
+            "past scan_cache + scan_stale the copy is gone: the caller waits for a walk"
+        );
+    }
+
+    #[test]
+    fn a_walk_whose_caller_went_away_lets_a_follower_walk() {
+        let cache = Arc::new(ScanCache::new(Duration::ZERO, Duration::ZERO));
+        let Lookup::Lead(walk) = cache.lookup(&key("kia")) else {
+            panic!("walks");
+        };
+        let Lookup::Follow(told) = cache.lookup(&key("kia")) else {
+            panic!("follows");
+        };
+        drop(walk);
+        assert!(
+            told.has_changed().is_err(),
+            "the follower is told the walk is gone"
+        );
+        let Lookup::Lead(walk) = cache.lookup(&key("kia")) else {
+            panic!("the follower walks instead");
+        };
+        walk.finish(&Ok(inventory()));
+        assert!(
+            matches!(cache.lookup(&key("kia")), Lookup::Lead(_)),
+            "scan_cache: 0s keeps nothing"
+        );
     }
 }

@@ -196,7 +196,7 @@ pub struct ProxyMapping {
     /// `listing: listable`, or its item program gives every record the same listable status.
     pub listable_only: bool,
     pub scan_limit: usize,
-    pub scan_cache: ScanCache,
+    pub scan_cache: Arc<ScanCache>,
     /// Sequential paging: where each query's pages begin (`scan_cache`'s lifetime).
     pub cursors: CursorCache,
     /// The AAP listing schema: a record whose listing it refuses is dropped and counted.
@@ -204,6 +204,19 @@ pub struct ProxyMapping {
     /// `lead.submit` only: the answers the CRM's contract declares "not processed"
     /// (`lead.not_processed`); any other unhandled error answer to a lead is an unknown outcome.
     pub not_processed: NotProcessed,
+    /// The mapping itself, once shared ([`ProxyMapping::into_shared`]): what a scan refreshed
+    /// in the background runs on.
+    pub this: std::sync::Weak<ProxyMapping>,
+}
+
+impl ProxyMapping {
+    /// The mapping behind an `Arc`, knowing itself (for scans refreshed in the background).
+    pub fn into_shared(self) -> Arc<ProxyMapping> {
+        Arc::new_cyclic(|this| ProxyMapping {
+            this: this.clone(),
+            ..self
+        })
+    }
 }
 
 /// Error answers that prove the upstream did not process the call (`lead.not_processed`).

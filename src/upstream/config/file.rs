@@ -59,6 +59,13 @@ pub struct FileUpstream {
     /// counts against `timeouts.request`).
     #[serde(default = "default_max_concurrency")]
     pub max_concurrency: u64,
+    /// HTTP kinds: calls started per second at most (e.g. `20`, or `0.5` for one every two
+    /// seconds), spaced evenly in the order they ask; a call whose turn is further away than
+    /// `timeouts.queue` is refused at once (`RATE_LIMITED` with the wait as its hint) instead of
+    /// passing a burst on. Absent = no ceiling but the upstream's own (`Retry-After`,
+    /// `X-RateLimit-Remaining`/`-Reset`), which is always honoured.
+    #[serde(default)]
+    pub max_requests_per_second: Option<f64>,
     /// Largest reply body accepted (after decompression); larger replies fail. HTTP kinds only;
     /// absent = 4 MiB.
     #[serde(default)]

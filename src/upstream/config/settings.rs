@@ -50,6 +50,8 @@ pub struct UpstreamSettings {
     pub breaker_failures: u32,
     pub breaker_cool_down: Duration,
     pub max_concurrency: usize,
+    /// Calls started per second at most (`max_requests_per_second`), finite and positive.
+    pub max_requests_per_second: Option<f64>,
     pub max_response_bytes: usize,
     /// Parsed PEM certificates of `tls.ca_file`.
     pub ca_certificates: Vec<rustls::pki_types::CertificateDer<'static>>,

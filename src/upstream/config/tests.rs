@@ -379,3 +379,30 @@ fn base64_matches_rfc4648_vectors() {
         assert_eq!(base64_encode(input.as_bytes()), expected);
     }
 }
+
+#[test]
+fn a_requests_per_second_ceiling_is_a_positive_number_for_http_kinds() {
+    let settings = parse(r#"{"base_url": "http://127.0.0.1:1", "max_requests_per_second": 0.5}"#)
+        .validate()
+        .expect("valid");
+    assert_eq!(settings.max_requests_per_second, Some(0.5));
+    let defaults = parse(r#"{"base_url": "http://127.0.0.1:1"}"#)
+        .validate()
+        .expect("valid");
+    assert_eq!(
+        defaults.max_requests_per_second, None,
+        "no ceiling unless set"
+    );
+    for bad in ["0", "-3", "1e9"] {
+        let json =
+            format!(r#"{{"base_url": "http://127.0.0.1:1", "max_requests_per_second": {bad}}}"#);
+        assert_eq!(
+            pointers(parse(&json).validate()),
+            vec!["/max_requests_per_second".to_owned()],
+            "{bad}"
+        );
+    }
+    let mail = r#"{"kind": "smtp", "base_url": "smtp://127.0.0.1:1", "max_requests_per_second": 2,
+                   "smtp": {"from": "a@b.example", "to": ["c@d.example"], "starttls": "off"}}"#;
+    assert!(endpoint_pointers(mail).contains(&"/max_requests_per_second".to_owned()));
+}

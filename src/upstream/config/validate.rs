@@ -197,6 +197,17 @@ impl FileUpstream {
                 "only `kind: smtp` uses it (the reply to a message's final dot)",
             );
         }
+        let max_requests_per_second = match self.max_requests_per_second {
+            Some(rate) if !(rate.is_finite() && rate > 0.0 && rate <= 100_000.0) => {
+                c.problem(
+                    "/max_requests_per_second",
+                    "must be a number above 0 and at most 100000 (e.g. 20, or 0.5 for one call \
+                     every two seconds); remove it for no ceiling",
+                );
+                None
+            }
+            rate => Some(rate),
+        };
         let queue_timeout = match &self.timeouts.queue {
             Some(text) => c.duration("/timeouts/queue", text),
             None => common.request_timeout,
@@ -214,6 +225,7 @@ impl FileUpstream {
             breaker_failures: common.breaker_failures?,
             breaker_cool_down: common.breaker_cool_down?,
             max_concurrency: common.max_concurrency?,
+            max_requests_per_second: max_requests_per_second?,
             max_response_bytes: max_response_bytes?,
             ca_certificates: common.ca.map(|(_, certs)| certs).unwrap_or_default(),
             insecure_skip_verify: self.tls.insecure_skip_verify,
@@ -245,6 +257,12 @@ impl FileUpstream {
         }
         if self.max_response_bytes.is_some() {
             c.problem("/max_response_bytes", "not used by `kind: smtp`");
+        }
+        if self.max_requests_per_second.is_some() {
+            c.problem(
+                "/max_requests_per_second",
+                "not used by `kind: smtp` (`max_concurrency` bounds a mail server)",
+            );
         }
         if self.timeouts.queue.is_some() {
             c.problem(
