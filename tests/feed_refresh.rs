@@ -98,15 +98,7 @@ async fn prices(gw: &Gateway, dealer: &str) -> Vec<i64> {
 
 /// `aap_gateway_feed_refreshes_total` of `dealer` by outcome, from the admin listener.
 async fn refreshes(gw: &Gateway, dealer: &str) -> HashMap<String, u64> {
-    let text = gw
-        .client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
+    let text = gw.metrics().await;
     let prefix = format!("aap_gateway_feed_refreshes_total{{dealer=\"{dealer}\",outcome=\"");
     text.lines()
         .filter_map(|line| line.strip_prefix(&prefix))
