@@ -400,6 +400,26 @@ fn an_example_whose_every_unit_is_hidden_says_why() {
     assert!(ok, "an empty upstream page hides nothing: {stdout}");
 }
 
+/// Issue 37 item 8: a page past the end (`skip` beyond the listings) hid nothing, so it is
+/// never blamed on `status`: the example's own expectation decides.
+#[test]
+fn a_page_past_the_end_is_not_blamed_on_status() {
+    let units = r#"{"units": [{"vin": "1HGCY2F57RA000001", "year": 2024, "make": "Honda", "model": "Civic", "status": "In Stock"}]}"#;
+    let past_the_end = status_table_search(units, "{ total: 1, vehicles: [] }").replace(
+        "request: { type: inventory.search.request }",
+        "request: { type: inventory.search.request, pagination: { skip: 5 } }",
+    );
+    let (ok, stdout) = test_search_mapping(&past_the_end);
+    assert!(ok, "{stdout}");
+    let wrong = past_the_end.replace("expect: { total: 1, vehicles: [] }", "expect: { total: 2 }");
+    let (ok, stdout) = test_search_mapping(&wrong);
+    assert!(!ok, "{stdout}");
+    assert!(
+        !stdout.contains("set `status`"),
+        "the real difference, not a guess: {stdout}"
+    );
+}
+
 #[test]
 fn warnings_point_at_their_key_or_at_the_file_when_the_key_is_absent() {
     let f = "tests/fixtures/config/no-aap-section.yaml";
