@@ -96,6 +96,7 @@ impl MappingLoader<'_> {
             refresh?,
             max_stale?,
             shared,
+            self.ctx.schemas.listings(),
         ));
         self.carried.feed = Some((definition, Arc::clone(&feed)));
         Some(feed)

@@ -132,6 +132,19 @@ impl SearchPages {
     }
 
     /// What the listing schema finds wrong with one listing: `location (keyword)` each.
+    /// Whether the listing schema accepts one listing held as JSON (a feed's, as mapped); its
+    /// failures (`location (keyword)`, never a value) when not.
+    pub(super) fn check_json(&self, value: &Value) -> Result<(), Vec<String>> {
+        if self.listing.is_valid(Node::Value(value)) {
+            return Ok(());
+        }
+        Err(self
+            .listing
+            .iter_errors(Node::Value(value))
+            .map(|e| format!("{} ({})", e.instance_path(), e.kind().keyword()))
+            .collect())
+    }
+
     fn problems(&self, vehicle: &Vehicle) -> Vec<String> {
         let value = vehicle.clone().into_value();
         self.listing

@@ -132,6 +132,12 @@ impl std::fmt::Debug for Listings {
 }
 
 impl Listings {
+    /// Whether the listing schema accepts one listing held as JSON; its failures
+    /// (`location (keyword)`, never a value) when not.
+    pub fn check_json(&self, vehicle: &Value) -> Result<(), Vec<String>> {
+        self.0.check_json(vehicle)
+    }
+
     /// Keeps the listings the schema accepts, in order, and those `checked` leaves out; gives
     /// how many were dropped and the first dropped one's failures (`location (keyword)`, never a
     /// value).

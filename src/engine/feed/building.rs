@@ -22,6 +22,14 @@ pub(super) struct MappedRecord {
     pub(super) id: Option<String>,
 }
 
+/// Why a record did not become a listing.
+pub(super) enum Unmapped {
+    /// The item mapping failed on it.
+    Failed,
+    /// Its listing is one AAP's listing schema refuses (an impossible year, a negative price).
+    Invalid,
+}
+
 /// A snapshot being built, one mapped record at a time, in feed order.
 pub(super) struct Building<'a> {
     previous: Option<&'a Snapshot>,
@@ -61,17 +69,23 @@ impl<'a> Building<'a> {
 
     /// Adds what the item mapping made of one record. One broken record must not take the
     /// whole inventory down: it is counted and skipped.
-    pub(super) fn add(&mut self, mapped: Option<MappedRecord>) {
-        let Some(MappedRecord {
+    pub(super) fn add(&mut self, mapped: Result<MappedRecord, Unmapped>) {
+        let MappedRecord {
             prepared,
             encoded,
             vin,
             stock,
             id,
-        }) = mapped
-        else {
-            self.stats.skipped += 1;
-            return;
+        } = match mapped {
+            Ok(record) => record,
+            Err(Unmapped::Failed) => {
+                self.stats.skipped += 1;
+                return;
+            }
+            Err(Unmapped::Invalid) => {
+                self.stats.invalid += 1;
+                return;
+            }
         };
         // A feed that repeats a unit lists it once (the first row wins).
         let vin_hash = vin.as_deref().map(|vin| self.hasher.hash_one(vin));

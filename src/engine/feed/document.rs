@@ -216,6 +216,23 @@ impl Feed {
                 meter.mapping_event("record_skipped", skipped as u64);
             }
         }
+        let first_invalid = (self.first_invalid.lock())
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if building.stats.invalid > 0 {
+            let dropped = building.stats.invalid;
+            let failures = first_invalid.unwrap_or_default().join(", ");
+            tracing::warn!(
+                feed = %self.file,
+                dropped,
+                failures,
+                "feed listings the AAP listing schema refuses were dropped (never served, never \
+                 counted in a total)"
+            );
+            if let Some(meter) = self.upstream.meter() {
+                meter.mapping_event("listing_invalid", dropped as u64);
+            }
+        }
         if building.stats.ragged > 0 {
             let ragged = building.stats.ragged;
             tracing::warn!(
@@ -239,7 +256,7 @@ impl Feed {
         record: &JqValue,
         vars: &JqVars,
         table: Option<&SideTable>,
-    ) -> Option<MappedRecord> {
+    ) -> Result<MappedRecord, Unmapped> {
         let joined;
         let record = match (table, &self.join) {
             (Some(table), Some(join)) => {
@@ -258,11 +275,20 @@ impl Feed {
                 if first.is_none() {
                     *first = Some(e.to_string());
                 }
-                return None;
+                return Err(Unmapped::Failed);
             }
         };
+        // A unit AAP may show answers to the listing schema here, once, so that one bad unit
+        // never fails every search page it would be on (sold ones are never served).
+        if crate::engine::proxy::is_listable(&vehicle)
+            && let Err(why) = self.listings.check_json(&vehicle)
+        {
+            let mut first = (self.first_invalid.lock()).unwrap_or_else(PoisonError::into_inner);
+            first.get_or_insert(why);
+            return Err(Unmapped::Invalid);
+        }
         let key = |name: &str| vehicle.get(name).and_then(Value::as_str);
-        Some(MappedRecord {
+        Ok(MappedRecord {
             vin: key("vin").map(str::to_ascii_uppercase),
             stock: key("stock").map(str::to_owned),
             id: key("vehicle_id").map(str::to_owned),

@@ -51,11 +51,12 @@ use crate::inventory::{Inventory, Prepared};
 use crate::lang::jq::{Jq, JqValue, JqVars, TextObjects};
 use crate::lang::template::Scope;
 use crate::protocol::{Data, SearchRequest, Skill, search};
+use crate::schema::Listings;
 use crate::settings::RefreshPriority;
 use crate::telemetry::Escaped;
 use crate::upstream::Upstream;
 
-use self::building::{Building, Lookup, MappedRecord};
+use self::building::{Building, Lookup, MappedRecord, Unmapped};
 use self::chunks::{CHUNKS_IN_FLIGHT, ChunkReader};
 use self::join::SideTable;
 pub use self::join::{Join, JoinSide, JoinStats};
@@ -101,6 +102,10 @@ pub struct Feed {
     validators: Mutex<Validators>,
     /// The item mapping's first error in the build under way (taken by `finish`).
     first_skip: Mutex<Option<String>>,
+    /// The listing schema: a listable record whose listing it refuses is dropped and counted.
+    listings: Listings,
+    /// The first refused listing's failures in the build under way (taken by `finish`).
+    first_invalid: Mutex<Option<Vec<String>>>,
     /// Why the served copy lists nothing, when it does not ([`Snapshot::why_nothing_listable`]).
     nothing_listable: Mutex<Option<String>>,
     /// When the served copy was last found current: built, or confirmed unchanged.
@@ -206,6 +211,8 @@ pub struct BuildStats {
     pub bytes: usize,
     /// Records the item mapping could not map (skipped).
     pub skipped: usize,
+    /// Listable records whose listing AAP's listing schema refuses (dropped, never served).
+    pub invalid: usize,
     /// CSV rows with more or fewer fields than the header (skipped, never mapped).
     pub ragged: usize,
     /// Records repeating a VIN listed before (the first one is kept).
@@ -235,6 +242,7 @@ impl Feed {
         refresh: Duration,
         max_stale: Duration,
         shared: MappingGlobals,
+        listings: Listings,
     ) -> Feed {
         Feed {
             file,
@@ -260,6 +268,8 @@ impl Feed {
             idle_refreshes: AtomicBool::new(false),
             validators: Mutex::new(Validators::default()),
             first_skip: Mutex::new(None),
+            listings,
+            first_invalid: Mutex::new(None),
             nothing_listable: Mutex::new(None),
             confirmed: Mutex::new(None),
         }
@@ -528,12 +538,13 @@ impl Snapshot {
         }
         let BuildStats {
             skipped,
+            invalid,
             ragged,
             repeated,
             ..
         } = self.stats;
         let vehicles = self.all.len();
-        let read = vehicles + skipped + ragged + repeated;
+        let read = vehicles + skipped + invalid + ragged + repeated;
         if read == 0 {
             return Some(
                 "the document holds no record (an empty export, or `items` or `unpack.member` \
@@ -546,6 +557,11 @@ impl Snapshot {
             let first = self.first_skip.as_deref().unwrap_or("no message");
             causes.push(format!(
                 "the item mapping failed on {skipped} (first: {first})"
+            ));
+        }
+        if invalid > 0 {
+            causes.push(format!(
+                "{invalid} make listings AAP's listing schema refuses (the log names the fields)"
             ));
         }
         if ragged > 0 {
