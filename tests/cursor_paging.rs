@@ -269,28 +269,22 @@ async fn start() -> Stands {
     })
     .await;
     let _ = addr.set(server.addr.to_string());
-    let dir = tempfile::tempdir().expect("temp");
-    let mut yaml = String::from(
-        "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nrate_limit: { enabled: false }\ndealers:\n",
-    );
-    for (id, search) in folders() {
-        let folder = dir.path().join(id);
-        std::fs::create_dir_all(&folder).expect("folder");
-        std::fs::write(
-            folder.join("upstreams.yaml"),
-            "stock:\n  kind: rest\n  base_url: ${STANDS_URL}\n  timeouts: { connect: 1s, request: 2s }\n",
-        )
-        .expect("upstreams");
-        std::fs::write(folder.join("inventory.search.yaml"), search).expect("search");
-        yaml.push_str(&format!(
-            "  - id: {id}\n    path_prefix: /dealers/{id}\n    card: {{ name: {id}, description: Stand-in. }}\n    mappings: {}\n",
-            folder.display()
-        ));
-    }
-    let path = dir.path().join("gateway.yaml");
-    std::fs::write(&path, yaml).expect("config");
-    let vars = [("STANDS_URL".to_owned(), server.url())].into();
-    let gw = common::start_file_with_vars(&path, Some(dir), vars).await;
+    let dealers: Vec<common::TestDealer> = folders()
+        .into_iter()
+        .map(|(id, search)| {
+            common::TestDealer::new(
+                id,
+                vec![
+                    (
+                        "upstreams.yaml",
+                        "stock:\n  kind: rest\n  base_url: ${STANDS_URL}\n  timeouts: { connect: 1s, request: 2s }\n".to_owned(),
+                    ),
+                    ("inventory.search.yaml", search),
+                ],
+            )
+        })
+        .collect();
+    let gw = common::start_dealers(&dealers, &[("STANDS_URL", server.url())]).await;
     Stands {
         gw,
         calls,

@@ -276,29 +276,23 @@ struct Harbor {
 
 async fn start_harbor() -> Harbor {
     let server = HttpServer::start(harbor).await;
-    let dir = tempfile::tempdir().expect("temp");
-    let mut yaml = String::from(
-        "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nrate_limit: { enabled: false }\ndealers:\n",
-    );
-    for (id, search) in dealers() {
-        let folder = dir.path().join(id);
-        std::fs::create_dir_all(&folder).expect("folder");
-        std::fs::write(folder.join("upstreams.yaml"), UPSTREAMS).expect("upstreams");
-        std::fs::write(folder.join("inventory.search.yaml"), search).expect("search");
-        std::fs::write(
-            folder.join("inventory.facets.yaml"),
-            "skill: inventory.facets\nderive: search\n",
-        )
-        .expect("facets");
-        yaml.push_str(&format!(
-            "  - id: {id}\n    path_prefix: /dealers/{id}\n    card: {{ name: {id}, description: Harbor. }}\n    mappings: {}\n",
-            folder.display()
-        ));
-    }
-    let path = dir.path().join("gateway.yaml");
-    std::fs::write(&path, yaml).expect("config");
-    let vars = [("HARBOR_URL".to_owned(), server.url())].into();
-    let gw = common::start_file_with_vars(&path, Some(dir), vars).await;
+    let dealers: Vec<common::TestDealer> = dealers()
+        .into_iter()
+        .map(|(id, search)| {
+            common::TestDealer::new(
+                id,
+                vec![
+                    ("upstreams.yaml", UPSTREAMS.to_owned()),
+                    ("inventory.search.yaml", search),
+                    (
+                        "inventory.facets.yaml",
+                        "skill: inventory.facets\nderive: search\n".to_owned(),
+                    ),
+                ],
+            )
+        })
+        .collect();
+    let gw = common::start_dealers(&dealers, &[("HARBOR_URL", server.url())]).await;
     Harbor {
         gw,
         _server: server,

@@ -132,30 +132,25 @@ struct Nordkap {
 
 async fn start_nordkap() -> Nordkap {
     let server = HttpServer::start(nordkap).await;
-    let dir = tempfile::tempdir().expect("temp");
-    let mut yaml = String::from(
-        "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nrate_limit: { enabled: false }\ndealers:\n",
-    );
-    for (id, search) in [
+    let dealers: Vec<common::TestDealer> = [
         (
             "named",
             search_yaml("dollars(\"1.234,56\")", "miles(\"1.234\")"),
         ),
         ("default", search_yaml("dollars", "miles")),
-    ] {
-        let folder = dir.path().join(id);
-        std::fs::create_dir_all(&folder).expect("folder");
-        std::fs::write(folder.join("upstreams.yaml"), UPSTREAMS).expect("upstreams");
-        std::fs::write(folder.join("inventory.search.yaml"), search).expect("search");
-        yaml.push_str(&format!(
-            "  - id: {id}\n    path_prefix: /dealers/{id}\n    card: {{ name: {id}, description: Nordkap. }}\n    mappings: {}\n",
-            folder.display()
-        ));
-    }
-    let path = dir.path().join("gateway.yaml");
-    std::fs::write(&path, yaml).expect("config");
-    let vars = [("NORDKAP_URL".to_owned(), server.url())].into();
-    let gw = common::start_file_with_vars(&path, Some(dir), vars).await;
+    ]
+    .into_iter()
+    .map(|(id, search)| {
+        common::TestDealer::new(
+            id,
+            vec![
+                ("upstreams.yaml", UPSTREAMS.to_owned()),
+                ("inventory.search.yaml", search),
+            ],
+        )
+    })
+    .collect();
+    let gw = common::start_dealers(&dealers, &[("NORDKAP_URL", server.url())]).await;
     Nordkap {
         gw,
         _server: server,

@@ -208,29 +208,23 @@ async fn start_on(server: HttpServer, dealers: &[(&str, String, usize)]) -> Keel
 
 /// The gateway with one dealer per (id, search file, upstreams.yaml).
 async fn start_custom(server: HttpServer, dealers: &[(&str, String, String)]) -> Keel {
-    let dir = tempfile::tempdir().expect("temp");
-    let mut yaml = String::from(
-        "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nrate_limit: { enabled: false }\ndealers:\n",
-    );
-    for (id, search, upstreams) in dealers {
-        let folder = dir.path().join(id);
-        std::fs::create_dir_all(&folder).expect("folder");
-        std::fs::write(folder.join("upstreams.yaml"), upstreams).expect("upstreams");
-        std::fs::write(folder.join("inventory.search.yaml"), search).expect("search");
-        std::fs::write(
-            folder.join("inventory.facets.yaml"),
-            "skill: inventory.facets\nderive: search\n",
-        )
-        .expect("facets");
-        yaml.push_str(&format!(
-            "  - id: {id}\n    path_prefix: /dealers/{id}\n    card: {{ name: {id}, description: Keel Street. }}\n    mappings: {}\n",
-            folder.display()
-        ));
-    }
-    let path = dir.path().join("gateway.yaml");
-    std::fs::write(&path, yaml).expect("config");
-    let vars = [("KEEL_URL".to_owned(), server.url())].into();
-    let gw = common::start_file_with_vars(&path, Some(dir), vars).await;
+    let dealers: Vec<common::TestDealer> = dealers
+        .iter()
+        .map(|(id, search, upstreams)| {
+            common::TestDealer::new(
+                id,
+                vec![
+                    ("upstreams.yaml", upstreams.clone()),
+                    ("inventory.search.yaml", search.clone()),
+                    (
+                        "inventory.facets.yaml",
+                        "skill: inventory.facets\nderive: search\n".to_owned(),
+                    ),
+                ],
+            )
+        })
+        .collect();
+    let gw = common::start_dealers(&dealers, &[("KEEL_URL", server.url())]).await;
     Keel { gw, server }
 }
 

@@ -84,31 +84,26 @@ struct Quarry {
 
 async fn start(lie: bool) -> Quarry {
     let server = HttpServer::start(move |seen| quarry(seen, lie)).await;
-    let dir = tempfile::tempdir().expect("temp");
-    let mut yaml = String::from(
-        "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nrate_limit: { enabled: false }\ndealers:\n",
-    );
-    for (id, vehicle) in [
+    let dealers: Vec<common::TestDealer> = [
         ("detail", vehicle_yaml()),
         (
             "listing",
             "skill: inventory.vehicle\nderive: search\n".to_owned(),
         ),
-    ] {
-        let folder = dir.path().join(id);
-        std::fs::create_dir_all(&folder).expect("folder");
-        std::fs::write(folder.join("upstreams.yaml"), UPSTREAMS).expect("upstreams");
-        std::fs::write(folder.join("inventory.search.yaml"), search_yaml()).expect("search");
-        std::fs::write(folder.join("inventory.vehicle.yaml"), vehicle).expect("vehicle");
-        yaml.push_str(&format!(
-            "  - id: {id}\n    path_prefix: /dealers/{id}\n    card: {{ name: {id}, description: Quarry. }}\n    mappings: {}\n",
-            folder.display()
-        ));
-    }
-    let path = dir.path().join("gateway.yaml");
-    std::fs::write(&path, yaml).expect("config");
-    let vars = [("QUARRY_URL".to_owned(), server.url())].into();
-    let gw = common::start_file_with_vars(&path, Some(dir), vars).await;
+    ]
+    .into_iter()
+    .map(|(id, vehicle)| {
+        common::TestDealer::new(
+            id,
+            vec![
+                ("upstreams.yaml", UPSTREAMS.to_owned()),
+                ("inventory.search.yaml", search_yaml()),
+                ("inventory.vehicle.yaml", vehicle),
+            ],
+        )
+    })
+    .collect();
+    let gw = common::start_dealers(&dealers, &[("QUARRY_URL", server.url())]).await;
     Quarry { gw, server }
 }
 

@@ -153,7 +153,19 @@ impl MappingLoader<'_> {
         name: &str,
         upstreams: &Upstreams,
     ) -> Option<Arc<Upstream>> {
-        match self.any_target_ref(src, pointer, name, upstreams)? {
+        let target = self.any_target_ref(src, pointer, name, upstreams)?;
+        self.http_only(src, pointer, name, target)
+    }
+
+    /// The HTTP upstream of `target`; an SMTP one is a located problem.
+    fn http_only(
+        &mut self,
+        src: &Source,
+        pointer: &str,
+        name: &str,
+        target: Target,
+    ) -> Option<Arc<Upstream>> {
+        match target {
             Target::Http(u) => Some(u),
             Target::Smtp(_) => {
                 self.problems.push(src.problem(
@@ -203,16 +215,8 @@ impl MappingLoader<'_> {
         name: &str,
         upstreams: &Upstreams,
     ) -> Option<Arc<Upstream>> {
-        match self.target_ref(src, pointer, name, upstreams)? {
-            Target::Http(u) => Some(u),
-            Target::Smtp(_) => {
-                self.problems.push(src.problem(
-                    pointer,
-                    format!("`{name}` is an SMTP upstream; only lead.submit can deliver by e-mail"),
-                ));
-                None
-            }
-        }
+        let target = self.target_ref(src, pointer, name, upstreams)?;
+        self.http_only(src, pointer, name, target)
     }
 }
 

@@ -585,3 +585,47 @@ pub fn sample(scrape: &str, series: &str) -> Option<f64> {
         .lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
+
+/// One dealer of [`start_dealers`]: its id (served at `/dealers/{id}/a2a`) and its mapping
+/// files by name (`upstreams.yaml`, `inventory.search.yaml`, …).
+pub struct TestDealer {
+    pub id: String,
+    pub files: Vec<(&'static str, String)>,
+}
+
+impl TestDealer {
+    pub fn new(id: &str, files: Vec<(&'static str, String)>) -> TestDealer {
+        TestDealer {
+            id: id.to_owned(),
+            files,
+        }
+    }
+}
+
+/// The real gateway over `dealers` written into a temporary folder, rate limits off, `${NAME}`s
+/// from `vars`: the stand-in tests' dealers, each mapped the way a new user writes it.
+pub async fn start_dealers(dealers: &[TestDealer], vars: &[(&str, String)]) -> Gateway {
+    let dir = tempfile::tempdir().expect("temp");
+    let mut yaml = String::from(
+        "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nrate_limit: { enabled: false }\ndealers:\n",
+    );
+    for dealer in dealers {
+        let folder = dir.path().join(&dealer.id);
+        std::fs::create_dir_all(&folder).expect("folder");
+        for (name, text) in &dealer.files {
+            std::fs::write(folder.join(name), text).expect("mapping file");
+        }
+        yaml.push_str(&format!(
+            "  - id: {id}\n    path_prefix: /dealers/{id}\n    card: {{ name: {id}, description: Stand-in. }}\n    mappings: {}\n",
+            folder.display(),
+            id = dealer.id,
+        ));
+    }
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(&path, yaml).expect("config");
+    let vars = vars
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect();
+    start_file_with_vars(&path, Some(dir), vars).await
+}

@@ -33,40 +33,9 @@ JS_DIR="$HERE/js"
 
 log() { echo "mcp interop: $*" >&2; }
 
-# --- venv (re-installed only when requirements.txt changed) ---------------------------------
-stamp="$VENV/.requirements.sha256"
-want="$(sha256sum "$REQS" | cut -d' ' -f1)"
-if [ ! -x "$VENV/bin/python" ]; then
-  log "creating venv at $VENV"
-  mkdir -p "$(dirname "$VENV")"
-  "$PYTHON" -m venv "$VENV" || { log "cannot create a venv with $PYTHON"; exit 1; }
-fi
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  log "installing $(grep -v '^#' "$REQS" | tr '\n' ' ')"
-  "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$REQS"
-  echo "$want" > "$stamp"
-fi
-
-# --- node_modules (npm ci of package-lock.json, again only when the lock changed) -----------
-for tool in "$NODE" "$NPM"; do
-  command -v "$tool" >/dev/null 2>&1 || { log "$tool not found (install Node.js >= 20 and npm)"; exit 1; }
-done
-"$NODE" -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' \
-  || { log "@modelcontextprotocol/sdk needs Node.js >= 20; $NODE is $("$NODE" --version)"; exit 1; }
-js_stamp="$JS_DIR/node_modules/.package-lock.sha256"
-js_want="$(sha256sum "$JS_DIR/package-lock.json" | cut -d' ' -f1)"
-if [ ! -f "$JS_DIR/node_modules/@modelcontextprotocol/sdk/package.json" ] || [ ! -f "$js_stamp" ] \
-    || [ "$(cat "$js_stamp")" != "$js_want" ]; then
-  log "installing $JS_DIR/package-lock.json into $JS_DIR/node_modules (npm ci)"
-  (cd "$JS_DIR" && "$NPM" ci --ignore-scripts --no-audit --no-fund --loglevel=error)
-  echo "$js_want" > "$js_stamp"
-fi
-
-# --- gateway ---------------------------------------------------------------------------------
-if [ ! -x "$GATEWAY_BIN" ]; then
-  log "gateway binary not found at $GATEWAY_BIN (build it, or set AAP_GATEWAY_BIN)"
-  exit 1
-fi
+# shellcheck source=/dev/null
+source "$HERE/../setup.sh"
+interop_setup "@modelcontextprotocol/sdk"
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/aap-mcp-interop.XXXXXX")"
 GW_PIDS=()
