@@ -370,6 +370,9 @@ pub struct SearchPage {
     /// `total`, `skip`, `limit`, as the numbers written.
     counts: [Number; 3],
     vehicles: Vec<Vehicle>,
+    /// Every listing was held to the listing schema where it was made (a proxied page as it was
+    /// read, a feed's units at load): the response check then checks only the rest.
+    listings_checked: bool,
 }
 
 /// The member names of a [`SearchPage`], in order.
@@ -380,7 +383,19 @@ impl SearchPage {
         SearchPage {
             counts: [total, skip, limit].map(|n| Number::from(n as u64)),
             vehicles,
+            listings_checked: false,
         }
+    }
+
+    /// The page, its listings already held to the listing schema by whoever made them.
+    pub fn listings_checked(mut self) -> SearchPage {
+        self.listings_checked = true;
+        self
+    }
+
+    /// Whether [`SearchPage::listings_checked`] said so.
+    pub fn are_listings_checked(&self) -> bool {
+        self.listings_checked
     }
 
     /// `total`, `skip` and `limit`.

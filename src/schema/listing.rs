@@ -66,8 +66,12 @@ impl SearchPages {
         })
     }
 
-    /// Whether the response holding `page` is valid.
+    /// Whether the response holding `page` is valid. Listings checked where they were made
+    /// ([`SearchPage::listings_checked`]) are not checked again: only what is around them.
     pub(super) fn is_valid(&self, page: &SearchPage) -> bool {
+        if page.are_listings_checked() {
+            return self.around.is_valid(Node::Reply(page));
+        }
         self.is_valid_with(page, self.by_key.as_ref())
     }
 

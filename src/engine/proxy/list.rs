@@ -167,7 +167,9 @@ impl ProxyMapping {
                 fetched: walk.records,
             }));
         }
-        Ok(Some(SearchPage::new(total, skip, limit, vehicles)))
+        Ok(Some(
+            SearchPage::new(total, skip, limit, vehicles).listings_checked(),
+        ))
     }
 
     /// [`ProxyMapping::straight_through`] for sequential paging: the upstream's pages walked
@@ -246,7 +248,9 @@ impl ProxyMapping {
                 fetched: before,
             }));
         }
-        Ok(Some(SearchPage::new(total, skip, limit, vehicles)))
+        Ok(Some(
+            SearchPage::new(total, skip, limit, vehicles).listings_checked(),
+        ))
     }
 
     /// Whether the upstream's own pages, order and total answer `request` exactly: it lists

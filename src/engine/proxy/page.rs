@@ -32,7 +32,9 @@ pub fn check_listable(vehicle: &Value) -> Result<(), AapError> {
 /// The `data` of an `inventory.search.response` answered from listings the gateway holds.
 pub fn page_data(page: inventory::Page) -> Data {
     let vehicles = page.vehicles.into_iter().map(Vehicle::Json).collect();
-    Data::Search(SearchPage::new(page.total, page.skip, page.limit, vehicles))
+    // Every listing the gateway holds was checked when it was read (`Listings::retain_valid`
+    // for a proxied page, `Listings::check_json` for a feed's unit).
+    Data::Search(SearchPage::new(page.total, page.skip, page.limit, vehicles).listings_checked())
 }
 
 pub(super) fn as_count(v: &Value) -> Option<usize> {
