@@ -238,12 +238,9 @@ impl RequestSpec {
                     first,
                     ..
                 } => {
-                    push_param(
-                        &mut query,
-                        name,
-                        &page.index.saturating_add(*first).to_string(),
-                    );
-                    push_param(&mut query, size, &page.size.to_string());
+                    let number = page.index.saturating_add(*first);
+                    push_param(&mut query, name, itoa::Buffer::new().format(number));
+                    push_param(&mut query, size, itoa::Buffer::new().format(page.size));
                 }
                 Pagination::Offset {
                     offset: Some(offset),
@@ -300,7 +297,11 @@ impl RequestSpec {
         let path_and_query = if query.is_empty() {
             path
         } else {
-            format!("{path}?{query}")
+            let mut path = path;
+            path.reserve(query.len() + 1);
+            path.push('?');
+            path.push_str(&query);
+            path
         };
         Ok(Rendered {
             method: self.method.clone(),

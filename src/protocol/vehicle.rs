@@ -269,7 +269,15 @@ impl Record {
 
     /// The value of `key`.
     pub fn get(&self, key: &str) -> Option<&Field> {
-        self.members().find(|(k, _)| *k == key).map(|(_, v)| v)
+        // The key's position, then its value's among those not left out (fewer by the
+        // left-out keys before it): no walk over the members.
+        let at = self.shape.keys.iter().position(|k| **k == *key)?;
+        let bit = 1u64 << at; // at < MAX_KEYS
+        if self.blank & bit != 0 {
+            return None;
+        }
+        let before = (self.blank & (bit - 1)).count_ones() as usize;
+        self.values.get(at - before)
     }
 
     /// The object as JSON (keys in order).
@@ -554,6 +562,15 @@ mod tests {
         for (blank, values) in cases {
             let record = Record::new(Arc::clone(&shape), blank, body.clone(), values);
             let value = Value::Object(record.clone().into_map());
+            // A key's value is found where its member is, and a left-out key has none.
+            for key in shape.keys().chain(["absent"]) {
+                let member = record.members().find(|(k, _)| *k == key).map(|(_, v)| v);
+                assert_eq!(
+                    format!("{:?}", record.get(key)),
+                    format!("{member:?}"),
+                    "{key} of {blank:#b}"
+                );
+            }
             let mut written = Vec::new();
             record.write_json(&mut written);
             assert_eq!(

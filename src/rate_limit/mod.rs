@@ -393,9 +393,12 @@ impl<C: Clock + Clone> Limiter<C> {
             return Ok(());
         }
         let (limiter, quota) = self.pick(skill, client);
-        // Stored as {prefix}rl:{key}.
-        let key = format!("{dealer_id}:{}:{client}", skill.id());
-        if !self.shared(&key, quota).await? {
+        // Stored as {prefix}rl:{key}; named only when there is a shared store to ask.
+        let shared = self.redis.is_some()
+            && self
+                .shared(&format!("{dealer_id}:{}:{client}", skill.id()), quota)
+                .await?;
+        if !shared {
             self.check_local(limiter, (dealer, skill, client.clone()))?;
         }
         Ok(())
@@ -417,8 +420,11 @@ impl<C: Clock + Clone> Limiter<C> {
         }
         if let Some((limiter, quota)) = self.per_dealer.get(&skill) {
             // `all` names no client (those are `key:…` and `ip:…`).
-            let key = format!("{dealer_id}:{}:all", skill.id());
-            if !self.shared(&key, *quota).await? {
+            let shared = self.redis.is_some()
+                && self
+                    .shared(&format!("{dealer_id}:{}:all", skill.id()), *quota)
+                    .await?;
+            if !shared {
                 limiter
                     .check_key(&dealer)
                     .map_err(|not_until| AapError::RateLimited {

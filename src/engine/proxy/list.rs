@@ -9,7 +9,6 @@
 //! refuses, is dropped and counted; when that happens on a page answered straight through, the
 //! search is completed from a scan instead, so that the total never counts it.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
@@ -22,11 +21,12 @@ use crate::lang::jq::JqVars;
 use crate::lang::template::{Lazy, Scope};
 use crate::protocol::Data;
 use crate::protocol::search::SearchRequest;
-use crate::protocol::vehicle::{Field, SearchPage, Vehicle};
+use crate::protocol::vehicle::{SearchPage, Vehicle};
 
 use super::call::Called;
 use super::page::{as_count, is_listable_status, page_data};
 use super::scan_cache::{Lookup, ScanKey, Walk as ScanWalk};
+use super::seen::Seen;
 use super::spec::{NextPage, ProxyMapping, ResponseSpec, RuleOutcome, Values};
 use super::transport::Transport;
 
@@ -123,7 +123,7 @@ impl ProxyMapping {
         let context = Lazy::new(&build);
         let values = Scope::request(request.data, &self.shared.tables_tpl, &context);
         let vars = self.vars(request.data, None);
-        let mut walk = Walk::default();
+        let mut walk = Walk::sized(limit);
         let mut listings: Vec<Vehicle> = Vec::new();
         // Without paging the one reply is the whole list: the window is sliced from it.
         let (pages, start) = match &self.request.pagination {
@@ -532,9 +532,7 @@ impl ProxyMapping {
     /// could not be whole: a record seen before, more records than the upstream's total.
     fn walked(&self, walk: &mut Walk, page: &PageRef, fetched: &Fetched) -> Result<bool, AapError> {
         for vehicle in &fetched.vehicles {
-            if let Some(identity) = identity(vehicle)
-                && !walk.seen.insert(identity)
-            {
+            if !walk.seen.first_time(vehicle) {
                 return Err(self.incomplete(Incomplete::Repeated {
                     page: page.index + 1,
                 }));
@@ -775,7 +773,7 @@ impl ProxyMapping {
 #[derive(Debug, Default)]
 struct Walk {
     /// The listings' identities (VIN, else stock number), to find a record that comes back.
-    seen: HashSet<Box<str>>,
+    seen: Seen,
     /// Upstream records read, mapped or not.
     records: usize,
     /// The upstream's latest total.
@@ -784,22 +782,12 @@ struct Walk {
     short: Option<(u64, usize, u64)>,
 }
 
-/// A listing's identity within one walk: its VIN (upper case), else its stock number.
-fn identity(vehicle: &Vehicle) -> Option<Box<str>> {
-    let text = |key: &str| -> Option<String> {
-        match vehicle {
-            Vehicle::Json(v) => v.get(key)?.as_str().map(str::to_owned),
-            Vehicle::Record(r) => match r.get(key)? {
-                Field::Text(t) => Some(t.as_str(r.body()).to_owned()),
-                Field::Json(v) => v.as_str().map(str::to_owned),
-                Field::List(_) | Field::Num(_) => None,
-            },
+impl Walk {
+    /// A walk expected to read about `records` records (the buyer's window, at most 1,000).
+    fn sized(records: usize) -> Self {
+        Self {
+            seen: Seen::with_capacity(records.min(1_000)),
+            ..Self::default()
         }
-    };
-    match text("vin").filter(|v| !v.is_empty()) {
-        Some(vin) => Some(format!("vin:{}", vin.to_ascii_uppercase()).into()),
-        None => text("stock")
-            .filter(|s| !s.is_empty())
-            .map(|s| format!("stock:{s}").into()),
     }
 }

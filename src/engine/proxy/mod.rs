@@ -13,12 +13,14 @@
 //!
 //! The files: `spec` (the compiled mapping), `transport` (live or canned upstream), `call` (one
 //! call: render, send, error rules, decode, extract), `list` (searches straight through or
-//! completed in the gateway, derived facets), `scan_cache`, `page` (AAP's window and page).
+//! completed in the gateway, derived facets), `seen` (the listings a walk has met, to refuse a
+//! record that comes back), `scan_cache`, `page` (AAP's window and page).
 
 mod call;
 mod list;
 mod page;
 mod scan_cache;
+mod seen;
 mod spec;
 mod transport;
 mod vehicle;
