@@ -606,11 +606,23 @@ impl TestDealer {
 /// from `vars`: the stand-in tests' dealers, each mapped the way a new user writes it.
 pub async fn start_dealers(dealers: &[TestDealer], vars: &[(&str, String)]) -> Gateway {
     let dir = tempfile::tempdir().expect("temp");
+    let path = write_dealers(dir.path(), dealers);
+    let vars = vars
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect();
+    start_file_with_vars(&path, Some(dir), vars).await
+}
+
+/// Writes `dealers` into `dir` as [`start_dealers`] runs them: a mapping folder per dealer
+/// (`dir/{id}/`) and the configuration naming them, whose path it returns (for `check` and
+/// the other commands that read the files).
+pub fn write_dealers(dir: &Path, dealers: &[TestDealer]) -> PathBuf {
     let mut yaml = String::from(
         "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nrate_limit: { enabled: false }\ndealers:\n",
     );
     for dealer in dealers {
-        let folder = dir.path().join(&dealer.id);
+        let folder = dir.join(&dealer.id);
         std::fs::create_dir_all(&folder).expect("folder");
         for (name, text) in &dealer.files {
             std::fs::write(folder.join(name), text).expect("mapping file");
@@ -621,11 +633,7 @@ pub async fn start_dealers(dealers: &[TestDealer], vars: &[(&str, String)]) -> G
             id = dealer.id,
         ));
     }
-    let path = dir.path().join("gateway.yaml");
+    let path = dir.join("gateway.yaml");
     std::fs::write(&path, yaml).expect("config");
-    let vars = vars
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), v.clone()))
-        .collect();
-    start_file_with_vars(&path, Some(dir), vars).await
+    path
 }
