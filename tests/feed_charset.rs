@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 use common::Gateway;
-use feed_support::{Export, FeedHost, assert_located, call, run_cli, search, write_config};
+use feed_support::{Export, FeedHost, call, search, write_config};
 use serde_json::{Value, json};
 
 const LATIN1_XML: &str = "latin1-xml";
@@ -215,9 +215,9 @@ fn check_and_test_mappings_pass_on_the_fixtures() {
     );
     // No network: any URL will do.
     let url = [("FEED_URL", "http://127.0.0.1:9")];
-    let (code, all) = run_cli(&["check"], &config, &url);
+    let (code, all) = common::run_cli(&["check"], &config, &url);
     assert_eq!(code, 0, "check failed:\n{all}");
-    let (code, all) = run_cli(&["test-mappings"], &config, &url);
+    let (code, all) = common::run_cli(&["test-mappings"], &config, &url);
     assert_eq!(code, 0, "test-mappings failed:\n{all}");
     assert!(all.contains("4 passed, 0 failed"), "{all}");
 
@@ -240,20 +240,20 @@ fn check_and_test_mappings_pass_on_the_fixtures() {
     )
     .expect("write inventory.vehicle.yaml");
     write_config(dir.path(), &[("bad", &folder)]);
-    let (code, all) = run_cli(&["check"], &config, &url);
+    let (code, all) = common::run_cli(&["check"], &config, &url);
     assert_eq!(code, 1, "{all}");
     let line = text
         .lines()
         .position(|l| l.starts_with("charset:"))
         .expect("charset line")
         + 1;
-    assert_located(
+    common::assert_located(
         &all,
         &feed_yaml,
         line,
         "unknown charset `cp-1252`; expected a label like utf-8, windows-1252",
     );
-    assert_located(
+    common::assert_located(
         &all,
         &vehicle_yaml,
         6,

@@ -7,9 +7,7 @@ mod common;
 mod feed_support;
 
 use bytes::Bytes;
-use feed_support::{
-    Export, FeedHost, assert_located, feed_folder, run_cli, start_feeds, write_config, zip,
-};
+use feed_support::{Export, FeedHost, feed_folder, start_feeds, write_config, zip};
 use serde_json::{Value, json};
 
 const FEED_YAML: &str = r#"upstream: feed
@@ -89,11 +87,11 @@ fn check_locates_a_bad_csv_dialect() {
     );
     feed_folder(&folder, &yaml);
     let config = write_config(dir.path(), &[("marine", &folder)]);
-    let (code, all) = run_cli(&["check"], &config, &[("FEED_URL", "http://127.0.0.1:9")]);
+    let (code, all) = common::run_cli(&["check"], &config, &[("FEED_URL", "http://127.0.0.1:9")]);
     assert_eq!(code, 1, "{all}");
     let feed_yaml = folder.join("feed.yaml");
-    assert_located(&all, &feed_yaml, 7, "`;;` is not one ASCII character");
-    assert_located(
+    common::assert_located(&all, &feed_yaml, 7, "`;;` is not one ASCII character");
+    common::assert_located(
         &all,
         &feed_yaml,
         8,

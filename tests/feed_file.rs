@@ -17,9 +17,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::Gateway;
-use feed_support::{
-    assert_located, feed, feed_folder_with, gzip, prices, refreshes, run_cli, write_config,
-};
+use feed_support::{feed, feed_folder_with, gzip, prices, refreshes, write_config};
 
 const FEED_YAML: &str = r#"upstream: drop
 request: { method: GET, path: /outgoing/Bestand%20Boote.csv.gz }
@@ -184,9 +182,9 @@ fn check_locates_a_file_upstream_that_is_no_local_directory() {
         "drop:\n  kind: file\n  base_url: https://exports.example.com/outgoing\n",
     );
     let config = write_config(dir.path(), &[(MARINA, &folder)]);
-    let (code, all) = run_cli(&["check"], &config, &[]);
+    let (code, all) = common::run_cli(&["check"], &config, &[]);
     assert_eq!(code, 1, "{all}");
-    assert_located(
+    common::assert_located(
         &all,
         &folder.join("upstreams.yaml"),
         3,

@@ -10,10 +10,7 @@ mod feed_support;
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use feed_support::{
-    Export, FeedHost, assert_located, feed_folder, mapping_events, run_cli, start_feeds,
-    write_config, zip,
-};
+use feed_support::{Export, FeedHost, feed_folder, mapping_events, start_feeds, write_config, zip};
 use serde_json::{Value, json};
 
 /// The units: a semicolon export in Windows-1252, header names with spaces and `#`.
@@ -219,9 +216,9 @@ fn check_locates_a_join_with_no_source_and_a_bad_key_program() {
         .replace("on: '.[\"Stock #\"]'", "on: '.[\"Stock #\"'");
     feed_folder(&folder, &yaml);
     let config = write_config(dir.path(), &[("rv", &folder)]);
-    let (code, all) = run_cli(&["check"], &config, &[("FEED_URL", "http://127.0.0.1:9")]);
+    let (code, all) = common::run_cli(&["check"], &config, &[("FEED_URL", "http://127.0.0.1:9")]);
     assert_eq!(code, 1, "{all}");
     let feed_yaml = folder.join("feed.yaml");
-    assert_located(&all, &feed_yaml, 7, "needs one of `member`");
-    assert_located(&all, &feed_yaml, 10, "jq: unclosed `[`");
+    common::assert_located(&all, &feed_yaml, 7, "needs one of `member`");
+    common::assert_located(&all, &feed_yaml, 10, "jq: unclosed `[`");
 }

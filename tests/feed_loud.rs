@@ -12,7 +12,7 @@ mod feed_support;
 use bytes::Bytes;
 use common::Gateway;
 use feed_support::{
-    Export, FeedHost, feed_folder, mapping_events, run_cli, search, start_feeds, write_config,
+    Export, FeedHost, feed_folder, mapping_events, search, start_feeds, write_config,
 };
 use serde_json::{Value, json};
 
@@ -214,7 +214,7 @@ examples:
     )
     .expect("search");
     let config = write_config(dir.path(), &[("lot", &folder)]);
-    let (code, stdout) = run_cli(
+    let (code, stdout) = common::run_cli(
         &["test-mappings"],
         &config,
         &[("FEED_URL", "http://127.0.0.1:9")],

@@ -100,15 +100,8 @@ struct Shared {
     sims: Simulators,
 }
 
-static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-});
-
 static SHARED: LazyLock<Shared> = LazyLock::new(|| {
-    RUNTIME.block_on(async {
+    common::RUNTIME.block_on(async {
         let sims = Simulators::start().await.expect("simulators");
         let gw = start_on(&fixture_dir(), &sims).await;
         Shared { gw, sims }
@@ -117,8 +110,7 @@ static SHARED: LazyLock<Shared> = LazyLock::new(|| {
 
 /// Runs a test body on the shared runtime (the shared gateway is started first).
 fn block_on(body: impl std::future::Future<Output = ()>) {
-    LazyLock::force(&SHARED);
-    RUNTIME.block_on(body);
+    common::run_with(&SHARED, body);
 }
 
 fn gw() -> &'static Gateway {

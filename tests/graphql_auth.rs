@@ -167,15 +167,8 @@ fn check_refuses_reauthenticate_without_oauth2() {
         upstreams_yaml("{ kind: api_key, header: X-Key, value: k }"),
     );
     let path = common::write_dealers(dir.path(), &dealers);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-        .args(["check", "--config"])
-        .arg(&path)
-        .env("SUMMIT_URL", "http://127.0.0.1:9")
-        .output()
-        .expect("run check");
-    let text =
-        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "{text}");
+    let (code, text) = common::run_cli(&["check"], &path, &[("SUMMIT_URL", "http://127.0.0.1:9")]);
+    assert_ne!(code, 0, "{text}");
     let line = search
         .lines()
         .position(|l| l.contains("reauthenticate"))

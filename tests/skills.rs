@@ -90,15 +90,8 @@ struct Demo {
     sims: Simulators,
 }
 
-static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-});
-
 static DEMO: LazyLock<Demo> = LazyLock::new(|| {
-    RUNTIME.block_on(async {
+    common::RUNTIME.block_on(async {
         let (gw, sims) = common::demo_with_simulators_unlimited().await;
         // Every skill call of this suite also runs through HTTP+JSON, which must agree.
         Demo {
@@ -110,8 +103,7 @@ static DEMO: LazyLock<Demo> = LazyLock::new(|| {
 
 /// Runs a test body on the shared runtime (the shared gateway is started first).
 fn block_on(body: impl std::future::Future<Output = ()>) {
-    LazyLock::force(&DEMO);
-    RUNTIME.block_on(body);
+    common::run_with(&DEMO, body);
 }
 
 fn shared() -> (&'static Gateway, &'static Simulators) {

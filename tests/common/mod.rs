@@ -12,6 +12,7 @@ pub mod schema;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 use aap_gateway::server;
 use aap_gateway::settings;
@@ -618,22 +619,83 @@ pub async fn start_dealers(dealers: &[TestDealer], vars: &[(&str, String)]) -> G
 /// (`dir/{id}/`) and the configuration naming them, whose path it returns (for `check` and
 /// the other commands that read the files).
 pub fn write_dealers(dir: &Path, dealers: &[TestDealer]) -> PathBuf {
-    let mut yaml = String::from(
-        "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nrate_limit: { enabled: false }\ndealers:\n",
-    );
+    let mut folders = Vec::with_capacity(dealers.len());
     for dealer in dealers {
         let folder = dir.join(&dealer.id);
         std::fs::create_dir_all(&folder).expect("folder");
         for (name, text) in &dealer.files {
             std::fs::write(folder.join(name), text).expect("mapping file");
         }
+        folders.push((dealer.id.as_str(), folder));
+    }
+    let listed: Vec<(&str, &Path)> = folders.iter().map(|(id, f)| (*id, f.as_path())).collect();
+    write_gateway_yaml(dir, &listed)
+}
+
+/// The configuration [`start_dealers`] runs, for mapping folders written already (fixtures):
+/// `dir/gateway.yaml` with a dealer per `(id, folder)` at `/dealers/{id}`, rate limits off (one
+/// client calls flat out); its path.
+pub fn write_gateway_yaml(dir: &Path, dealers: &[(&str, &Path)]) -> PathBuf {
+    let mut yaml = String::from(
+        "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nrate_limit: { enabled: false }\ndealers:\n",
+    );
+    for (id, folder) in dealers {
         yaml.push_str(&format!(
             "  - id: {id}\n    path_prefix: /dealers/{id}\n    card: {{ name: {id}, description: Stand-in. }}\n    mappings: {}\n",
             folder.display(),
-            id = dealer.id,
         ));
     }
     let path = dir.join("gateway.yaml");
     std::fs::write(&path, yaml).expect("config");
     path
+}
+
+/// One multi-thread runtime for a test binary's shared fixture: a gateway and its stand-ins
+/// started once (a `LazyLock` of the test file's own, built on this runtime) for the plain
+/// `#[test]`s and property tests that call it. Never dropped, as the fixture's tasks live on it.
+pub static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+});
+
+/// Runs `body` on [`RUNTIME`] once `fixture` is up: started first, outside the body, so that a
+/// fixture that cannot start fails as itself.
+pub fn run_with<S, F: FnOnce() -> S, T>(
+    fixture: &LazyLock<S, F>,
+    body: impl std::future::Future<Output = T>,
+) -> T {
+    LazyLock::force(fixture);
+    RUNTIME.block_on(body)
+}
+
+/// The binary run as `aap-gateway ARGS --config CONFIG` with `RUST_LOG=warn` and `vars` in its
+/// environment: its exit code and all it wrote (stdout, then stderr).
+pub fn run_cli(args: &[&str], config: &Path, vars: &[(&str, &str)]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .envs(vars.iter().copied())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run aap-gateway");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), all)
+}
+
+/// `output` has a line that starts `FILE:LINE:` and says `message`.
+pub fn assert_located(output: &str, file: &Path, line: usize, message: &str) {
+    let at = format!("{}:{line}:", file.display());
+    assert!(
+        output
+            .lines()
+            .any(|l| l.starts_with(&at) && l.contains(message)),
+        "{at} {message}:\n{output}"
+    );
 }

@@ -3,7 +3,7 @@
 //! server sends (`ETag`, `Last-Modified`, `Content-Encoding`) and answers conditional requests as
 //! HTTP says; mapping folders and the gateway's configuration written into a temp dir, and the
 //! gateway started on them; packing helpers (gzip, zip); what the tests read back (a dealer's
-//! feed, its refreshes by outcome, the prices it lists, what `check` says and where).
+//! feed, its refreshes by outcome, the prices it lists, its listings).
 //!
 //! Needs the test crate's `mod common;` beside it.
 #![allow(dead_code, unreachable_pub)]
@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use aap_gateway::engine::feed::Feed;
@@ -352,34 +351,4 @@ pub async fn call(gw: &Gateway, dealer: &str, kind: &str, request: Value) -> Val
 /// [`call`] of `inventory.search`.
 pub async fn search(gw: &Gateway, dealer: &str, request: Value) -> Value {
     call(gw, dealer, "inventory.search", request).await
-}
-
-/// The binary run as `aap-gateway ARGS --config CONFIG` with `RUST_LOG=warn` and `vars` in its
-/// environment: its exit code and all it wrote (stdout, then stderr).
-pub fn run_cli(args: &[&str], config: &Path, vars: &[(&str, &str)]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .envs(vars.iter().copied())
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run aap-gateway");
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), all)
-}
-
-/// `output` has a line that starts `FILE:LINE:` and says `message`.
-pub fn assert_located(output: &str, file: &Path, line: usize, message: &str) {
-    let at = format!("{}:{line}:", file.display());
-    assert!(
-        output
-            .lines()
-            .any(|l| l.starts_with(&at) && l.contains(message)),
-        "{at} {message}:\n{output}"
-    );
 }
