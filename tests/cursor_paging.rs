@@ -335,16 +335,7 @@ async fn search(dealer: &str, s: &Search) -> Result<(usize, Vec<String>), String
     }
     let payload = reply.payload();
     common::schema::assert_reply_valid(payload);
-    let data = &payload["data"];
-    Ok((
-        data["total"].as_u64().expect("total") as usize,
-        data["vehicles"]
-            .as_array()
-            .expect("vehicles")
-            .iter()
-            .map(|v| v["stock"].as_str().expect("stock").to_owned())
-            .collect(),
-    ))
+    Ok(common::total_and_stocks(&payload["data"]))
 }
 
 #[test]

@@ -373,16 +373,8 @@ async fn search(dealer: &str, s: &Search) -> Answered {
     }
     let payload = reply.payload();
     common::schema::assert_reply_valid(payload);
-    let data = &payload["data"];
-    Answered::Page {
-        total: data["total"].as_u64().expect("total") as usize,
-        stocks: data["vehicles"]
-            .as_array()
-            .expect("vehicles")
-            .iter()
-            .map(|v| v["stock"].as_str().expect("stock").to_owned())
-            .collect(),
-    }
+    let (total, stocks) = common::total_and_stocks(&payload["data"]);
+    Answered::Page { total, stocks }
 }
 
 /// How many unit records Harbor holds for `make` (every state): what one of its replies covers.

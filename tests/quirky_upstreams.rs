@@ -416,14 +416,7 @@ fn data(reply: &common::Reply) -> Value {
 
 async fn search(declared: Declared, search: &Search) -> (usize, Vec<String>) {
     let reply = LAKESIDE.gw.send(&a2a(declared), search.request()).await;
-    let data = data(&reply);
-    let stocks = data["vehicles"]
-        .as_array()
-        .expect("vehicles")
-        .iter()
-        .map(|v| v["stock"].as_str().expect("stock").to_owned())
-        .collect();
-    (data["total"].as_u64().expect("total") as usize, stocks)
+    common::total_and_stocks(&data(&reply))
 }
 
 fn check_search(declared: Declared, s: &Search) -> Result<(), TestCaseError> {

@@ -379,6 +379,21 @@ impl Reply {
     pub fn payload(&self) -> &Value {
         &self.body["result"]["message"]["parts"][0]["data"]
     }
+
+    /// The response `data` of a successful reply of `kind` (`inventory.search.response`, …),
+    /// whose payload the AAP schemas accept; panics, showing the reply, on anything else.
+    pub fn answered(&self, kind: &str) -> &Value {
+        assert_eq!(self.status, 200, "{}", self.text);
+        assert!(
+            self.body.get("error").is_none(),
+            "expected {kind}, got an error: {}",
+            self.text
+        );
+        let payload = self.payload();
+        assert_eq!(payload["type"], kind, "{}", self.text);
+        schema::assert_reply_valid(payload);
+        &payload["data"]
+    }
 }
 
 impl Gateway {
@@ -648,6 +663,14 @@ pub fn write_gateway_yaml(dir: &Path, dealers: &[(&str, &Path)]) -> PathBuf {
     let path = dir.join("gateway.yaml");
     std::fs::write(&path, yaml).expect("config");
     path
+}
+
+/// A search reply's `data`: its `total` and its listings' stock numbers, in order.
+pub fn total_and_stocks(data: &Value) -> (usize, Vec<String>) {
+    let total = data["total"].as_u64().expect("total");
+    let stocks = data["vehicles"].as_array().expect("vehicles").iter();
+    let stocks = stocks.map(|v| v["stock"].as_str().expect("stock").to_owned());
+    (usize::try_from(total).expect("total"), stocks.collect())
 }
 
 /// One multi-thread runtime for a test binary's shared fixture: a gateway and its stand-ins

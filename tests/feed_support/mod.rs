@@ -330,22 +330,14 @@ pub fn mapping_events(metrics: &str, dealer: &str, event: &str) -> u64 {
 }
 
 /// The reply `data` of a `kind` call (`inventory.search`, …) to `dealer` with the fields of
-/// `request`, which must be answered (HTTP 200, no error, a `{kind}.response`).
+/// `request`, which must be answered ([`common::Reply::answered`]).
 pub async fn call(gw: &Gateway, dealer: &str, kind: &str, request: Value) -> Value {
     let mut call = json!({ "type": format!("{kind}.request") });
     if let (Some(call), Some(extra)) = (call.as_object_mut(), request.as_object()) {
         call.extend(extra.clone());
     }
     let reply = gw.send(&format!("/dealers/{dealer}/a2a"), call).await;
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    assert!(reply.body.get("error").is_none(), "{}", reply.text);
-    assert_eq!(
-        reply.payload()["type"],
-        format!("{kind}.response"),
-        "{}",
-        reply.text
-    );
-    reply.payload()["data"].clone()
+    reply.answered(&format!("{kind}.response")).clone()
 }
 
 /// [`call`] of `inventory.search`.
