@@ -230,15 +230,6 @@ fn ok<'r>(reply: &'r Reply, kind: &str) -> &'r Value {
     data
 }
 
-/// Asserts an AAP skill error with `code`.
-fn assert_aap_error(reply: &Reply, code: &str) {
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    assert_eq!(reply.error_code(), -32000, "{}", reply.text);
-    assert_eq!(reply.aap_code(), code, "{}", reply.text);
-    assert_eq!(reply.aap_error()["type"], "aap.error", "{}", reply.text);
-    assert_eq!(reply.error_info()["reason"], code, "{}", reply.text);
-}
-
 // =============================================================================================
 // Calls
 //
@@ -1255,7 +1246,7 @@ async fn unknown_identifiers_are_not_found_and_sold_units_are_unavailable_body()
             json!({ "type": "inventory.vehicle.request", "vehicle_id": "ZZ99999" }),
         ] {
             let reply = gw.send(dealer.path(), request.clone()).await;
-            assert_aap_error(&reply, "VEHICLE_NOT_FOUND");
+            reply.assert_aap_error("VEHICLE_NOT_FOUND");
             assert_eq!(
                 reply.aap_error()["retryable"],
                 false,
@@ -1276,7 +1267,7 @@ async fn unknown_identifiers_are_not_found_and_sold_units_are_unavailable_body()
                 json!({ "type": "inventory.vehicle.request", "stock": stock }),
             ] {
                 let reply = gw.send(dealer.path(), request.clone()).await;
-                assert_aap_error(&reply, "VEHICLE_UNAVAILABLE");
+                reply.assert_aap_error("VEHICLE_UNAVAILABLE");
                 assert_eq!(
                     reply.aap_error()["retryable"],
                     false,

@@ -380,6 +380,58 @@ impl Reply {
         &self.body["result"]["message"]["parts"][0]["data"]
     }
 
+    /// An AAP skill error with `code`: JSON-RPC -32000 on HTTP 200, the `aap.error` body and
+    /// the `ErrorInfo` reason both naming it.
+    pub fn assert_aap_error(&self, code: &str) {
+        assert_eq!(self.status, 200, "{}", self.text);
+        assert_eq!(self.error_code(), -32000, "{}", self.text);
+        assert_eq!(self.aap_code(), code, "{}", self.text);
+        assert_eq!(self.aap_error()["type"], "aap.error", "{}", self.text);
+        assert_eq!(self.error_info()["reason"], code, "{}", self.text);
+    }
+
+    /// A retryable `INTERNAL_ERROR` (JSON-RPC -32603 on HTTP 200) that tells nothing of its
+    /// cause: none of `leaks` in the reply, its error id (random hex, which may spell a word)
+    /// left out of the text searched.
+    pub fn assert_internal_error(&self, context: &str, leaks: &[&str]) {
+        assert_eq!(self.status, 200, "{context}: {}", self.text);
+        assert_eq!(
+            self.body["error"]["code"], -32603,
+            "{context}: expected INTERNAL_ERROR, got {}",
+            self.text
+        );
+        assert_eq!(
+            self.aap_code(),
+            "INTERNAL_ERROR",
+            "{context}: {}",
+            self.text
+        );
+        assert_eq!(
+            self.aap_error()["retryable"],
+            true,
+            "{context}: {}",
+            self.text
+        );
+        assert_eq!(
+            self.error_info()["reason"],
+            "INTERNAL_ERROR",
+            "{context}: {}",
+            self.text
+        );
+        let error_id = self.aap_error()["error_id"].as_str().expect("an error id");
+        assert!(
+            error_id.starts_with("err_") && error_id[4..].bytes().all(|b| b.is_ascii_hexdigit()),
+            "{context}: {error_id}"
+        );
+        let text = self.text.replace(error_id, "err_");
+        for leak in leaks {
+            assert!(
+                !text.contains(leak),
+                "{context}: the error exposes `{leak}`: {text}"
+            );
+        }
+    }
+
     /// The response `data` of a successful reply of `kind` (`inventory.search.response`, …),
     /// whose payload the AAP schemas accept; panics, showing the reply, on anything else.
     pub fn answered(&self, kind: &str) -> &Value {
