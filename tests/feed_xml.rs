@@ -255,7 +255,7 @@ fn assert_internal_error(reply: &Reply, context: &str) {
 
 async fn search(gw: &Gateway, request: Value) -> Value {
     let mut data = json!({ "type": "inventory.search.request" });
-    merge(&mut data, request);
+    common::merge(&mut data, request);
     let reply = gw.send(A2A, data).await;
     ok(&reply, "inventory.search.response").clone()
 }
@@ -271,14 +271,8 @@ async fn facets(gw: &Gateway, filters: &Value) -> Value {
 
 async fn vehicle(gw: &Gateway, request: Value) -> Reply {
     let mut data = json!({ "type": "inventory.vehicle.request" });
-    merge(&mut data, request);
+    common::merge(&mut data, request);
     gw.send(A2A, data).await
-}
-
-fn merge(into: &mut Value, from: Value) {
-    if let (Some(into), Value::Object(from)) = (into.as_object_mut(), from) {
-        into.extend(from);
-    }
 }
 
 fn vehicles(page: &Value) -> &Vec<Value> {
@@ -551,7 +545,7 @@ fn search_totals_agree_with_facet_counts() {
             }
             for c in ["new", "used", "cpo"] {
                 let mut narrowed = filters.clone();
-                merge(&mut narrowed, json!({ "condition": [c] }));
+                common::merge(&mut narrowed, json!({ "condition": [c] }));
                 assert_eq!(
                     facet_count(&f, "conditions", c),
                     expected(&narrowed).len(),

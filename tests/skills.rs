@@ -241,7 +241,7 @@ fn ok<'r>(reply: &'r Reply, kind: &str) -> &'r Value {
 
 async fn search(gw: &Gateway, dealer: Dealer, request: Value) -> Value {
     let mut data = json!({ "type": "inventory.search.request" });
-    merge(&mut data, request);
+    common::merge(&mut data, request);
     let reply = gw.send(dealer.path(), data).await;
     ok(&reply, "inventory.search.response").clone()
 }
@@ -282,12 +282,6 @@ async fn facets(gw: &Gateway, dealer: Dealer, filters: &Value) -> Value {
         )
         .await;
     ok(&reply, "inventory.facets.response").clone()
-}
-
-fn merge(into: &mut Value, from: Value) {
-    if let (Some(into), Value::Object(from)) = (into.as_object_mut(), from) {
-        into.extend(from);
-    }
 }
 
 fn vehicles(page: &Value) -> &Vec<Value> {

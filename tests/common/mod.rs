@@ -717,6 +717,19 @@ pub fn write_gateway_yaml(dir: &Path, dealers: &[(&str, &Path)]) -> PathBuf {
     path
 }
 
+/// Adds the members of `from` (an object) to `into` (an object), replacing those it has.
+pub fn merge(into: &mut Value, from: Value) {
+    if let (Some(into), Value::Object(from)) = (into.as_object_mut(), from) {
+        into.extend(from);
+    }
+}
+
+/// The ids of the skills an agent card lists, in its order.
+pub fn skill_ids(card: &Value) -> Vec<&str> {
+    let skills = card["skills"].as_array().expect("skills");
+    skills.iter().filter_map(|s| s["id"].as_str()).collect()
+}
+
 /// A search reply's `data`: its `total` and its listings' stock numbers, in order.
 pub fn total_and_stocks(data: &Value) -> (usize, Vec<String>) {
     let total = data["total"].as_u64().expect("total");

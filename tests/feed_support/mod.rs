@@ -333,9 +333,7 @@ pub fn mapping_events(metrics: &str, dealer: &str, event: &str) -> u64 {
 /// `request`, which must be answered ([`common::Reply::answered`]).
 pub async fn call(gw: &Gateway, dealer: &str, kind: &str, request: Value) -> Value {
     let mut call = json!({ "type": format!("{kind}.request") });
-    if let (Some(call), Some(extra)) = (call.as_object_mut(), request.as_object()) {
-        call.extend(extra.clone());
-    }
+    common::merge(&mut call, request);
     let reply = gw.send(&format!("/dealers/{dealer}/a2a"), call).await;
     reply.answered(&format!("{kind}.response")).clone()
 }
