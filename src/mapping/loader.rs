@@ -255,26 +255,15 @@ pub(super) fn items_program(code: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mapping::LoadCache;
-    use crate::schema::Schemas;
+    use crate::mapping::context::TestLoad;
 
     /// A feed's `refresh` and a lead verdict's `every` and `wait` are read by the one
     /// [`MappingLoader::duration`]: a duration longer than zero, spaces around it allowed, and
     /// anything else a problem at its own line.
     #[test]
     fn durations_are_read_alike_and_refused_where_they_are_written() {
-        let schemas = Schemas::load().expect("schemas");
-        let metrics = crate::telemetry::metrics::Metrics::new();
-        let cache = LoadCache::default();
-        let ctx = LoadContext {
-            schemas: &schemas,
-            vars: &|_| None,
-            dealer_id: "d",
-            dealer_name: "d",
-            metrics: &metrics,
-            previous: None,
-            cache: &cache,
-        };
+        let test = TestLoad::new();
+        let ctx = test.ctx("d");
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("feed.yaml");
         let text = "refresh: 90s\nmax_stale: soon\nlead:\n  verdict:\n    every: \" 1h 30m \"\n    \
