@@ -15,14 +15,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use aap_gateway::engine::feed::Feed;
-use serde_json::{Value, json};
-
-use crate::common::{self, Gateway};
-
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+
+use crate::common::{self, Gateway};
 
 /// One file the host serves.
 #[derive(Debug, Clone, Default)]
