@@ -23,13 +23,6 @@ use common::http_server::{Answer, FullAnswer, HttpServer, Seen};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-});
-
 #[derive(Debug)]
 struct Unit {
     stock: String,
@@ -292,11 +285,10 @@ async fn start() -> Stands {
     }
 }
 
-static STANDS: LazyLock<Stands> = LazyLock::new(|| RUNTIME.block_on(start()));
+static STANDS: LazyLock<Stands> = LazyLock::new(|| common::RUNTIME.block_on(start()));
 
 fn run<T>(body: impl std::future::Future<Output = T>) -> T {
-    LazyLock::force(&STANDS);
-    RUNTIME.block_on(body)
+    common::run_with(&STANDS, body)
 }
 
 #[derive(Debug, Clone)]
@@ -343,16 +335,7 @@ async fn search(dealer: &str, s: &Search) -> Result<(usize, Vec<String>), String
     }
     let payload = reply.payload();
     common::schema::assert_reply_valid(payload);
-    let data = &payload["data"];
-    Ok((
-        data["total"].as_u64().expect("total") as usize,
-        data["vehicles"]
-            .as_array()
-            .expect("vehicles")
-            .iter()
-            .map(|v| v["stock"].as_str().expect("stock").to_owned())
-            .collect(),
-    ))
+    Ok(common::total_and_stocks(&payload["data"]))
 }
 
 #[test]

@@ -18,13 +18,6 @@ use common::http_server::{Answer, HttpServer, Seen};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-});
-
 // =============================================================================================
 // Harbor's stock
 
@@ -299,11 +292,10 @@ async fn start_harbor() -> Harbor {
     }
 }
 
-static HARBOR: LazyLock<Harbor> = LazyLock::new(|| RUNTIME.block_on(start_harbor()));
+static HARBOR: LazyLock<Harbor> = LazyLock::new(|| common::RUNTIME.block_on(start_harbor()));
 
 fn run<T>(body: impl std::future::Future<Output = T>) -> T {
-    LazyLock::force(&HARBOR);
-    RUNTIME.block_on(body)
+    common::run_with(&HARBOR, body)
 }
 
 // =============================================================================================
@@ -381,16 +373,8 @@ async fn search(dealer: &str, s: &Search) -> Answered {
     }
     let payload = reply.payload();
     common::schema::assert_reply_valid(payload);
-    let data = &payload["data"];
-    Answered::Page {
-        total: data["total"].as_u64().expect("total") as usize,
-        stocks: data["vehicles"]
-            .as_array()
-            .expect("vehicles")
-            .iter()
-            .map(|v| v["stock"].as_str().expect("stock").to_owned())
-            .collect(),
-    }
+    let (total, stocks) = common::total_and_stocks(&payload["data"]);
+    Answered::Page { total, stocks }
 }
 
 /// How many unit records Harbor holds for `make` (every state): what one of its replies covers.
@@ -710,73 +694,41 @@ proptest! {
 #[test]
 fn check_refuses_a_pagination_whose_position_never_reaches_the_upstream() {
     let dir = tempfile::tempdir().expect("temp");
-    let folder = dir.path().join("m");
-    std::fs::create_dir_all(&folder).expect("folder");
-    std::fs::write(folder.join("upstreams.yaml"), UPSTREAMS).expect("upstreams");
+    // `check` of dealer `m` with this search mapping: its exit code and what it said.
+    let check = |search: String| {
+        let files = vec![
+            ("upstreams.yaml", UPSTREAMS.to_owned()),
+            ("inventory.search.yaml", search),
+        ];
+        let config = common::write_dealers(dir.path(), &[common::TestDealer::new("m", files)]);
+        common::run_cli(&["check"], &config, &[("HARBOR_URL", "http://127.0.0.1:9")])
+    };
     // Only the size reaches the upstream: every page would be the first.
-    let search = search_yaml(
+    let (code, text) = check(search_yaml(
         "offset",
         "    rows: \"{{ page.size }}\"\n  pagination: { style: offset, max_size: 50 }\n",
         true,
-    );
-    std::fs::write(folder.join("inventory.search.yaml"), search).expect("search");
-    let config = dir.path().join("gateway.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "dealers:\n  - id: m\n    card: {{ name: M, description: M. }}\n    mappings: {}\n",
-            folder.display()
-        ),
-    )
-    .expect("config");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-        .args(["check", "--config"])
-        .arg(&config)
-        .env("HARBOR_URL", "http://127.0.0.1:9")
-        .output()
-        .expect("check runs");
-    let text =
-        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "{text}");
+    ));
+    assert_ne!(code, 0, "{text}");
     assert!(
         text.contains("inventory.search.yaml:") && text.contains("never reaches the upstream"),
         "{text}"
     );
     // The same file with the position sent passes.
-    let search = search_yaml(
+    let (code, text) = check(search_yaml(
         "offset",
         "    rows: \"{{ page.size }}\"\n    start: \"{{ page.offset }}\"\n  pagination: { style: offset, max_size: 50 }\n",
         true,
-    );
-    std::fs::write(folder.join("inventory.search.yaml"), search).expect("search");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-        .args(["check", "--config"])
-        .arg(&config)
-        .env("HARBOR_URL", "http://127.0.0.1:9")
-        .output()
-        .expect("check runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ));
+    assert_eq!(code, 0, "{text}");
     // How older mappings paged a body: the window the buyer asked for, which a scan's calls
     // never carry. Valid, but `check` says what it will not see.
-    let search = search_yaml(
+    let (code, text) = check(search_yaml(
         "offset",
         "    rows: \"{{ page.size }}\"\n    start: \"{{ page.offset }}\"\n    from: \"{{ request.pagination.skip }}\"\n  pagination: { style: offset, max_size: 50 }\n",
         true,
-    );
-    std::fs::write(folder.join("inventory.search.yaml"), search).expect("search");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-        .args(["check", "--config"])
-        .arg(&config)
-        .env("HARBOR_URL", "http://127.0.0.1:9")
-        .output()
-        .expect("check runs");
-    let text =
-        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    ));
+    assert_eq!(code, 0, "{text}");
     assert!(
         text.contains("inventory.search.yaml:") && text.contains("reads `request.pagination`"),
         "{text}"

@@ -16,14 +16,10 @@
 mod common;
 mod feed_support;
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
-use aap_gateway::engine::feed::Feed;
 use aap_gateway::engine::proxy::Transport;
 use bytes::Bytes;
 use common::Gateway;
-use feed_support::{Export, FeedHost, config_yaml, feed_folder, gzip, zip};
+use feed_support::{Export, FeedHost, feed, gzip, search, start_on, zip};
 use serde_json::{Value, json};
 
 /// A marine and RV dealer's nested export: four units, one of them sold, one without
@@ -122,37 +118,6 @@ fn plain_csv(rows: usize) -> String {
     csv
 }
 
-struct Setup {
-    host: FeedHost,
-    gw: Gateway,
-}
-
-/// The feed host and a gateway with one dealer per `(id, feed.yaml)`.
-async fn start(dealers: &[(&str, String)]) -> Setup {
-    let host = FeedHost::start().await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let folders: Vec<(&str, std::path::PathBuf)> = dealers
-        .iter()
-        .map(|(id, yaml)| {
-            let folder = dir.path().join(id);
-            feed_folder(&folder, yaml);
-            (*id, folder)
-        })
-        .collect();
-    let listed: Vec<(&str, &std::path::Path)> =
-        folders.iter().map(|(id, f)| (*id, f.as_path())).collect();
-    let config = dir.path().join("gateway.yaml");
-    std::fs::write(&config, config_yaml(&listed)).expect("config");
-    let vars = HashMap::from([("FEED_URL".to_owned(), host.url.clone())]);
-    let gw = common::start_file_with_vars(&config, Some(dir), vars).await;
-    Setup { host, gw }
-}
-
-fn feed(gw: &Gateway, dealer: &str) -> Arc<Feed> {
-    let dealer = gw.app.dealer(dealer).expect("dealer");
-    Arc::clone(&dealer.feeds()[0])
-}
-
 /// What fetching the dealer's feed now gives: the vehicles it maps, or the error, as text.
 async fn fetch(gw: &Gateway, dealer: &str) -> Result<usize, String> {
     let feed = feed(gw, dealer);
@@ -160,17 +125,6 @@ async fn fetch(gw: &Gateway, dealer: &str) -> Result<usize, String> {
         .await
         .map(|snapshot| snapshot.len())
         .map_err(|e| e.to_string())
-}
-
-async fn search(gw: &Gateway, dealer: &str, request: Value) -> Value {
-    let mut call = json!({ "type": "inventory.search.request" });
-    if let (Some(call), Some(extra)) = (call.as_object_mut(), request.as_object()) {
-        call.extend(extra.clone());
-    }
-    let reply = gw.send(&format!("/dealers/{dealer}/a2a"), call).await;
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    assert!(reply.body.get("error").is_none(), "{}", reply.text);
-    reply.payload()["data"].clone()
 }
 
 fn vins(page: &Value) -> Vec<&str> {
@@ -194,10 +148,13 @@ fn field<'p>(page: &'p Value, name: &str) -> Vec<&'p str> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gzip_json_export_served_as_application_gzip_loads_like_a_content_encoded_one() {
     let encoded_yaml = NESTED_FEED_YAML.replace("inventory.json.gz", "inventory.json");
-    let setup = start(&[
-        ("bucket", NESTED_FEED_YAML.to_owned()),
-        ("encoded", encoded_yaml),
-    ])
+    let setup = start_on(
+        FeedHost::start().await,
+        &[
+            ("bucket", NESTED_FEED_YAML.to_owned()),
+            ("encoded", encoded_yaml),
+        ],
+    )
     .await;
     let packed = Bytes::from(gzip(NESTED_JSON.as_bytes()));
     setup.host.serve(
@@ -249,7 +206,7 @@ async fn a_gzip_csv_export_is_unpacked_as_it_streams() {
     let yaml = UNITS_FEED_YAML
         .replace("inventory.zip", "units.csv.gz")
         .replace("unpack: { member: export/units.csv }\n", "");
-    let setup = start(&[("rows", yaml)]).await;
+    let setup = start_on(FeedHost::start().await, &[("rows", yaml)]).await;
     setup.host.serve(
         "/exports/units.csv.gz",
         Export {
@@ -278,11 +235,14 @@ async fn a_zip_export_is_read_by_the_member_the_mapping_names() {
         .replace("inventory.zip", "single.zip")
         .replace("unpack: { member: export/units.csv }\n", "");
     let unnamed_yaml = UNITS_FEED_YAML.replace("unpack: { member: export/units.csv }\n", "");
-    let setup = start(&[
-        ("named", UNITS_FEED_YAML.to_owned()),
-        ("only", only_yaml),
-        ("unnamed", unnamed_yaml),
-    ])
+    let setup = start_on(
+        FeedHost::start().await,
+        &[
+            ("named", UNITS_FEED_YAML.to_owned()),
+            ("only", only_yaml),
+            ("unnamed", unnamed_yaml),
+        ],
+    )
     .await;
     let photos = b"Stock;URL\nQ-1;https://cdn.example.com/q1.jpg\n";
     // An archive tool's order: the photos first, the units second.
@@ -356,7 +316,11 @@ async fn a_zip_export_is_read_by_the_member_the_mapping_names() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_body_labelled_zip_that_is_not_one_is_refused() {
-    let setup = start(&[("labelled", UNITS_FEED_YAML.to_owned())]).await;
+    let setup = start_on(
+        FeedHost::start().await,
+        &[("labelled", UNITS_FEED_YAML.to_owned())],
+    )
+    .await;
     setup.host.serve(
         "/exports/inventory.zip",
         Export {
@@ -393,11 +357,14 @@ async fn decompression_bombs_are_refused_and_the_previous_copy_keeps_serving() {
     let small_yaml = gzip_yaml
         .replace("max_bytes: 1000000000", "max_bytes: 2000000")
         .replace("units.csv.gz", "big.csv.gz");
-    let setup = start(&[
-        ("gz", gzip_yaml),
-        ("zipped", zip_yaml),
-        ("small", small_yaml),
-    ])
+    let setup = start_on(
+        FeedHost::start().await,
+        &[
+            ("gz", gzip_yaml),
+            ("zipped", zip_yaml),
+            ("small", small_yaml),
+        ],
+    )
     .await;
     let first = plain_csv(40);
     setup.host.serve(

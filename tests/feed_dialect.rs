@@ -6,11 +6,8 @@
 mod common;
 mod feed_support;
 
-use std::collections::HashMap;
-use std::process::Command;
-
 use bytes::Bytes;
-use feed_support::{Export, FeedHost, config_yaml, feed_folder, zip};
+use feed_support::{Export, FeedHost, feed_folder, start_feeds, write_config, zip};
 use serde_json::{Value, json};
 
 const FEED_YAML: &str = r#"upstream: feed
@@ -56,13 +53,7 @@ async fn a_zipped_semicolon_export_with_decimal_commas_is_served_without_a_bridg
             ..Export::default()
         },
     );
-    let dir = tempfile::tempdir().expect("temp dir");
-    let folder = dir.path().join("marine");
-    feed_folder(&folder, FEED_YAML);
-    let config = dir.path().join("gateway.yaml");
-    std::fs::write(&config, config_yaml(&[("marine", &folder)])).expect("config");
-    let vars = HashMap::from([("FEED_URL".to_owned(), host.url.clone())]);
-    let gw = common::start_file_with_vars(&config, Some(dir), vars).await;
+    let gw = start_feeds(&host.url, &[("marine", FEED_YAML)]).await;
 
     let call = json!({ "type": "inventory.search.request", "sort": { "field": "price", "order": "desc" } });
     let reply = gw.send("/dealers/marine/a2a", call).await;
@@ -95,31 +86,15 @@ fn check_locates_a_bad_csv_dialect() {
         "csv:\n  delimiter: \";;\"\n  decimal: virgule",
     );
     feed_folder(&folder, &yaml);
-    let config = dir.path().join("gateway.yaml");
-    std::fs::write(&config, config_yaml(&[("marine", &folder)])).expect("config");
-    let out = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-        .args(["check", "--config"])
-        .arg(&config)
-        .env("FEED_URL", "http://127.0.0.1:9")
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run aap-gateway");
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(out.status.code(), Some(1), "{all}");
+    let config = write_config(dir.path(), &[("marine", &folder)]);
+    let (code, all) = common::run_cli(&["check"], &config, &[("FEED_URL", "http://127.0.0.1:9")]);
+    assert_eq!(code, 1, "{all}");
     let feed_yaml = folder.join("feed.yaml");
-    for (line, message) in [
-        (7, "`;;` is not one ASCII character"),
-        (8, "unknown decimal `virgule`; expected point or comma"),
-    ] {
-        let at = format!("{}:{line}:", feed_yaml.display());
-        assert!(
-            all.lines()
-                .any(|l| l.starts_with(&at) && l.contains(message)),
-            "{at} {message}:\n{all}"
-        );
-    }
+    common::assert_located(&all, &feed_yaml, 7, "`;;` is not one ASCII character");
+    common::assert_located(
+        &all,
+        &feed_yaml,
+        8,
+        "unknown decimal `virgule`; expected point or comma",
+    );
 }

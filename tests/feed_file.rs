@@ -9,17 +9,15 @@
 //! - `check` locates a `kind: file` upstream whose `base_url` is no local directory.
 
 mod common;
+mod feed_support;
 
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::Path;
-use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
-use aap_gateway::engine::feed::Feed;
 use common::Gateway;
-use serde_json::{Value, json};
+use feed_support::{feed, feed_folder_with, gzip, prices, refreshes, write_config};
 
 const FEED_YAML: &str = r#"upstream: drop
 request: { method: GET, path: /outgoing/Bestand%20Boote.csv.gz }
@@ -50,18 +48,19 @@ fn boats(prices: &[&str]) -> Vec<u8> {
     csv.into_bytes()
 }
 
-fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-    encoder.write_all(data).expect("gzip");
-    encoder.finish().expect("gzip")
-}
-
 /// Writes `bytes` as the writer's contract says: under another name, then renamed into place.
 fn publish(target: &Path, bytes: &[u8]) {
     let temporary = target.with_extension("part");
     std::fs::write(&temporary, bytes).expect("write");
     std::fs::rename(&temporary, target).expect("rename");
 }
+
+/// The dealer.
+const MARINA: &str = "marina";
+
+/// The drop: a `kind: file` upstream at `${DROP_URL}`, a local directory.
+const DROP_UPSTREAM: &str = "drop:\n  kind: file\n  base_url: ${DROP_URL}\n  timeouts: { request: 10s }\n  \
+    max_response_bytes: 1048576\n";
 
 struct Setup {
     gw: Gateway,
@@ -74,82 +73,13 @@ async fn start(first: &[u8]) -> Setup {
     std::fs::create_dir_all(drop_dir.join("outgoing")).expect("mkdir");
     let export = drop_dir.join("outgoing/Bestand Boote.csv.gz");
     publish(&export, first);
-    let folder = dir.path().join("marina");
-    std::fs::create_dir_all(&folder).expect("mkdir");
-    std::fs::write(folder.join("feed.yaml"), FEED_YAML).expect("feed.yaml");
-    std::fs::write(
-        folder.join("upstreams.yaml"),
-        "drop:\n  kind: file\n  base_url: ${DROP_URL}\n  timeouts: { request: 10s }\n  \
-         max_response_bytes: 1048576\n",
-    )
-    .expect("upstreams.yaml");
-    for skill in ["inventory.search", "inventory.vehicle", "inventory.facets"] {
-        std::fs::write(
-            folder.join(format!("{skill}.yaml")),
-            format!("skill: {skill}\nmode: feed\n"),
-        )
-        .expect("skill");
-    }
-    let config = dir.path().join("gateway.yaml");
-    std::fs::write(&config, config_yaml(&folder)).expect("config");
+    let folder = dir.path().join(MARINA);
+    feed_folder_with(&folder, FEED_YAML, DROP_UPSTREAM);
+    let config = write_config(dir.path(), &[(MARINA, &folder)]);
     let url = url::Url::from_directory_path(&drop_dir).expect("file URL");
     let vars = HashMap::from([("DROP_URL".to_owned(), url.to_string())]);
     let gw = common::start_file_with_vars(&config, Some(dir), vars).await;
     Setup { gw, export }
-}
-
-fn config_yaml(folder: &Path) -> String {
-    format!(
-        r#"listen: 127.0.0.1:0
-admin_listen: 127.0.0.1:0
-dealers:
-  - id: marina
-    path_prefix: /dealers/marina
-    card:
-      name: Marina
-      description: Test dealer whose inventory is a file on a shared volume.
-      url: https://marina.example.com/a2a
-    mappings: {}
-    profile:
-      name: Marina
-      rooftops:
-        - name: Marina
-          phones: [{{ name: Sales, value: "+14085550100" }}]
-          timezone: Europe/Berlin
-"#,
-        folder.display()
-    )
-}
-
-fn feed(gw: &Gateway) -> Arc<Feed> {
-    Arc::clone(&gw.app.dealer("marina").expect("dealer").feeds()[0])
-}
-
-/// The prices the search lists, cheapest first.
-async fn prices(gw: &Gateway) -> Vec<i64> {
-    let call =
-        json!({ "type": "inventory.search.request", "sort": { "field": "price", "order": "asc" } });
-    let reply = gw.send("/dealers/marina/a2a", call).await;
-    assert!(reply.body.get("error").is_none(), "{}", reply.text);
-    let page: &Value = &reply.payload()["data"];
-    let vehicles = page["vehicles"].as_array().expect("vehicles");
-    vehicles
-        .iter()
-        .filter_map(|v| v["price"].as_i64())
-        .collect()
-}
-
-/// `aap_gateway_feed_refreshes_total` by outcome.
-async fn refreshes(gw: &Gateway) -> HashMap<String, u64> {
-    let text = gw.metrics().await;
-    let prefix = "aap_gateway_feed_refreshes_total{dealer=\"marina\",outcome=\"";
-    text.lines()
-        .filter_map(|line| line.strip_prefix(prefix))
-        .filter_map(|rest| {
-            let (outcome, value) = rest.split_once("\"} ")?;
-            Some((outcome.to_owned(), value.trim().parse().ok()?))
-        })
-        .collect()
 }
 
 fn outcome(counts: &HashMap<String, u64>, name: &str) -> u64 {
@@ -159,12 +89,12 @@ fn outcome(counts: &HashMap<String, u64>, name: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_file_renamed_into_place_is_loaded_and_an_unchanged_one_is_not_read_again() {
     let setup = start(&gzip(&boats(&["48,900", "12,499", "31,000"]))).await;
-    assert_eq!(prices(&setup.gw).await, [12_499, 31_000, 48_900]);
-    let before = refreshes(&setup.gw).await;
+    assert_eq!(prices(&setup.gw, MARINA).await, [12_499, 31_000, 48_900]);
+    let before = refreshes(&setup.gw, MARINA).await;
 
     // Nothing changed: same size, same modification time.
-    feed(&setup.gw).refresh_now().await;
-    let after = refreshes(&setup.gw).await;
+    feed(&setup.gw, MARINA).refresh_now().await;
+    let after = refreshes(&setup.gw, MARINA).await;
     assert_eq!(
         outcome(&after, "not_modified"),
         outcome(&before, "not_modified") + 1,
@@ -177,21 +107,24 @@ async fn a_file_renamed_into_place_is_loaded_and_an_unchanged_one_is_not_read_ag
         &setup.export,
         &gzip(&boats(&["48,900", "12,499", "31,000", "7,250"])),
     );
-    feed(&setup.gw).refresh_now().await;
-    let changed = refreshes(&setup.gw).await;
+    feed(&setup.gw, MARINA).refresh_now().await;
+    let changed = refreshes(&setup.gw, MARINA).await;
     assert_eq!(
         outcome(&changed, "changed"),
         outcome(&after, "changed") + 1,
         "{changed:?}"
     );
-    assert_eq!(prices(&setup.gw).await, [7_250, 12_499, 31_000, 48_900]);
+    assert_eq!(
+        prices(&setup.gw, MARINA).await,
+        [7_250, 12_499, 31_000, 48_900]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_file_written_in_place_is_never_served_half_written() {
     let old = ["48,900", "12,499", "31,000"];
     let setup = start(&boats(&old)).await;
-    let old_prices = prices(&setup.gw).await;
+    let old_prices = prices(&setup.gw, MARINA).await;
     assert_eq!(old_prices, [12_499, 31_000, 48_900]);
 
     // A writer that truncates the file and writes it again row by row, in place.
@@ -213,69 +146,48 @@ async fn a_file_written_in_place_is_never_served_half_written() {
             std::thread::sleep(Duration::from_millis(150));
         }
     });
-    let failed_before = outcome(&refreshes(&setup.gw).await, "failed");
+    let failed_before = outcome(&refreshes(&setup.gw, MARINA).await, "failed");
     let mut refreshed = 0;
     while !writer.is_finished() {
-        feed(&setup.gw).refresh_now().await;
+        feed(&setup.gw, MARINA).refresh_now().await;
         refreshed += 1;
         assert_eq!(
-            prices(&setup.gw).await,
+            prices(&setup.gw, MARINA).await,
             old_prices,
             "a half-written file was served"
         );
     }
     writer.join().expect("writer");
     assert!(refreshed >= 1);
-    let failed = outcome(&refreshes(&setup.gw).await, "failed");
+    let failed = outcome(&refreshes(&setup.gw, MARINA).await, "failed");
     assert!(
         failed >= failed_before + refreshed - 1,
         "refreshes of a growing file fail: {failed} of {refreshed}"
     );
 
     // Still now: the next refresh reads it whole.
-    feed(&setup.gw).refresh_now().await;
+    feed(&setup.gw, MARINA).refresh_now().await;
     let mut expected: Vec<i64> = (0..16).map(|i| (20 + i) * 1000 + i).collect();
     expected.sort_unstable();
-    assert_eq!(prices(&setup.gw).await, expected);
+    assert_eq!(prices(&setup.gw, MARINA).await, expected);
 }
 
 #[test]
 fn check_locates_a_file_upstream_that_is_no_local_directory() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let folder = dir.path().join("marina");
-    std::fs::create_dir_all(&folder).expect("mkdir");
-    std::fs::write(folder.join("feed.yaml"), FEED_YAML).expect("feed.yaml");
-    std::fs::write(
-        folder.join("upstreams.yaml"),
+    let folder = dir.path().join(MARINA);
+    feed_folder_with(
+        &folder,
+        FEED_YAML,
         "drop:\n  kind: file\n  base_url: https://exports.example.com/outgoing\n",
-    )
-    .expect("upstreams.yaml");
-    for skill in ["inventory.search", "inventory.vehicle", "inventory.facets"] {
-        std::fs::write(
-            folder.join(format!("{skill}.yaml")),
-            format!("skill: {skill}\nmode: feed\n"),
-        )
-        .expect("skill");
-    }
-    let config = dir.path().join("gateway.yaml");
-    std::fs::write(&config, config_yaml(&folder)).expect("config");
-    let out = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-        .args(["check", "--config"])
-        .arg(&config)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run aap-gateway");
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(out.status.code(), Some(1), "{all}");
-    let at = format!("{}:3:", folder.join("upstreams.yaml").display());
-    assert!(
-        all.lines()
-            .any(|l| l.starts_with(&at)
-                && l.contains("base_url of `kind: file` is a local directory")),
-        "{at}:\n{all}"
+    let config = write_config(dir.path(), &[(MARINA, &folder)]);
+    let (code, all) = common::run_cli(&["check"], &config, &[]);
+    assert_eq!(code, 1, "{all}");
+    common::assert_located(
+        &all,
+        &folder.join("upstreams.yaml"),
+        3,
+        "base_url of `kind: file` is a local directory",
     );
 }

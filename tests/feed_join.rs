@@ -7,11 +7,10 @@
 mod common;
 mod feed_support;
 
-use std::collections::{BTreeMap, HashMap};
-use std::process::Command;
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use feed_support::{Export, FeedHost, config_yaml, feed_folder, zip};
+use feed_support::{Export, FeedHost, feed_folder, mapping_events, start_feeds, write_config, zip};
 use serde_json::{Value, json};
 
 /// The units: a semicolon export in Windows-1252, header names with spaces and `#`.
@@ -80,30 +79,12 @@ fn expected_photos() -> BTreeMap<&'static str, Vec<&'static str>> {
     by_stock
 }
 
-async fn gateway(host: &FeedHost, feed_yaml: &str) -> common::Gateway {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let folder = dir.path().join("rv");
-    feed_folder(&folder, feed_yaml);
-    let config = dir.path().join("gateway.yaml");
-    std::fs::write(&config, config_yaml(&[("rv", &folder)])).expect("config");
-    let vars = HashMap::from([("FEED_URL".to_owned(), host.url.clone())]);
-    common::start_file_with_vars(&config, Some(dir), vars).await
-}
-
 async fn all_units(gw: &common::Gateway) -> Vec<Value> {
     let call = json!({ "type": "inventory.search.request", "sort": { "field": "price", "order": "desc" } });
     let reply = gw.send("/dealers/rv/a2a", call).await;
     assert!(reply.body.get("error").is_none(), "{}", reply.text);
     let page = &reply.payload()["data"];
     page["vehicles"].as_array().expect("vehicles").clone()
-}
-
-fn mapping_events(metrics: &str, event: &str) -> u64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with("aap_gateway_mapping_events_total") && l.contains(event))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -120,7 +101,7 @@ async fn photos_from_a_second_member_of_the_zip_join_the_units_by_stock_number()
             ..Export::default()
         },
     );
-    let gw = gateway(&host, FEED_YAML).await;
+    let gw = start_feeds(&host.url, &[("rv", FEED_YAML)]).await;
     let units = all_units(&gw).await;
     assert_eq!(
         units.len(),
@@ -194,7 +175,7 @@ async fn options_from_a_second_url_join_by_vin_and_a_key_written_twice_is_counte
              other_attributes: { weight_kg: (.options[\"Gewicht kg\"] // null | num) }",
         );
     assert!(yaml.contains("/outgoing/options.csv"), "{yaml}");
-    let gw = gateway(&host, &yaml).await;
+    let gw = start_feeds(&host.url, &[("rv", &yaml)]).await;
     let units = all_units(&gw).await;
     let by_stock: BTreeMap<&str, &Value> = units
         .iter()
@@ -217,7 +198,7 @@ async fn options_from_a_second_url_join_by_vin_and_a_key_written_twice_is_counte
     assert!(by_stock["RV 103"].get("features").is_none());
     let metrics = gw.metrics().await;
     assert_eq!(
-        mapping_events(&metrics, "join_key_ambiguous"),
+        mapping_events(&metrics, "rv", "join_key_ambiguous"),
         1,
         "one VIN is ambiguous:\n{metrics}"
     );
@@ -234,28 +215,10 @@ fn check_locates_a_join_with_no_source_and_a_bad_key_program() {
         .replace("  member: Bilder/Fotos.csv\n", "")
         .replace("on: '.[\"Stock #\"]'", "on: '.[\"Stock #\"'");
     feed_folder(&folder, &yaml);
-    let config = dir.path().join("gateway.yaml");
-    std::fs::write(&config, config_yaml(&[("rv", &folder)])).expect("config");
-    let out = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-        .args(["check", "--config"])
-        .arg(&config)
-        .env("FEED_URL", "http://127.0.0.1:9")
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run aap-gateway");
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(out.status.code(), Some(1), "{all}");
+    let config = write_config(dir.path(), &[("rv", &folder)]);
+    let (code, all) = common::run_cli(&["check"], &config, &[("FEED_URL", "http://127.0.0.1:9")]);
+    assert_eq!(code, 1, "{all}");
     let feed_yaml = folder.join("feed.yaml");
-    for (line, message) in [(7, "needs one of `member`"), (10, "jq: unclosed `[`")] {
-        let at = format!("{}:{line}:", feed_yaml.display());
-        assert!(
-            all.lines()
-                .any(|l| l.starts_with(&at) && l.contains(message)),
-            "{at} {message}:\n{all}"
-        );
-    }
+    common::assert_located(&all, &feed_yaml, 7, "needs one of `member`");
+    common::assert_located(&all, &feed_yaml, 10, "jq: unclosed `[`");
 }

@@ -9,12 +9,11 @@
 mod common;
 mod feed_support;
 
-use std::collections::HashMap;
-use std::process::Command;
-
 use bytes::Bytes;
 use common::Gateway;
-use feed_support::{Export, FeedHost, config_yaml, feed_folder};
+use feed_support::{
+    Export, FeedHost, feed_folder, mapping_events, search, start_feeds, write_config,
+};
 use serde_json::{Value, json};
 
 const FEED_YAML: &str = r#"upstream: feed
@@ -33,24 +32,11 @@ item: |
 "#;
 
 async fn start(host: &FeedHost, dealers: &[&str]) -> Gateway {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let folders: Vec<(&str, std::path::PathBuf)> = dealers
+    let feeds: Vec<(&str, String)> = dealers
         .iter()
-        .map(|id| {
-            let folder = dir.path().join(id);
-            feed_folder(
-                &folder,
-                &FEED_YAML.replace("/lot.csv", &format!("/{id}.csv")),
-            );
-            (*id, folder)
-        })
+        .map(|id| (*id, FEED_YAML.replace("/lot.csv", &format!("/{id}.csv"))))
         .collect();
-    let listed: Vec<(&str, &std::path::Path)> =
-        folders.iter().map(|(id, f)| (*id, f.as_path())).collect();
-    let config = dir.path().join("gateway.yaml");
-    std::fs::write(&config, config_yaml(&listed)).expect("config");
-    let vars = HashMap::from([("FEED_URL".to_owned(), host.url.clone())]);
-    common::start_file_with_vars(&config, Some(dir), vars).await
+    start_feeds(&host.url, &feeds).await
 }
 
 fn csv(body: &str) -> Export {
@@ -84,24 +70,10 @@ fn gauge(metrics: &str, dealer: &str) -> Option<i64> {
         .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
 }
 
-fn events(metrics: &str, dealer: &str, event: &str) -> u64 {
-    metrics
-        .lines()
-        .filter(|l| {
-            l.starts_with("aap_gateway_mapping_events_total")
-                && l.contains(&format!("dealer=\"{dealer}\""))
-                && l.contains(&format!("event=\"{event}\""))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
-async fn search(gw: &Gateway, dealer: &str) -> Value {
-    let call =
-        json!({ "type": "inventory.search.request", "sort": { "field": "price", "order": "asc" } });
-    let reply = gw.send(&format!("/dealers/{dealer}/a2a"), call).await;
-    assert!(reply.body.get("error").is_none(), "{}", reply.text);
-    reply.payload()["data"].clone()
+/// The dealer's listings, cheapest first.
+async fn cheapest_first(gw: &Gateway, dealer: &str) -> Value {
+    let sort = json!({ "sort": { "field": "price", "order": "asc" } });
+    search(gw, dealer, sort).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -163,7 +135,7 @@ async fn a_feed_that_lists_nothing_says_why_in_the_gauge_and_readyz() {
     assert_eq!(gauge(&metrics, "glued_km"), Some(0), "{metrics}");
     assert_eq!(gauge(&metrics, "soldout"), Some(0));
     assert_eq!(gauge(&metrics, "stocked"), Some(1));
-    assert_eq!(events(&metrics, "glued_km", "record_skipped"), 2);
+    assert_eq!(mapping_events(&metrics, "glued_km", "record_skipped"), 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -197,7 +169,7 @@ async fn csv_rows_longer_or_shorter_than_the_header_are_counted_and_skipped() {
     }
     host.serve("/ragged.csv", csv(&body));
     let gw = start(&host, &["ragged"]).await;
-    let page = search(&gw, "ragged").await;
+    let page = cheapest_first(&gw, "ragged").await;
     // The oracle: the stock numbers of the rows as wide as the header.
     let mut expected: Vec<&str> = rows
         .iter()
@@ -214,7 +186,11 @@ async fn csv_rows_longer_or_shorter_than_the_header_are_counted_and_skipped() {
     listed.sort_unstable();
     assert_eq!(listed, expected, "{page}");
     let metrics = gw.metrics().await;
-    assert_eq!(events(&metrics, "ragged", "csv_row_ragged"), 2, "{metrics}");
+    assert_eq!(
+        mapping_events(&metrics, "ragged", "csv_row_ragged"),
+        2,
+        "{metrics}"
+    );
 }
 
 #[test]
@@ -237,16 +213,13 @@ examples:
 "#,
     )
     .expect("search");
-    let config = dir.path().join("gateway.yaml");
-    std::fs::write(&config, config_yaml(&[("lot", &folder)])).expect("config");
-    let out = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-        .args(["test-mappings", "--config"])
-        .arg(&config)
-        .env("FEED_URL", "http://127.0.0.1:9")
-        .output()
-        .expect("run aap-gateway");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "{stdout}");
+    let config = write_config(dir.path(), &[("lot", &folder)]);
+    let (code, stdout) = common::run_cli(
+        &["test-mappings"],
+        &config,
+        &[("FEED_URL", "http://127.0.0.1:9")],
+    );
+    assert_ne!(code, 0, "{stdout}");
     assert!(
         stdout.contains("FAIL  lot inventory.search — two used cars"),
         "{stdout}"
@@ -273,7 +246,7 @@ async fn a_listing_the_schema_refuses_is_dropped_not_fatal() {
              3VWDB7AJ5HM900001,U-5,1700,VW,Jetta,\"9,800\",\"77,000\",Y\n"),
     );
     let gw = start(&host, &["odd"]).await;
-    let page = search(&gw, "odd").await;
+    let page = cheapest_first(&gw, "odd").await;
     let mut listed: Vec<&str> = page["vehicles"]
         .as_array()
         .expect("vehicles")
@@ -285,6 +258,10 @@ async fn a_listing_the_schema_refuses_is_dropped_not_fatal() {
     assert_eq!(page["total"], 2);
     let metrics = gw.metrics().await;
     // The sold unit is never served whatever it holds: not counted as invalid.
-    assert_eq!(events(&metrics, "odd", "listing_invalid"), 2, "{metrics}");
-    assert_eq!(events(&metrics, "odd", "record_skipped"), 0);
+    assert_eq!(
+        mapping_events(&metrics, "odd", "listing_invalid"),
+        2,
+        "{metrics}"
+    );
+    assert_eq!(mapping_events(&metrics, "odd", "record_skipped"), 0);
 }

@@ -13,13 +13,10 @@ mod common;
 mod feed_support;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use aap_gateway::engine::feed::Feed;
 use bytes::Bytes;
-use common::Gateway;
-use feed_support::{Export, FeedHost, config_yaml, feed_folder, gzip};
-use serde_json::{Value, json};
+use feed_support::{Export, FeedHost, feed, gzip, prices, refreshes, start_on};
+use serde_json::json;
 
 /// A boat dealer's CSV: hull numbers, engine hours, prices as "12,499".
 fn boats(prices: &[&str]) -> String {
@@ -52,63 +49,6 @@ item: |
     )
 }
 
-struct Setup {
-    host: FeedHost,
-    gw: Gateway,
-}
-
-/// The gateway, once `host` serves what its feeds first load.
-async fn start(host: FeedHost, dealers: &[(&str, String)]) -> Setup {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let folders: Vec<(&str, std::path::PathBuf)> = dealers
-        .iter()
-        .map(|(id, yaml)| {
-            let folder = dir.path().join(id);
-            feed_folder(&folder, yaml);
-            (*id, folder)
-        })
-        .collect();
-    let listed: Vec<(&str, &std::path::Path)> =
-        folders.iter().map(|(id, f)| (*id, f.as_path())).collect();
-    let config = dir.path().join("gateway.yaml");
-    std::fs::write(&config, config_yaml(&listed)).expect("config");
-    let vars = HashMap::from([("FEED_URL".to_owned(), host.url.clone())]);
-    let gw = common::start_file_with_vars(&config, Some(dir), vars).await;
-    Setup { host, gw }
-}
-
-fn feed(gw: &Gateway, dealer: &str) -> Arc<Feed> {
-    Arc::clone(&gw.app.dealer(dealer).expect("dealer").feeds()[0])
-}
-
-/// The prices the dealer's search lists, cheapest first.
-async fn prices(gw: &Gateway, dealer: &str) -> Vec<i64> {
-    let call =
-        json!({ "type": "inventory.search.request", "sort": { "field": "price", "order": "asc" } });
-    let reply = gw.send(&format!("/dealers/{dealer}/a2a"), call).await;
-    assert!(reply.body.get("error").is_none(), "{}", reply.text);
-    let page: &Value = &reply.payload()["data"];
-    page["vehicles"]
-        .as_array()
-        .expect("vehicles")
-        .iter()
-        .filter_map(|v| v["price"].as_i64())
-        .collect()
-}
-
-/// `aap_gateway_feed_refreshes_total` of `dealer` by outcome, from the admin listener.
-async fn refreshes(gw: &Gateway, dealer: &str) -> HashMap<String, u64> {
-    let text = gw.metrics().await;
-    let prefix = format!("aap_gateway_feed_refreshes_total{{dealer=\"{dealer}\",outcome=\"");
-    text.lines()
-        .filter_map(|line| line.strip_prefix(&prefix))
-        .filter_map(|rest| {
-            let (outcome, value) = rest.split_once("\"} ")?;
-            Some((outcome.to_owned(), value.trim().parse().ok()?))
-        })
-        .collect()
-}
-
 fn counts(pairs: &[(&str, u64)]) -> HashMap<String, u64> {
     pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
 }
@@ -130,7 +70,7 @@ async fn an_etag_makes_refreshes_conditional_and_a_304_keeps_the_copy() {
             ..Export::default()
         },
     );
-    let setup = start(host, &[("etag", feed_yaml(PATH, "csv", None))]).await;
+    let setup = start_on(host, &[("etag", feed_yaml(PATH, "csv", None))]).await;
     assert_eq!(prices(&setup.gw, "etag").await, [12_499, 31_000]);
     let feed = feed(&setup.gw, "etag");
     // The copy's age starts again at each 304.
@@ -193,7 +133,7 @@ async fn last_modified_alone_is_sent_back_as_if_modified_since() {
             ..Export::default()
         },
     );
-    let setup = start(host, &[("dated", yaml)]).await;
+    let setup = start_on(host, &[("dated", yaml)]).await;
     assert_eq!(prices(&setup.gw, "dated").await, [12_499]);
     feed(&setup.gw, "dated").refresh_now().await;
     let hits = setup.host.hits(PATH);
@@ -237,7 +177,7 @@ async fn the_same_bytes_without_validators_keep_the_copy_and_a_failure_is_counte
             ..Export::default()
         },
     );
-    let setup = start(
+    let setup = start_on(
         host,
         &[
             ("whole", feed_yaml(JSON, "json", Some(".units"))),

@@ -100,15 +100,8 @@ struct Shared {
     sims: Simulators,
 }
 
-static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-});
-
 static SHARED: LazyLock<Shared> = LazyLock::new(|| {
-    RUNTIME.block_on(async {
+    common::RUNTIME.block_on(async {
         let sims = Simulators::start().await.expect("simulators");
         let gw = start_on(&fixture_dir(), &sims).await;
         Shared { gw, sims }
@@ -117,8 +110,7 @@ static SHARED: LazyLock<Shared> = LazyLock::new(|| {
 
 /// Runs a test body on the shared runtime (the shared gateway is started first).
 fn block_on(body: impl std::future::Future<Output = ()>) {
-    LazyLock::force(&SHARED);
-    RUNTIME.block_on(body);
+    common::run_with(&SHARED, body);
 }
 
 fn gw() -> &'static Gateway {
@@ -216,15 +208,7 @@ fn strings_in<'v>(value: &'v Value, out: &mut Vec<&'v str>) {
 
 /// Asserts a successful reply of `kind`, runs the universal checks, returns the response `data`.
 fn ok<'r>(reply: &'r Reply, kind: &str) -> &'r Value {
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    assert!(
-        reply.body.get("error").is_none(),
-        "expected {kind}, got an error: {}",
-        reply.text
-    );
-    let payload = reply.payload();
-    assert_eq!(payload["type"], kind, "{}", reply.text);
-    common::schema::assert_reply_valid(payload);
+    let data = reply.answered(kind);
     for word in CONFIDENTIAL_WORDS {
         assert!(
             !reply.text.contains(word),
@@ -242,7 +226,6 @@ fn ok<'r>(reply: &'r Reply, kind: &str) -> &'r Value {
             );
         }
     }
-    let data = &payload["data"];
     match kind {
         "inventory.search.response" => {
             for v in data["vehicles"].as_array().expect("vehicles") {
@@ -255,46 +238,16 @@ fn ok<'r>(reply: &'r Reply, kind: &str) -> &'r Value {
     data
 }
 
-fn assert_aap_error(reply: &Reply, code: &str) {
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    assert_eq!(reply.error_code(), -32000, "{}", reply.text);
-    assert_eq!(reply.aap_code(), code, "{}", reply.text);
-    assert_eq!(reply.error_info()["reason"], code, "{}", reply.text);
-}
-
+/// A retryable `INTERNAL_ERROR` whose cause stays in the log.
 fn assert_internal_error(reply: &Reply, context: &str) {
-    assert_eq!(reply.status, 200, "{context}: {}", reply.text);
-    assert_eq!(
-        reply.body["error"]["code"], -32603,
-        "{context}: expected INTERNAL_ERROR, got {}",
-        reply.text
-    );
-    assert_eq!(
-        reply.aap_code(),
-        "INTERNAL_ERROR",
-        "{context}: {}",
-        reply.text
-    );
-    assert_eq!(
-        reply.aap_error()["retryable"],
-        true,
-        "{context}: {}",
-        reply.text
-    );
-    // The cause stays in the log.
-    for leak in [
+    let leaks = [
         "127.0.0.1",
         "inventory.xml",
         "HTTP 500",
         "Server Error",
         "<html",
-    ] {
-        assert!(
-            !reply.text.contains(leak),
-            "{context}: the error leaks `{leak}`: {}",
-            reply.text
-        );
-    }
+    ];
+    reply.assert_internal_error(context, &leaks);
 }
 
 // =============================================================================================
@@ -302,7 +255,7 @@ fn assert_internal_error(reply: &Reply, context: &str) {
 
 async fn search(gw: &Gateway, request: Value) -> Value {
     let mut data = json!({ "type": "inventory.search.request" });
-    merge(&mut data, request);
+    common::merge(&mut data, request);
     let reply = gw.send(A2A, data).await;
     ok(&reply, "inventory.search.response").clone()
 }
@@ -318,14 +271,8 @@ async fn facets(gw: &Gateway, filters: &Value) -> Value {
 
 async fn vehicle(gw: &Gateway, request: Value) -> Reply {
     let mut data = json!({ "type": "inventory.vehicle.request" });
-    merge(&mut data, request);
+    common::merge(&mut data, request);
     gw.send(A2A, data).await
-}
-
-fn merge(into: &mut Value, from: Value) {
-    if let (Some(into), Value::Object(from)) = (into.as_object_mut(), from) {
-        into.extend(from);
-    }
 }
 
 fn vehicles(page: &Value) -> &Vec<Value> {
@@ -598,7 +545,7 @@ fn search_totals_agree_with_facet_counts() {
             }
             for c in ["new", "used", "cpo"] {
                 let mut narrowed = filters.clone();
-                merge(&mut narrowed, json!({ "condition": [c] }));
+                common::merge(&mut narrowed, json!({ "condition": [c] }));
                 assert_eq!(
                     facet_count(&f, "conditions", c),
                     expected(&narrowed).len(),
@@ -882,9 +829,9 @@ fn unknown_vin_is_not_found_and_sold_units_are_unavailable() {
         let fx = SHARED.sims.feed.fixtures();
         let unknown = fx["unknown_vin"].as_str().expect("unknown vin");
         let reply = vehicle(gw, json!({ "vin": unknown })).await;
-        assert_aap_error(&reply, "VEHICLE_NOT_FOUND");
+        reply.assert_aap_error("VEHICLE_NOT_FOUND");
         let reply = vehicle(gw, json!({ "stock": "SJX99999" })).await;
-        assert_aap_error(&reply, "VEHICLE_NOT_FOUND");
+        reply.assert_aap_error("VEHICLE_NOT_FOUND");
 
         let sold: Vec<&str> = fx["sold_vins"]
             .as_array()
@@ -897,15 +844,15 @@ fn unknown_vin_is_not_found_and_sold_units_are_unavailable() {
         // A VIN that misses is not retried as a stock number: that would answer another unit.
         let other_stock = listed[0]["stock"].clone();
         let reply = vehicle(gw, json!({ "vin": unknown, "stock": other_stock })).await;
-        assert_aap_error(&reply, "VEHICLE_NOT_FOUND");
+        reply.assert_aap_error("VEHICLE_NOT_FOUND");
         let listed = vins(&listed);
         for vin in &sold {
             assert!(!listed.contains(*vin), "sold {vin} is listed");
             let reply = vehicle(gw, json!({ "vin": vin })).await;
-            assert_aap_error(&reply, "VEHICLE_UNAVAILABLE");
+            reply.assert_aap_error("VEHICLE_UNAVAILABLE");
             let (_, u) = unit(vin);
             let reply = vehicle(gw, json!({ "stock": u.stock_number })).await;
-            assert_aap_error(&reply, "VEHICLE_UNAVAILABLE");
+            reply.assert_aap_error("VEHICLE_UNAVAILABLE");
             // A search for it by VIN finds nothing, rather than an error.
             let page = search(gw, json!({ "filters": { "vin": vin } })).await;
             assert_eq!(total(&page), 0);

@@ -9,8 +9,8 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::Gateway;
 use common::http_server::{HttpServer, Seen};
+use common::{Gateway, TestDealer};
 use serde_json::{Value, json};
 
 /// Tokens `tok-1`, `tok-2`, … in order of issue.
@@ -92,21 +92,15 @@ fn upstreams_yaml(auth: &str) -> String {
 const OAUTH2: &str =
     "{ kind: oauth2, token_url: \"${TOKEN_URL}\", client_id: gw, client_secret: s3cret }";
 
-fn config(dir: &std::path::Path, search: &str, upstreams: &str) -> std::path::PathBuf {
-    let folder = dir.join("summit");
-    std::fs::create_dir_all(&folder).expect("folder");
-    std::fs::write(folder.join("upstreams.yaml"), upstreams).expect("upstreams");
-    std::fs::write(folder.join("inventory.search.yaml"), search).expect("search");
-    let path = dir.join("gateway.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nrate_limit: {{ enabled: false }}\ndealers:\n  - id: summit\n    path_prefix: /dealers/summit\n    card: {{ name: Summit, description: GraphQL. }}\n    mappings: {}\n",
-            folder.display()
-        ),
-    )
-    .expect("config");
-    path
+/// The GraphQL dealer `summit`: its upstream and its search mapping.
+fn summit(search: String, upstreams: String) -> Vec<TestDealer> {
+    vec![TestDealer::new(
+        "summit",
+        vec![
+            ("upstreams.yaml", upstreams),
+            ("inventory.search.yaml", search),
+        ],
+    )]
 }
 
 async fn start(
@@ -115,21 +109,12 @@ async fn start(
 ) -> (Gateway, HttpServer, HttpServer) {
     let tokens = token_server().await;
     let api = graphql(accepted).await;
-    let dir = tempfile::tempdir().expect("temp");
-    let path = config(
-        dir.path(),
-        &search_yaml(reauthenticate),
-        &upstreams_yaml(OAUTH2),
-    );
+    let dealers = summit(search_yaml(reauthenticate), upstreams_yaml(OAUTH2));
     let vars = [
-        ("SUMMIT_URL".to_owned(), api.url()),
-        (
-            "TOKEN_URL".to_owned(),
-            format!("{}/oauth/token", tokens.url()),
-        ),
-    ]
-    .into();
-    let gw = common::start_file_with_vars(&path, Some(dir), vars).await;
+        ("SUMMIT_URL", api.url()),
+        ("TOKEN_URL", format!("{}/oauth/token", tokens.url())),
+    ];
+    let gw = common::start_dealers(&dealers, &vars).await;
     (gw, tokens, api)
 }
 
@@ -177,20 +162,13 @@ async fn without_the_rule_a_refused_token_is_the_rules_error_at_once() {
 fn check_refuses_reauthenticate_without_oauth2() {
     let dir = tempfile::tempdir().expect("temp");
     let search = search_yaml(true);
-    let path = config(
-        dir.path(),
-        &search,
-        &upstreams_yaml("{ kind: api_key, header: X-Key, value: k }"),
+    let dealers = summit(
+        search.clone(),
+        upstreams_yaml("{ kind: api_key, header: X-Key, value: k }"),
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-        .args(["check", "--config"])
-        .arg(&path)
-        .env("SUMMIT_URL", "http://127.0.0.1:9")
-        .output()
-        .expect("run check");
-    let text =
-        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "{text}");
+    let path = common::write_dealers(dir.path(), &dealers);
+    let (code, text) = common::run_cli(&["check"], &path, &[("SUMMIT_URL", "http://127.0.0.1:9")]);
+    assert_ne!(code, 0, "{text}");
     let line = search
         .lines()
         .position(|l| l.contains("reauthenticate"))

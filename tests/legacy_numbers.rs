@@ -19,13 +19,6 @@ use common::Gateway;
 use common::http_server::{Answer, HttpServer, Seen};
 use serde_json::{Value, json};
 
-static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-});
-
 #[derive(Debug, Clone)]
 struct Unit {
     stock: String,
@@ -157,11 +150,10 @@ async fn start_nordkap() -> Nordkap {
     }
 }
 
-static NORDKAP: LazyLock<Nordkap> = LazyLock::new(|| RUNTIME.block_on(start_nordkap()));
+static NORDKAP: LazyLock<Nordkap> = LazyLock::new(|| common::RUNTIME.block_on(start_nordkap()));
 
 fn run<T>(body: impl std::future::Future<Output = T>) -> T {
-    LazyLock::force(&NORDKAP);
-    RUNTIME.block_on(body)
+    common::run_with(&NORDKAP, body)
 }
 
 /// Every listing the dealer serves, by stock: (price, mileage).

@@ -304,12 +304,7 @@ async fn new_dealer_writes_a_scaffold_check_accepts_with_every_skill_unsupported
             let card = gw
                 .card(&format!("/dealers/{id}/.well-known/agent-card.json"))
                 .await;
-            let skills: Vec<&str> = card["skills"]
-                .as_array()
-                .expect("skills")
-                .iter()
-                .filter_map(|s| s["id"].as_str())
-                .collect();
+            let skills = common::skill_ids(&card);
             assert_eq!(skills, ["dealer.information"], "{card}");
         }
     }

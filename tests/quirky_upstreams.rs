@@ -27,13 +27,6 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use serde_json::{Value, json};
 
-static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-});
-
 // =============================================================================================
 // Lakeside's stock
 
@@ -346,28 +339,10 @@ fn lakeside_folder(declared: Declared, to: &Path) {
     std::fs::write(&path, text).expect("write");
 }
 
-/// Writes `dir/gateway.yaml` with one dealer per `(id, mapping folder)`, each under
-/// `/dealers/{id}`; returns its path.
-fn write_config(dir: &Path, dealers: &[(&str, &Path)]) -> std::path::PathBuf {
-    let mut yaml = String::from(
-        "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\n\
-         # One client calls flat out.\nrate_limit: { enabled: false }\ndealers:\n",
-    );
-    for (id, mappings) in dealers {
-        yaml.push_str(&format!(
-            "  - id: {id}\n    path_prefix: /dealers/{id}\n    card: {{ name: {id}, description: Test dealer. }}\n    mappings: {}\n",
-            mappings.display()
-        ));
-    }
-    let path = dir.join("gateway.yaml");
-    std::fs::write(&path, yaml).expect("config");
-    path
-}
-
 /// A gateway on `dealers`, their `${var}` pointed at `url`.
 async fn start(dealers: &[(&str, &Path)], var: &str, url: String) -> Gateway {
     let dir = tempfile::tempdir().expect("temp");
-    let path = write_config(dir.path(), dealers);
+    let path = common::write_gateway_yaml(dir.path(), dealers);
     let vars = [(var.to_owned(), url)].into();
     common::start_file_with_vars(&path, Some(dir), vars).await
 }
@@ -406,12 +381,11 @@ async fn start_lakeside() -> Lakeside {
     }
 }
 
-static LAKESIDE: LazyLock<Lakeside> = LazyLock::new(|| RUNTIME.block_on(start_lakeside()));
+static LAKESIDE: LazyLock<Lakeside> = LazyLock::new(|| common::RUNTIME.block_on(start_lakeside()));
 
 /// Runs a test body against Lakeside (started first, outside the runtime).
 fn with_lakeside(body: impl std::future::Future<Output = ()>) {
-    LazyLock::force(&LAKESIDE);
-    RUNTIME.block_on(body);
+    common::run_with(&LAKESIDE, body);
 }
 
 fn a2a(declared: Declared) -> String {
@@ -442,19 +416,11 @@ fn data(reply: &common::Reply) -> Value {
 
 async fn search(declared: Declared, search: &Search) -> (usize, Vec<String>) {
     let reply = LAKESIDE.gw.send(&a2a(declared), search.request()).await;
-    let data = data(&reply);
-    let stocks = data["vehicles"]
-        .as_array()
-        .expect("vehicles")
-        .iter()
-        .map(|v| v["stock"].as_str().expect("stock").to_owned())
-        .collect();
-    (data["total"].as_u64().expect("total") as usize, stocks)
+    common::total_and_stocks(&data(&reply))
 }
 
 fn check_search(declared: Declared, s: &Search) -> Result<(), TestCaseError> {
-    LazyLock::force(&LAKESIDE);
-    let got = RUNTIME.block_on(search(declared, s));
+    let got = common::run_with(&LAKESIDE, search(declared, s));
     let want = s.oracle(&UNITS);
     prop_assert_eq!(got, want, "{:?} {}", declared, s.request());
     Ok(())
@@ -877,7 +843,7 @@ struct Riverside {
 }
 
 static RIVERSIDE: LazyLock<Riverside> = LazyLock::new(|| {
-    RUNTIME.block_on(async {
+    common::RUNTIME.block_on(async {
         let calls = Arc::new(Mutex::new(Vec::new()));
         let server = HttpServer::start({
             let calls = Arc::clone(&calls);
@@ -898,8 +864,7 @@ const RIVER_A2A: &str = "/dealers/riverside/a2a";
 
 /// Runs a test body against Riverside (started first, outside the runtime).
 fn with_riverside(body: impl std::future::Future<Output = ()>) {
-    LazyLock::force(&RIVERSIDE);
-    RUNTIME.block_on(body);
+    common::run_with(&RIVERSIDE, body);
 }
 
 #[test]
@@ -1014,18 +979,16 @@ fn soap_paging_in_the_query_is_refused_at_load() {
         ),
     )
     .expect("write");
-    let path = write_config(folders.path(), &[("riverside", &dir)]);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
-        .args(["check", "--config"])
-        .arg(&path)
-        .env("RIVERSIDE_URL", "http://127.0.0.1:9")
-        .output()
-        .expect("run check");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let path = common::write_gateway_yaml(folders.path(), &[("riverside", &dir)]);
+    let (code, text) = common::run_cli(
+        &["check"],
+        &path,
+        &[("RIVERSIDE_URL", "http://127.0.0.1:9")],
+    );
+    assert_ne!(code, 0, "{text}");
     assert!(
-        stderr.contains("inventory.search.yaml:")
-            && stderr.contains("a SOAP service reads the envelope"),
-        "{stderr}"
+        text.contains("inventory.search.yaml:")
+            && text.contains("a SOAP service reads the envelope"),
+        "{text}"
     );
 }

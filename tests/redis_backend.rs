@@ -31,15 +31,6 @@ fn backend(server: &RedisServer, prefix: &str) -> RedisBackend {
     RedisBackend::new(&server.url, TIMEOUT, prefix).expect("valid url")
 }
 
-/// A plain connection, to look at keys the way an operator would.
-async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    let client = redis::Client::open(server.url.as_str()).expect("valid url");
-    client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect")
-}
-
 async fn pttl(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
     redis::cmd("PTTL")
         .arg(key)
@@ -196,7 +187,7 @@ async fn gcra_key_expires_once_idle() {
         return;
     };
     let limiter = backend(&server, "t:");
-    let mut conn = raw(&server).await;
+    let mut conn = server.connect().await;
     let interval = Duration::from_millis(100);
 
     for _ in 0..3 {
@@ -244,7 +235,7 @@ async fn reserve_then_in_flight_then_done_with_the_reply() {
     assert_eq!(reserve(&replica, "k", FP_B, LOCK).await.unwrap(), done);
 
     // The reply is kept for the reply TTL, not the lock's.
-    let ttl = pttl(&mut raw(&server).await, "t:idem:k").await;
+    let ttl = pttl(&mut server.connect().await, "t:idem:k").await;
     assert!(ttl > 55_000 && ttl <= 60_000, "PTTL {ttl}");
     // The token is spent: no second completion.
     assert!(
@@ -302,7 +293,7 @@ async fn release_frees_the_key() {
     let first = reserved(&store, "k", FP_A, LOCK).await;
     store.release("k", &first).await.unwrap();
     assert_eq!(
-        pttl(&mut raw(&server).await, "t:idem:k").await,
+        pttl(&mut server.connect().await, "t:idem:k").await,
         -2,
         "the entry is gone"
     );

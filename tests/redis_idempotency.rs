@@ -61,14 +61,6 @@ async fn fresh(keys: &Idempotency, key: &str, fingerprint: [u8; 32]) -> Box<Tick
     }
 }
 
-async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    let client = redis::Client::open(server.url.as_str()).expect("valid url");
-    client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect")
-}
-
 /// The Redis key of `key`'s entry under `prefix`.
 fn entry(prefix: &str, key: &str) -> String {
     format!("{prefix}idem:{}", scope(key).shared_key())
@@ -113,7 +105,7 @@ async fn a_claim_taken_over_before_the_delivery_began_stops_it() {
     let keys = replica(&server, "i7t:", OnAmbiguous::Hold, OnBackendError::Local);
     let mut ticket = fresh(&keys, "k", [1; 32]).await;
     // Another replica's claim holds the key now (this one's lease ran out meanwhile).
-    let mut conn = raw(&server).await;
+    let mut conn = server.connect().await;
     let _: () = redis::cmd("HSET")
         .arg(entry("i7t:", "k"))
         .arg("token")
@@ -148,7 +140,7 @@ async fn one_failing_renewal_does_not_let_the_other_claims_lapse() {
         tickets.push(fresh(&keys, &format!("k{n}"), [1; 32]).await);
     }
     // One entry Redis cannot renew (a value of the wrong type: every renewal of it errors).
-    let mut conn = raw(&server).await;
+    let mut conn = server.connect().await;
     let broken = entry("i5:", "k7");
     let _: () = redis::cmd("DEL")
         .arg(&broken)
@@ -188,7 +180,7 @@ async fn a_fresh_replica_first_at_a_restarted_redis_does_not_skip_the_recovery_w
     let ticket = fresh(&old, "before", [1; 32]).await; // `old` knows Redis's epoch now
     drop(ticket);
     // Redis comes back empty (a restart without persistence, a failover to an empty replica).
-    let mut conn = raw(&server).await;
+    let mut conn = server.connect().await;
     let _: () = redis::cmd("FLUSHALL")
         .query_async(&mut conn)
         .await
@@ -243,7 +235,7 @@ async fn restored_from_an_older_snapshot(on_ambiguous: OnAmbiguous, prefix: &str
     let mut ticket = fresh(&keys, "delivered", [1; 32]).await;
     ticket.delivering("aap-1").await.expect("recorded");
     // The snapshot is taken while the lead is on its way to the CRM...
-    let mut conn = raw(&server).await;
+    let mut conn = server.connect().await;
     let _: () = redis::cmd("SAVE")
         .query_async(&mut conn)
         .await
@@ -258,7 +250,7 @@ async fn restored_from_an_older_snapshot(on_ambiguous: OnAmbiguous, prefix: &str
     // Redis is killed and comes back from that snapshot: the delivered lead is "in flight,
     // delivering" again, and its lease runs out while nobody renews it.
     server.restart();
-    let mut conn = raw(&server).await;
+    let mut conn = server.connect().await;
     let state: Option<String> = redis::cmd("HGET")
         .arg(entry(prefix, "delivered"))
         .arg("state")
@@ -299,7 +291,7 @@ async fn a_redis_refusing_info_still_serves_claims() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let mut conn = raw(&server).await;
+    let mut conn = server.connect().await;
     let _: () = redis::cmd("ACL")
         .arg(&[
             "SETUSER", "gateway", "on", ">secret", "~*", "+@all", "-info",

@@ -95,11 +95,7 @@ async fn a_dealer_quota_is_shared_by_every_client_and_replica() {
             .collect::<Vec<_>>(),
         "eight clients over two replicas share the dealer's burst of 4"
     );
-    let mut conn = redis::Client::open(redis.url.as_str())
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
+    let mut conn = redis.connect().await;
     let dealer_bucket: bool = redis::cmd("EXISTS")
         .arg("aapgw:rl:shared_motors:dealer.information:all")
         .query_async(&mut conn)

@@ -123,11 +123,7 @@ async fn the_gateway_keeps_its_limits_in_redis_over_verified_tls() {
     };
     let ca = tls.ca_file.display().to_string();
     let other_ca = tls.other_ca_file.display().to_string();
-    let mut plain = redis::Client::open(server.url.as_str())
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("plain connection");
+    let mut plain = server.connect().await;
 
     for trusted in [true, false] {
         let _: () = redis::cmd("FLUSHALL")

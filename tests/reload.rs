@@ -117,12 +117,7 @@ async fn a_mapping_changed_on_disk_is_served_with_no_failed_request() {
     assert!(reloads(&gw, "ok").await >= 1.0);
     // The card follows the configuration.
     let card = gw.card("/.well-known/agent-card.json").await;
-    let skills: Vec<&str> = card["skills"]
-        .as_array()
-        .expect("skills")
-        .iter()
-        .filter_map(|s| s["id"].as_str())
-        .collect();
+    let skills = common::skill_ids(&card);
     assert!(!skills.contains(&"inventory.facets"), "{skills:?}");
 }
 

@@ -283,16 +283,7 @@ fn oracle(make: Option<&str>, skip: usize, limit: usize) -> (usize, Vec<String>)
 /// (total, stocks) of an answered page; panics on an error.
 fn page_of(reply: &common::Reply) -> (usize, Vec<String>) {
     assert!(reply.body.get("error").is_none(), "refused: {}", reply.text);
-    let data = &reply.payload()["data"];
-    (
-        data["total"].as_u64().expect("total") as usize,
-        data["vehicles"]
-            .as_array()
-            .expect("vehicles")
-            .iter()
-            .map(|v| v["stock"].as_str().expect("stock").to_owned())
-            .collect(),
-    )
+    common::total_and_stocks(&reply.payload()["data"])
 }
 
 fn event_count(metrics: &str, event: &str) -> u64 {

@@ -90,15 +90,8 @@ struct Demo {
     sims: Simulators,
 }
 
-static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-});
-
 static DEMO: LazyLock<Demo> = LazyLock::new(|| {
-    RUNTIME.block_on(async {
+    common::RUNTIME.block_on(async {
         let (gw, sims) = common::demo_with_simulators_unlimited().await;
         // Every skill call of this suite also runs through HTTP+JSON, which must agree.
         Demo {
@@ -110,8 +103,7 @@ static DEMO: LazyLock<Demo> = LazyLock::new(|| {
 
 /// Runs a test body on the shared runtime (the shared gateway is started first).
 fn block_on(body: impl std::future::Future<Output = ()>) {
-    LazyLock::force(&DEMO);
-    RUNTIME.block_on(body);
+    common::run_with(&DEMO, body);
 }
 
 fn shared() -> (&'static Gateway, &'static Simulators) {
@@ -218,15 +210,7 @@ fn assert_no_internal_columns(vehicle: &Value, text: &str) {
 
 /// Asserts a successful reply of `kind`, runs the universal checks, returns the response `data`.
 fn ok<'r>(reply: &'r Reply, kind: &str) -> &'r Value {
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    assert!(
-        reply.body.get("error").is_none(),
-        "expected {kind}, got an error: {}",
-        reply.text
-    );
-    let payload = reply.payload();
-    assert_eq!(payload["type"], kind, "{}", reply.text);
-    common::schema::assert_reply_valid(payload);
+    let data = reply.answered(kind);
     for word in CONFIDENTIAL_WORDS {
         assert!(
             !reply.text.contains(word),
@@ -234,7 +218,6 @@ fn ok<'r>(reply: &'r Reply, kind: &str) -> &'r Value {
             reply.text
         );
     }
-    let data = &payload["data"];
     match kind {
         "inventory.search.response" => {
             for v in data["vehicles"].as_array().expect("vehicles") {
@@ -245,15 +228,6 @@ fn ok<'r>(reply: &'r Reply, kind: &str) -> &'r Value {
         _ => {}
     }
     data
-}
-
-/// Asserts an AAP skill error with `code`.
-fn assert_aap_error(reply: &Reply, code: &str) {
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    assert_eq!(reply.error_code(), -32000, "{}", reply.text);
-    assert_eq!(reply.aap_code(), code, "{}", reply.text);
-    assert_eq!(reply.aap_error()["type"], "aap.error", "{}", reply.text);
-    assert_eq!(reply.error_info()["reason"], code, "{}", reply.text);
 }
 
 // =============================================================================================
@@ -267,7 +241,7 @@ fn assert_aap_error(reply: &Reply, code: &str) {
 
 async fn search(gw: &Gateway, dealer: Dealer, request: Value) -> Value {
     let mut data = json!({ "type": "inventory.search.request" });
-    merge(&mut data, request);
+    common::merge(&mut data, request);
     let reply = gw.send(dealer.path(), data).await;
     ok(&reply, "inventory.search.response").clone()
 }
@@ -308,12 +282,6 @@ async fn facets(gw: &Gateway, dealer: Dealer, filters: &Value) -> Value {
         )
         .await;
     ok(&reply, "inventory.facets.response").clone()
-}
-
-fn merge(into: &mut Value, from: Value) {
-    if let (Some(into), Value::Object(from)) = (into.as_object_mut(), from) {
-        into.extend(from);
-    }
 }
 
 fn vehicles(page: &Value) -> &Vec<Value> {
@@ -1272,7 +1240,7 @@ async fn unknown_identifiers_are_not_found_and_sold_units_are_unavailable_body()
             json!({ "type": "inventory.vehicle.request", "vehicle_id": "ZZ99999" }),
         ] {
             let reply = gw.send(dealer.path(), request.clone()).await;
-            assert_aap_error(&reply, "VEHICLE_NOT_FOUND");
+            reply.assert_aap_error("VEHICLE_NOT_FOUND");
             assert_eq!(
                 reply.aap_error()["retryable"],
                 false,
@@ -1293,7 +1261,7 @@ async fn unknown_identifiers_are_not_found_and_sold_units_are_unavailable_body()
                 json!({ "type": "inventory.vehicle.request", "stock": stock }),
             ] {
                 let reply = gw.send(dealer.path(), request.clone()).await;
-                assert_aap_error(&reply, "VEHICLE_UNAVAILABLE");
+                reply.assert_aap_error("VEHICLE_UNAVAILABLE");
                 assert_eq!(
                     reply.aap_error()["retryable"],
                     false,

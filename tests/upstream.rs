@@ -62,6 +62,22 @@ fn gzip(data: &[u8]) -> Bytes {
 }
 
 /// A port nothing listens on: bind, read the port, close.
+/// `calls` GETs of `/x` sent at once through `up`, each answered 200.
+async fn all_ok_at_once(up: &Upstream, calls: usize) {
+    let calls: Vec<_> = (0..calls)
+        .map(|_| {
+            let up = up.clone();
+            tokio::spawn(async move { up.call(UpstreamRequest::get("/x")).await })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(
+            call.await.expect("join").expect("reply").status,
+            StatusCode::OK
+        );
+    }
+}
+
 async fn dead_port() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     listener.local_addr().expect("addr")
@@ -589,18 +605,7 @@ async fn at_most_max_concurrency_calls_are_in_flight() {
         &server.url(),
         json!({ "max_concurrency": 2, "timeouts": { "request": "2s" } }),
     );
-    let calls: Vec<_> = (0..3)
-        .map(|_| {
-            let up = up.clone();
-            tokio::spawn(async move { up.call(UpstreamRequest::get("/x")).await })
-        })
-        .collect();
-    for call in calls {
-        assert_eq!(
-            call.await.expect("join").expect("reply").status,
-            StatusCode::OK
-        );
-    }
+    all_ok_at_once(&up, 3).await;
     assert_eq!(server.requests(), 3);
     assert_eq!(server.max_in_flight(), 2);
 }
@@ -737,18 +742,7 @@ async fn oauth2_concurrent_calls_share_one_token_fetch() {
         &api.url(),
         oauth2(&format!("{}/oauth/token", tokens.url()), json!({})),
     );
-    let calls: Vec<_> = (0..20)
-        .map(|_| {
-            let up = up.clone();
-            tokio::spawn(async move { up.call(UpstreamRequest::get("/x")).await })
-        })
-        .collect();
-    for call in calls {
-        assert_eq!(
-            call.await.expect("join").expect("reply").status,
-            StatusCode::OK
-        );
-    }
+    all_ok_at_once(&up, 20).await;
     assert_eq!(tokens.requests(), 1);
     assert_eq!(api.requests(), 20);
 

@@ -32,6 +32,42 @@ pub struct LoadContext<'a> {
     pub cache: &'a LoadCache,
 }
 
+/// What a [`LoadContext`] borrows, owned by a unit test: the schemas, the metrics and one
+/// cache for every dealer it loads; no `${NAME}` is set, nothing is carried over.
+#[cfg(test)]
+pub(crate) struct TestLoad {
+    pub(crate) schemas: Schemas,
+    pub(crate) metrics: Arc<crate::telemetry::metrics::Metrics>,
+    pub(crate) cache: LoadCache,
+}
+
+#[cfg(test)]
+impl TestLoad {
+    pub(crate) fn new() -> TestLoad {
+        TestLoad {
+            schemas: Schemas::load().expect("schemas"),
+            metrics: crate::telemetry::metrics::Metrics::new(),
+            cache: LoadCache::default(),
+        }
+    }
+
+    /// The context of a load of dealer `dealer_id` (its name the same).
+    pub(crate) fn ctx<'a>(&'a self, dealer_id: &'a str) -> LoadContext<'a> {
+        fn unset(_: &str) -> Option<String> {
+            None
+        }
+        LoadContext {
+            schemas: &self.schemas,
+            vars: &unset,
+            dealer_id,
+            dealer_name: dealer_id,
+            metrics: &self.metrics,
+            previous: None,
+            cache: &self.cache,
+        }
+    }
+}
+
 /// What the dealers of one configuration load build once and share: compiled jq programs (by
 /// their text) and HTTP clients (by their settings, see [`HttpClients`]). A dealer group whose
 /// dealers have copies of one mapping compiles it once, not once per dealer. Everything cached

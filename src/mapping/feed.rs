@@ -249,17 +249,4 @@ impl MappingLoader<'_> {
             max_ratio: file.max_ratio.unwrap_or(DEFAULT_MAX_RATIO),
         })
     }
-
-    fn duration(&mut self, src: &Source, pointer: &str, text: &str) -> Option<std::time::Duration> {
-        match humantime::parse_duration(text) {
-            Ok(d) if !d.is_zero() => Some(d),
-            _ => {
-                self.problems.push(src.problem(
-                    pointer,
-                    format!("`{text}` is not a duration like 5m or 30s"),
-                ));
-                None
-            }
-        }
-    }
 }

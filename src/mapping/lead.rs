@@ -198,8 +198,8 @@ impl MappingLoader<'_> {
         common: &FileCommon,
     ) -> Option<Arc<Verdict>> {
         const AT: &str = "/lead/verdict";
-        let every = self.verdict_duration(src, &format!("{AT}/every"), &declared.every);
-        let wait = self.verdict_duration(src, &format!("{AT}/wait"), &declared.wait);
+        let every = self.duration(src, &format!("{AT}/every"), &declared.every);
+        let wait = self.duration(src, &format!("{AT}/wait"), &declared.wait);
         let mut ok = true;
         if declared.attempts == 0 {
             self.problems.push(src.problem(
@@ -251,24 +251,6 @@ impl MappingLoader<'_> {
             wait: wait?,
             attempts: declared.attempts,
         }))
-    }
-
-    fn verdict_duration(
-        &mut self,
-        src: &Source,
-        pointer: &str,
-        text: &str,
-    ) -> Option<std::time::Duration> {
-        match humantime::parse_duration(text.trim()) {
-            Ok(d) if !d.is_zero() => Some(d),
-            _ => {
-                self.problems.push(src.problem(
-                    pointer,
-                    format!("`{text}` is not a duration like 500ms or 2s"),
-                ));
-                None
-            }
-        }
     }
 
     fn mail_delivery(

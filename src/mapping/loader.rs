@@ -180,6 +180,27 @@ impl MappingLoader<'_> {
         }
     }
 
+    /// A duration longer than zero at `pointer` (a feed's `refresh`, a lead verdict's
+    /// `every`), written as humantime reads it (`500ms`, `30s`, `5m`, `1h 30m`); `None` after a
+    /// problem located there.
+    pub(super) fn duration(
+        &mut self,
+        src: &Source,
+        pointer: &str,
+        text: &str,
+    ) -> Option<std::time::Duration> {
+        match humantime::parse_duration(text.trim()) {
+            Ok(d) if !d.is_zero() => Some(d),
+            _ => {
+                self.problems.push(src.problem(
+                    pointer,
+                    format!("`{text}` is not a duration like 500ms, 30s or 5m"),
+                ));
+                None
+            }
+        }
+    }
+
     /// The keys of `code` when it is a path of literal keys (`Jq::key_path`); problems in it
     /// are reported where it is compiled for use.
     pub(super) fn key_path(&self, code: &str, common: &FileCommon) -> Option<KeyPath> {
@@ -229,4 +250,64 @@ pub(super) fn items_program(code: &str) -> String {
     format!(
         "({code}) | if type == \"array\" then .[] else error(\"`items` must give an array, got \\(type)\") end"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mapping::context::TestLoad;
+
+    /// A feed's `refresh` and a lead verdict's `every` and `wait` are read by the one
+    /// [`MappingLoader::duration`]: a duration longer than zero, spaces around it allowed, and
+    /// anything else a problem at its own line.
+    #[test]
+    fn durations_are_read_alike_and_refused_where_they_are_written() {
+        let test = TestLoad::new();
+        let ctx = test.ctx("d");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("feed.yaml");
+        let text = "refresh: 90s\nmax_stale: soon\nlead:\n  verdict:\n    every: \" 1h 30m \"\n    \
+                    wait: 0s\n    again: 500ms\n";
+        let (value, map) = yaml::parse(&path, text).expect("yaml");
+        let src = Source {
+            path: path.clone(),
+            text: text.to_owned(),
+            value,
+            map,
+        };
+        let mut loader = MappingLoader {
+            ctx: &ctx,
+            dir: dir.path().to_path_buf(),
+            problems: Vec::new(),
+            notes: Vec::new(),
+            carried: Carried::default(),
+        };
+        let secs = std::time::Duration::from_secs;
+        for (pointer, written, read) in [
+            ("/refresh", "90s", Some(secs(90))),
+            ("/max_stale", "soon", None),
+            ("/lead/verdict/every", " 1h 30m ", Some(secs(5400))),
+            ("/lead/verdict/wait", "0s", None),
+            (
+                "/lead/verdict/again",
+                "500ms",
+                Some(std::time::Duration::from_millis(500)),
+            ),
+        ] {
+            assert_eq!(loader.duration(&src, pointer, written), read, "{pointer}");
+        }
+        let problems: Vec<String> = loader.problems.iter().map(ToString::to_string).collect();
+        let at = |line: usize| format!("{}:{line}:", path.display());
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].starts_with(&at(2))
+                && problems[0].ends_with("`soon` is not a duration like 500ms, 30s or 5m"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].starts_with(&at(6))
+                && problems[1].ends_with("`0s` is not a duration like 500ms, 30s or 5m"),
+            "{problems:?}"
+        );
+    }
 }

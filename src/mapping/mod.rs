@@ -55,13 +55,11 @@ mod tests {
     use super::*;
     use crate::engine::Handler;
     use crate::protocol::Skill;
-    use crate::schema::Schemas;
 
     #[test]
     fn dealers_with_copies_of_one_mapping_compile_it_once() {
-        let schemas = Schemas::load().expect("schemas");
-        let metrics = crate::telemetry::metrics::Metrics::new();
-        let cache = LoadCache::default();
+        let test = context::TestLoad::new();
+        let cache = &test.cache;
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let copy = tempfile::tempdir().expect("temp dir");
         for entry in std::fs::read_dir(root.join("mappings/demo-toyota")).expect("demo-toyota") {
@@ -71,18 +69,8 @@ mod tests {
                 std::fs::copy(&path, copy.path().join(name)).expect("copy");
             }
         }
-        let load = |dealer_id: &str, dir: &Path| {
-            let ctx = LoadContext {
-                schemas: &schemas,
-                vars: &|_| None,
-                dealer_id,
-                dealer_name: dealer_id,
-                metrics: &metrics,
-                previous: None,
-                cache: &cache,
-            };
-            load_folder(dir, &ctx).expect("loads")
-        };
+        let load =
+            |dealer_id: &str, dir: &Path| load_folder(dir, &test.ctx(dealer_id)).expect("loads");
         let first = load("toyota_a", &root.join("mappings/demo-toyota"));
         let (programs, clients) = (cache.programs(), cache.clients());
         assert!(programs > 0 && clients > 0);

@@ -318,14 +318,19 @@ mod tests {
         assert_eq!(millis(Duration::MAX), MAX_UNITS);
     }
 
-    #[tokio::test]
-    async fn calls_fail_fast_when_nothing_listens() {
+    /// A backend at a port of 127.0.0.1 that was free a moment ago (nothing listens there).
+    fn nothing_listens() -> RedisBackend {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let backend = RedisBackend::new(&format!("redis://127.0.0.1:{port}"), T, "p:").unwrap();
+        RedisBackend::new(&format!("redis://127.0.0.1:{port}"), T, "p:").unwrap()
+    }
+
+    #[tokio::test]
+    async fn calls_fail_fast_when_nothing_listens() {
+        let backend = nothing_listens();
         let started = std::time::Instant::now();
         let error = backend.ping().await.unwrap_err();
         assert!(
@@ -344,12 +349,7 @@ mod tests {
 
     #[test]
     fn an_outage_is_logged_when_it_starts_and_ends_and_every_fallback_counted() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let backend = RedisBackend::new(&format!("redis://127.0.0.1:{port}"), T, "p:").unwrap();
+        let backend = nothing_listens();
         let metrics = Metrics::new();
         backend.watch("rate_limit", "local limits", &metrics);
         let (logs, _capture) = super::test_logs::capture();

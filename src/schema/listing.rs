@@ -81,20 +81,10 @@ impl SearchPages {
         if !self.around.is_valid(Node::Reply(page)) {
             return false;
         }
-        let mut plan: Option<Plan<'_>> = None;
+        let mut plan = None;
         page.vehicles()
             .iter()
-            .all(|vehicle| match (vehicle, by_key) {
-                (Vehicle::Record(record), Some(by_key)) => {
-                    let plan = match &mut plan {
-                        Some(plan) if Arc::ptr_eq(plan.shape, record.shape()) => plan,
-                        slot => slot.insert(by_key.plan(record.shape())),
-                    };
-                    plan.is_valid(record)
-                }
-                (Vehicle::Record(record), None) => self.listing.is_valid(Node::Record(record)),
-                (Vehicle::Json(value), _) => self.listing.is_valid(Node::Value(value)),
-            })
+            .all(|vehicle| self.listing_is_valid(vehicle, by_key, &mut plan))
     }
 
     /// Keeps the listings of `vehicles` the listing schema accepts, in order; gives how many
@@ -104,20 +94,11 @@ impl SearchPages {
         vehicles: &mut Vec<Vehicle>,
         checked: impl Fn(&Vehicle) -> bool,
     ) -> (usize, Vec<String>) {
-        let mut plan: Option<Plan<'_>> = None;
+        let mut plan = None;
         let valid: Vec<bool> = vehicles
             .iter()
-            .map(|vehicle| match (vehicle, self.by_key.as_ref()) {
-                _ if !checked(vehicle) => true,
-                (Vehicle::Record(record), Some(by_key)) => {
-                    let plan = match &mut plan {
-                        Some(plan) if Arc::ptr_eq(plan.shape, record.shape()) => plan,
-                        slot => slot.insert(by_key.plan(record.shape())),
-                    };
-                    plan.is_valid(record)
-                }
-                (Vehicle::Record(record), None) => self.listing.is_valid(Node::Record(record)),
-                (Vehicle::Json(value), _) => self.listing.is_valid(Node::Value(value)),
+            .map(|vehicle| {
+                !checked(vehicle) || self.listing_is_valid(vehicle, self.by_key.as_ref(), &mut plan)
             })
             .collect();
         let dropped = valid.iter().filter(|v| !**v).count();
@@ -135,7 +116,31 @@ impl SearchPages {
         (dropped, why)
     }
 
-    /// What the listing schema finds wrong with one listing: `location (keyword)` each.
+    /// Whether the listing schema accepts one listing of a page: a record a program built
+    /// checked `by_key` or, for `None`, by the listing schema whole; a listing held as JSON by
+    /// the listing schema whole. `plan` keeps the checks found for the last record's shape, for
+    /// the next record of that shape (a page's records mostly share one): the caller starts it
+    /// at `None` and passes it along the page.
+    #[inline]
+    fn listing_is_valid<'a>(
+        &'a self,
+        vehicle: &'a Vehicle,
+        by_key: Option<&'a ByKey>,
+        plan: &mut Option<Plan<'a>>,
+    ) -> bool {
+        match (vehicle, by_key) {
+            (Vehicle::Record(record), Some(by_key)) => {
+                let plan = match plan {
+                    Some(plan) if Arc::ptr_eq(plan.shape, record.shape()) => plan,
+                    slot => slot.insert(by_key.plan(record.shape())),
+                };
+                plan.is_valid(record)
+            }
+            (Vehicle::Record(record), None) => self.listing.is_valid(Node::Record(record)),
+            (Vehicle::Json(value), _) => self.listing.is_valid(Node::Value(value)),
+        }
+    }
+
     /// Whether the listing schema accepts one listing held as JSON (a feed's, as mapped); its
     /// failures (`location (keyword)`, never a value) when not.
     pub(super) fn check_json(&self, value: &Value) -> Result<(), Vec<String>> {
@@ -149,6 +154,7 @@ impl SearchPages {
             .collect())
     }
 
+    /// What the listing schema finds wrong with one listing: `location (keyword)` each.
     fn problems(&self, vehicle: &Vehicle) -> Vec<String> {
         let value = vehicle.clone().into_value();
         self.listing

@@ -12,6 +12,7 @@ pub mod schema;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 use aap_gateway::server;
 use aap_gateway::settings;
@@ -378,6 +379,73 @@ impl Reply {
     pub fn payload(&self) -> &Value {
         &self.body["result"]["message"]["parts"][0]["data"]
     }
+
+    /// An AAP skill error with `code`: JSON-RPC -32000 on HTTP 200, the `aap.error` body and
+    /// the `ErrorInfo` reason both naming it.
+    pub fn assert_aap_error(&self, code: &str) {
+        assert_eq!(self.status, 200, "{}", self.text);
+        assert_eq!(self.error_code(), -32000, "{}", self.text);
+        assert_eq!(self.aap_code(), code, "{}", self.text);
+        assert_eq!(self.aap_error()["type"], "aap.error", "{}", self.text);
+        assert_eq!(self.error_info()["reason"], code, "{}", self.text);
+    }
+
+    /// A retryable `INTERNAL_ERROR` (JSON-RPC -32603 on HTTP 200) that tells nothing of its
+    /// cause: none of `leaks` in the reply, its error id (random hex, which may spell a word)
+    /// left out of the text searched.
+    pub fn assert_internal_error(&self, context: &str, leaks: &[&str]) {
+        assert_eq!(self.status, 200, "{context}: {}", self.text);
+        assert_eq!(
+            self.body["error"]["code"], -32603,
+            "{context}: expected INTERNAL_ERROR, got {}",
+            self.text
+        );
+        assert_eq!(
+            self.aap_code(),
+            "INTERNAL_ERROR",
+            "{context}: {}",
+            self.text
+        );
+        assert_eq!(
+            self.aap_error()["retryable"],
+            true,
+            "{context}: {}",
+            self.text
+        );
+        assert_eq!(
+            self.error_info()["reason"],
+            "INTERNAL_ERROR",
+            "{context}: {}",
+            self.text
+        );
+        let error_id = self.aap_error()["error_id"].as_str().expect("an error id");
+        assert!(
+            error_id.starts_with("err_") && error_id[4..].bytes().all(|b| b.is_ascii_hexdigit()),
+            "{context}: {error_id}"
+        );
+        let text = self.text.replace(error_id, "err_");
+        for leak in leaks {
+            assert!(
+                !text.contains(leak),
+                "{context}: the error exposes `{leak}`: {text}"
+            );
+        }
+    }
+
+    /// The response `data` of a successful reply of `kind` (`inventory.search.response`, …),
+    /// whose payload the AAP schemas accept; panics, showing the reply, on anything else.
+    pub fn answered(&self, kind: &str) -> &Value {
+        assert_eq!(self.status, 200, "{}", self.text);
+        assert!(
+            self.body.get("error").is_none(),
+            "expected {kind}, got an error: {}",
+            self.text
+        );
+        let payload = self.payload();
+        assert_eq!(payload["type"], kind, "{}", self.text);
+        schema::assert_reply_valid(payload);
+        &payload["data"]
+    }
 }
 
 impl Gateway {
@@ -606,26 +674,116 @@ impl TestDealer {
 /// from `vars`: the stand-in tests' dealers, each mapped the way a new user writes it.
 pub async fn start_dealers(dealers: &[TestDealer], vars: &[(&str, String)]) -> Gateway {
     let dir = tempfile::tempdir().expect("temp");
-    let mut yaml = String::from(
-        "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nrate_limit: { enabled: false }\ndealers:\n",
-    );
-    for dealer in dealers {
-        let folder = dir.path().join(&dealer.id);
-        std::fs::create_dir_all(&folder).expect("folder");
-        for (name, text) in &dealer.files {
-            std::fs::write(folder.join(name), text).expect("mapping file");
-        }
-        yaml.push_str(&format!(
-            "  - id: {id}\n    path_prefix: /dealers/{id}\n    card: {{ name: {id}, description: Stand-in. }}\n    mappings: {}\n",
-            folder.display(),
-            id = dealer.id,
-        ));
-    }
-    let path = dir.path().join("gateway.yaml");
-    std::fs::write(&path, yaml).expect("config");
+    let path = write_dealers(dir.path(), dealers);
     let vars = vars
         .iter()
         .map(|(k, v)| ((*k).to_owned(), v.clone()))
         .collect();
     start_file_with_vars(&path, Some(dir), vars).await
+}
+
+/// Writes `dealers` into `dir` as [`start_dealers`] runs them: a mapping folder per dealer
+/// (`dir/{id}/`) and the configuration naming them, whose path it returns (for `check` and
+/// the other commands that read the files).
+pub fn write_dealers(dir: &Path, dealers: &[TestDealer]) -> PathBuf {
+    let mut folders = Vec::with_capacity(dealers.len());
+    for dealer in dealers {
+        let folder = dir.join(&dealer.id);
+        std::fs::create_dir_all(&folder).expect("folder");
+        for (name, text) in &dealer.files {
+            std::fs::write(folder.join(name), text).expect("mapping file");
+        }
+        folders.push((dealer.id.as_str(), folder));
+    }
+    let listed: Vec<(&str, &Path)> = folders.iter().map(|(id, f)| (*id, f.as_path())).collect();
+    write_gateway_yaml(dir, &listed)
+}
+
+/// The configuration [`start_dealers`] runs, for mapping folders written already (fixtures):
+/// `dir/gateway.yaml` with a dealer per `(id, folder)` at `/dealers/{id}`, rate limits off (one
+/// client calls flat out); its path.
+pub fn write_gateway_yaml(dir: &Path, dealers: &[(&str, &Path)]) -> PathBuf {
+    let mut yaml = String::from(
+        "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nrate_limit: { enabled: false }\ndealers:\n",
+    );
+    for (id, folder) in dealers {
+        yaml.push_str(&format!(
+            "  - id: {id}\n    path_prefix: /dealers/{id}\n    card: {{ name: {id}, description: Stand-in. }}\n    mappings: {}\n",
+            folder.display(),
+        ));
+    }
+    let path = dir.join("gateway.yaml");
+    std::fs::write(&path, yaml).expect("config");
+    path
+}
+
+/// Adds the members of `from` (an object) to `into` (an object), replacing those it has.
+pub fn merge(into: &mut Value, from: Value) {
+    if let (Some(into), Value::Object(from)) = (into.as_object_mut(), from) {
+        into.extend(from);
+    }
+}
+
+/// The ids of the skills an agent card lists, in its order.
+pub fn skill_ids(card: &Value) -> Vec<&str> {
+    let skills = card["skills"].as_array().expect("skills");
+    skills.iter().filter_map(|s| s["id"].as_str()).collect()
+}
+
+/// A search reply's `data`: its `total` and its listings' stock numbers, in order.
+pub fn total_and_stocks(data: &Value) -> (usize, Vec<String>) {
+    let total = data["total"].as_u64().expect("total");
+    let stocks = data["vehicles"].as_array().expect("vehicles").iter();
+    let stocks = stocks.map(|v| v["stock"].as_str().expect("stock").to_owned());
+    (usize::try_from(total).expect("total"), stocks.collect())
+}
+
+/// One multi-thread runtime for a test binary's shared fixture: a gateway and its stand-ins
+/// started once (a `LazyLock` of the test file's own, built on this runtime) for the plain
+/// `#[test]`s and property tests that call it. Never dropped, as the fixture's tasks live on it.
+pub static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+});
+
+/// Runs `body` on [`RUNTIME`] once `fixture` is up: started first, outside the body, so that a
+/// fixture that cannot start fails as itself.
+pub fn run_with<S, F: FnOnce() -> S, T>(
+    fixture: &LazyLock<S, F>,
+    body: impl std::future::Future<Output = T>,
+) -> T {
+    LazyLock::force(fixture);
+    RUNTIME.block_on(body)
+}
+
+/// The binary run as `aap-gateway ARGS --config CONFIG` with `RUST_LOG=warn` and `vars` in its
+/// environment: its exit code and all it wrote (stdout, then stderr).
+pub fn run_cli(args: &[&str], config: &Path, vars: &[(&str, &str)]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .envs(vars.iter().copied())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run aap-gateway");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), all)
+}
+
+/// `output` has a line that starts `FILE:LINE:` and says `message`.
+pub fn assert_located(output: &str, file: &Path, line: usize, message: &str) {
+    let at = format!("{}:{line}:", file.display());
+    assert!(
+        output
+            .lines()
+            .any(|l| l.starts_with(&at) && l.contains(message)),
+        "{at} {message}:\n{output}"
+    );
 }

@@ -161,6 +161,15 @@ impl RedisServer {
         self.port
     }
 
+    /// A plain connection of the test's own, to look at keys the way an operator would.
+    pub async fn connect(&self) -> redis::aio::MultiplexedConnection {
+        let client = redis::Client::open(self.url.as_str()).expect("valid url");
+        client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect")
+    }
+
     /// Kills the server with `SIGKILL` (an outage: connections drop, later connects are
     /// refused). Data is lost, but for what a persistent server had on disk.
     pub fn stop(&mut self) {

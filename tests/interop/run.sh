@@ -22,12 +22,6 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 cd "$ROOT"
 
 VENV="${INTEROP_VENV:-target/interop-venv}"
-GATEWAY_BIN="${AAP_GATEWAY_BIN:-target/release/aap-gateway}"
-PYTHON="${INTEROP_PYTHON:-python3}"
-NODE="${INTEROP_NODE:-node}"
-NPM="${INTEROP_NPM:-npm}"
-WAIT_SECS="${INTEROP_WAIT_SECS:-30}"
-if [ "$WAIT_SECS" -gt 30 ] 2>/dev/null; then WAIT_SECS=30; fi
 REQS="$HERE/requirements.txt"
 JS_DIR="$HERE/js"
 
@@ -37,81 +31,13 @@ log() { echo "interop: $*" >&2; }
 source "$HERE/setup.sh"
 interop_setup "@a2a-js/sdk"
 
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/aap-interop.XXXXXX")"
+interop_workdir aap-interop
 ENDPOINTS="$WORK/endpoints.json"
 GW_LOG="$WORK/gateway.log"
-GW_PIDS=()
-
-stop_gateway() {
-  local pid="$1"
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-      kill -9 "$pid" 2>/dev/null || true
-    fi
-    wait "$pid" 2>/dev/null || true
-  fi
-}
-
-cleanup() {
-  local rc=$?
-  for pid in "${GW_PIDS[@]}"; do stop_gateway "$pid"; done
-  rm -rf "$WORK"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# start_gateway ENDPOINTS LOG [VAR=VALUE ...]: a demo process with those environment overrides,
-# ready once its endpoints file exists and parses as JSON with a "dealers" list (guards against
-# reading a half-written file). Its pid is the last of GW_PIDS.
-start_gateway() {
-  local endpoints="$1" gw_log="$2"; shift 2
-  log "starting $GATEWAY_BIN demo${*:+ with $*}"
-  env "$@" "$GATEWAY_BIN" demo --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-    --endpoints-file "$endpoints" </dev/null >"$gw_log" 2>&1 &
-  local pid=$!
-  GW_PIDS+=("$pid")
-  local deadline=$((SECONDS + WAIT_SECS))
-  while [ "$SECONDS" -lt "$deadline" ]; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      log "gateway exited before it was ready; its output:"
-      tail -n 50 "$gw_log" >&2 || true
-      return 1
-    fi
-    if [ -s "$endpoints" ] && "$VENV/bin/python" -c \
-        'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if isinstance(d.get("dealers"), list) else 1)' \
-        "$endpoints" 2>/dev/null; then
-      return 0
-    fi
-    sleep 0.2
-  done
-  log "no endpoints file after ${WAIT_SECS}s; gateway output:"
-  tail -n 50 "$gw_log" >&2 || true
-  return 1
-}
-
 start_gateway "$ENDPOINTS" "$GW_LOG" || exit 1
 
 # --- clients -----------------------------------------------------------------
 # Both run against the same gateway process; the second runs even if the first failed.
-run_client() {
-  local name="$1" gw_log="$2"; shift 2
-  local rc=0
-  log "running the $name client"
-  "$@" || rc=$?
-  if [ "$rc" -ne 0 ]; then
-    log "$name client failed (exit $rc); last gateway output:"
-    tail -n 30 "$gw_log" >&2 || true
-  fi
-  return "$rc"
-}
-
 py_status=0
 run_client Python "$GW_LOG" "$VENV/bin/python" "$HERE/python_client.py" "$ENDPOINTS" || py_status=$?
 js_status=0
