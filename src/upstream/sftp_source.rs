@@ -201,10 +201,17 @@ pub(super) type Opened = (StatusCode, HeaderMap, Option<Body>);
 impl Client {
     pub(super) fn new(settings: SftpSettings, request_timeout: Duration) -> Client {
         let mut preferred = russh::Preferred::default();
-        if !settings.host_key_algorithms.is_empty() {
+        preferred.key = if settings.host_key_algorithms.is_empty() {
+            // ED25519, then ECDSA: this build cannot check an RSA signature (no `rsa` crate).
+            (preferred.key.iter())
+                .filter(|a| !matches!(a, russh::keys::Algorithm::Rsa { .. }))
+                .cloned()
+                .collect::<Vec<_>>()
+                .into()
+        } else {
             // Ask for the pinned key, not another the server also holds.
-            preferred.key = Cow::Owned(settings.host_key_algorithms.clone());
-        }
+            Cow::Owned(settings.host_key_algorithms.clone())
+        };
         let config = russh::client::Config {
             inactivity_timeout: Some(request_timeout),
             preferred,
