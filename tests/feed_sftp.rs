@@ -8,6 +8,7 @@
 //! - a server whose host key is not the pinned one is refused before the login: nothing is
 //!   served, the log says which key it showed, `aap_gateway_upstream_errors_total{kind="host_key"}`
 //!   counts it, and the server saw no login;
+//! - an RSA login key is let in (signing with SHA-2, as OpenSSH requires);
 //! - a password login goes to the server (which refuses it: the test's user has no password
 //!   the test may know, and CI's root may not log in by password), and the refresh fails loudly;
 //! - `check` refuses an `sftp` upstream without a pinned key, located, saying how to get one.
@@ -169,6 +170,7 @@ async fn start(
         ("SFTP_DIR".to_owned(), server.root().display().to_string()),
         ("SFTP_USER".to_owned(), server.user.clone()),
         ("SFTP_KEY".to_owned(), server.client_key.clone()),
+        ("SFTP_RSA_KEY".to_owned(), server.client_rsa_key.clone()),
     ]);
     let gw = replica(&config, &vars).await;
     Some(Setup {
@@ -361,6 +363,23 @@ async fn an_export_on_an_sftp_server_is_searched_and_a_replaced_one_is_picked_up
     assert!(
         key_body.iter().all(|line| !log.contains(line)),
         "the private key was logged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_rsa_login_key_signs_with_sha2_and_is_let_in() {
+    // (OpenSSH refuses RSA signatures with SHA-1, the protocol's original `ssh-rsa`.)
+    let login = "{ kind: ssh_key, username: \"${SFTP_USER}\", private_key: \"${SFTP_RSA_KEY}\" }";
+    let Some(setup) = start(&export(&CAMPERS), login, known_hosts_line).await else {
+        return;
+    };
+    let page = eventually(Duration::from_secs(30), || search(&setup.gw), Result::is_ok).await;
+    let page = page.unwrap_or_else(|e| panic!("never served: {e}\n{}", setup.server.log_text()));
+    assert_eq!(prices(&page), oracle(&CAMPERS), "{page}");
+    let sshd = setup.server.log_text();
+    assert!(
+        sshd.contains("Accepted publickey") && sshd.contains("RSA"),
+        "{sshd}"
     );
 }
 

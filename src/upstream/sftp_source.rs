@@ -201,17 +201,10 @@ pub(super) type Opened = (StatusCode, HeaderMap, Option<Body>);
 impl Client {
     pub(super) fn new(settings: SftpSettings, request_timeout: Duration) -> Client {
         let mut preferred = russh::Preferred::default();
-        preferred.key = if settings.host_key_algorithms.is_empty() {
-            // ED25519, then ECDSA: this build cannot check an RSA signature (no `rsa` crate).
-            (preferred.key.iter())
-                .filter(|a| !matches!(a, russh::keys::Algorithm::Rsa { .. }))
-                .cloned()
-                .collect::<Vec<_>>()
-                .into()
-        } else {
+        if !settings.host_key_algorithms.is_empty() {
             // Ask for the pinned key, not another the server also holds.
-            Cow::Owned(settings.host_key_algorithms.clone())
-        };
+            preferred.key = Cow::Owned(settings.host_key_algorithms.clone());
+        }
         let config = russh::client::Config {
             inactivity_timeout: Some(request_timeout),
             preferred,
@@ -301,7 +294,17 @@ impl Client {
                         .await
                 }
                 SftpLogin::Key(key) => {
-                    let key = russh::keys::PrivateKeyWithHashAlg::new(Arc::clone(key), None);
+                    // An RSA key signs with the best hash the server takes (SHA-2 where it
+                    // says so; OpenSSH refuses SHA-1 since 8.8).
+                    let hash = match key.algorithm().is_rsa() {
+                        true => ssh
+                            .best_supported_rsa_hash()
+                            .await
+                            .map_err(ssh_failed)?
+                            .flatten(),
+                        false => None,
+                    };
+                    let key = russh::keys::PrivateKeyWithHashAlg::new(Arc::clone(key), hash);
                     ssh.authenticate_publickey(s.username.as_str(), key).await
                 }
             }

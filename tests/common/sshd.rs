@@ -1,7 +1,7 @@
 //! Test harness: a throwaway OpenSSH `sshd` serving SFTP on a free 127.0.0.1 port, killed when
 //! dropped. Everything it uses is its own, in a temporary directory: its configuration, an
-//! ed25519 host key and a client key made with `ssh-keygen`, `AuthorizedKeysFile` holding that
-//! client key, its `PidFile`. It runs as the user the test runs as (as root in CI: its
+//! ed25519 host key and client keys (ed25519 and RSA) made with `ssh-keygen`, `AuthorizedKeysFile`
+//! holding those, its `PidFile`. It runs as the user the test runs as (as root in CI: its
 //! configuration allows `PermitRootLogin prohibit-password`, so keys only), and the SFTP
 //! subsystem is `internal-sftp`.
 //!
@@ -26,6 +26,8 @@ pub struct SshServer {
     pub host_key: String,
     /// The client's private key (OpenSSH PEM), which `AuthorizedKeysFile` lets in.
     pub client_key: String,
+    /// An RSA client key, let in too.
+    pub client_rsa_key: String,
     /// Another ed25519 key, which no configuration knows (a wrong pin, a key not let in).
     pub stranger_key: String,
     /// Its log (`-E`).
@@ -55,9 +57,9 @@ fn sshd_binary() -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-fn keygen(path: &Path) -> String {
+fn keygen(path: &Path, kind: &str) -> String {
     let status = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", "aap-test", "-f"])
+        .args(["-q", "-t", kind, "-N", "", "-C", "aap-test", "-f"])
         .arg(path)
         .stdout(Stdio::null())
         .status()
@@ -87,11 +89,15 @@ impl SshServer {
         };
         let dir = tempfile::tempdir().expect("temp dir");
         let file = |name: &str| dir.path().join(name);
-        let _ = keygen(&file("host_key"));
+        let _ = keygen(&file("host_key"), "ed25519");
         let host_key = std::fs::read_to_string(file("host_key.pub")).expect("host key");
-        let client_key = keygen(&file("client_key"));
-        std::fs::copy(file("client_key.pub"), file("authorized_keys")).expect("authorized_keys");
-        let stranger_key = keygen(&file("stranger_key"));
+        let client_key = keygen(&file("client_key"), "ed25519");
+        let client_rsa_key = keygen(&file("client_rsa_key"), "rsa");
+        let authorized = [file("client_key.pub"), file("client_rsa_key.pub")]
+            .map(|f| std::fs::read_to_string(f).expect("public key"))
+            .concat();
+        std::fs::write(file("authorized_keys"), authorized).expect("authorized_keys");
+        let stranger_key = keygen(&file("stranger_key"), "ed25519");
         let user = String::from_utf8(
             Command::new("id")
                 .arg("-un")
@@ -143,6 +149,7 @@ impl SshServer {
                         user,
                         host_key,
                         client_key,
+                        client_rsa_key,
                         stranger_key,
                         log,
                         child,

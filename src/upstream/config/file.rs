@@ -394,8 +394,8 @@ pub enum FileUpstreamAuth {
     SshKey {
         /// The login's user name.
         username: String,
-        /// The private key, OpenSSH PEM (`-----BEGIN OPENSSH PRIVATE KEY-----`): ed25519 or
-        /// ECDSA.
+        /// The private key: OpenSSH (`-----BEGIN OPENSSH PRIVATE KEY-----`; ed25519, ECDSA or
+        /// RSA), PKCS#8 or PuTTY.
         #[serde(default)]
         private_key: Option<Secret>,
         /// File holding the private key (instead of `private_key`).

@@ -15,7 +15,7 @@ use super::settings::SftpLogin;
 /// How to find the key to pin, said wherever one is missing or unreadable.
 const HOW_TO_PIN: &str = "ask the vendor for the server's host key fingerprint, or read it \
      (on a network you trust) with `ssh-keyscan -p PORT host | ssh-keygen -lf -` and pin the \
-     `SHA256:…` of its ED25519 or ECDSA key: `sftp: { host_key: \"SHA256:…\" }`";
+     `SHA256:…` of one of its keys: `sftp: { host_key: \"SHA256:…\" }`";
 
 /// The SSH port when the URL names none.
 const SSH_PORT: u16 = 22;
@@ -126,18 +126,6 @@ impl Check {
                     fingerprints.push(fingerprint);
                 }
                 Ok(Pin::Key(key)) => {
-                    if key.algorithm().is_rsa() {
-                        self.problem(
-                            &pointer,
-                            format!(
-                                "an RSA host key cannot be verified by this build (ed25519 and \
-                                 ECDSA only); pin the server's ED25519 or ECDSA key instead: \
-                                 {HOW_TO_PIN}"
-                            ),
-                        );
-                        ok = false;
-                        continue;
-                    }
                     fingerprints.push(key.fingerprint(HashAlg::Sha256));
                     if !algorithms.contains(&key.algorithm()) {
                         algorithms.push(key.algorithm());
@@ -227,21 +215,13 @@ impl Check {
                     self.problem(
                         "/auth/private_key",
                         format!(
-                            "not a usable private key ({e}): give an OpenSSH ed25519 or ECDSA key \
+                            "not a usable private key ({e}): give an OpenSSH private key \
                          (`ssh-keygen -t ed25519`)"
                         ),
                     );
                     return None;
                 }
             };
-        if key.algorithm().is_rsa() {
-            self.problem(
-                "/auth/private_key",
-                "RSA keys are not supported by this build: give an ed25519 or ECDSA key \
-                 (`ssh-keygen -t ed25519`)",
-            );
-            return None;
-        }
         Some(key)
     }
 }
