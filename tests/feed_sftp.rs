@@ -15,9 +15,6 @@
 //!
 //! Without `sshd` the tests are skipped (printed), unless `AAP_TEST_REQUIRE_SSHD=1`.
 
-// (The in-process gateway of `common`, unused here, is still laid out: its futures nest deep.)
-#![recursion_limit = "256"]
-
 mod common;
 
 use std::collections::HashMap;

@@ -361,9 +361,12 @@ impl Upstream {
         let result = if self.is_file() {
             self.read_file(req).instrument(span.clone()).await
         } else if let Some(sftp) = &self.inner.sftp {
-            self.read_sftp(sftp, req, stream)
-                .instrument(span.clone())
-                .await
+            // Boxed, type erased: the SSH stack's futures nest deep, and every future that
+            // awaits a call (a buyer's request included) would otherwise carry their layout
+            // (past the compiler's recursion limit). One allocation per SFTP read is nothing.
+            let read: std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>> =
+                Box::pin(self.read_sftp(sftp, req, stream));
+            read.instrument(span.clone()).await
         } else {
             self.call_unmetered(req, stream)
                 .instrument(span.clone())
