@@ -348,12 +348,18 @@ async fn an_export_on_an_sftp_server_is_searched_and_a_replaced_one_is_picked_up
     let text = metrics(&setup.gw).await;
     assert!(refreshes(&text, "changed") > changed_before, "{text}");
     assert_eq!(refreshes(&text, "failed"), 0, "{text}");
-    // Read over SFTP with the key the server let in.
-    let sshd = setup.server.log_text();
-    assert!(
-        sshd.contains(&format!("Accepted publickey for {}", setup.server.user)),
-        "{sshd}"
-    );
+    // Read over SFTP with the key the server let in, each connection closed by the gateway
+    // once its read ended (none left open between refreshes).
+    let logins = |t: &String| t.matches("Accepted publickey for").count();
+    let goodbyes = |t: &String| t.matches("Received disconnect from").count();
+    let sshd = eventually(
+        Duration::from_secs(5),
+        || async { setup.server.log_text() },
+        |t| logins(t) == goodbyes(t),
+    )
+    .await;
+    assert!(logins(&sshd) >= 3, "{sshd}");
+    assert_eq!(logins(&sshd), goodbyes(&sshd), "{sshd}");
     // The key never reaches the log.
     let log = std::fs::read_to_string(setup.gw.log.path()).unwrap_or_default();
     let key_body: Vec<&str> = setup.server.client_key.lines().skip(1).take(2).collect();

@@ -149,7 +149,7 @@ pub(super) struct Body {
     // Dropped in this order: the file, the SFTP session, then the SSH connection.
     file: File,
     _sftp: SftpSession,
-    _ssh: russh::client::Handle<Pinned>,
+    ssh: russh::client::Handle<Pinned>,
     path: String,
     look: Look,
     read: u64,
@@ -187,11 +187,22 @@ impl Body {
             return Ok(Some(piece.freeze()));
         }
         self.done = true;
-        if self.read != self.look.size || Look::of(&self.file, &self.path).await? != self.look {
+        let whole =
+            self.read == self.look.size && Look::of(&self.file, &self.path).await? == self.look;
+        close(&self.ssh).await;
+        if !whole {
             return Err(changing(&self.path));
         }
         Ok(None)
     }
+}
+
+/// Says goodbye to the server (best effort: a connection dropped without it ends when the SSH
+/// session's task sees its handle gone, or at `timeouts.request` of inactivity).
+async fn close(ssh: &russh::client::Handle<Pinned>) {
+    let _ = ssh
+        .disconnect(russh::Disconnect::ByApplication, "", "en")
+        .await;
 }
 
 /// What a read found: a status and headers as an HTTP reply's, and the file to stream (`None`
@@ -380,15 +391,17 @@ impl Client {
             name == http::header::IF_NONE_MATCH && v.as_bytes() == etag.as_bytes()
         });
         if unchanged {
+            close(&ssh).await;
             return Ok((StatusCode::NOT_MODIFIED, headers, None));
         }
         if look.size > limit as u64 {
+            close(&ssh).await;
             return Err(UpstreamError::TooLarge { limit });
         }
         let body = Body {
             file,
             _sftp: sftp,
-            _ssh: ssh,
+            ssh,
             path,
             look,
             read: 0,
