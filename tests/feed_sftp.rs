@@ -11,6 +11,9 @@
 //! - an RSA login key is let in (signing with SHA-2, as OpenSSH requires);
 //! - a password login goes to the server (which refuses it: the test's user has no password
 //!   the test may know, and CI's root may not log in by password), and the refresh fails loudly;
+//! - a file written in place on the server, row by row, is never served half-written (the
+//!   gateway in-process, refreshed by hand); a file past `max_response_bytes` is refused and
+//!   the copy kept;
 //! - `check` refuses an `sftp` upstream without a pinned key, located, saying how to get one.
 //!
 //! Without `sshd` the tests are skipped (printed), unless `AAP_TEST_REQUIRE_SSHD=1`.
@@ -76,8 +79,8 @@ const CAMPERS: [Camper; 4] = [
 ];
 
 /// The export: Latin-1, `;`-separated (a model holding `;` is quoted), decimal commas,
-/// thousands points, hours instead of miles, CRLF line ends; gzipped.
-fn export(campers: &[Camper]) -> Vec<u8> {
+/// thousands points, hours instead of miles, CRLF line ends.
+fn plain(campers: &[Camper]) -> Vec<u8> {
     let mut text = "Fahrgestell-Nr.;Lager #;Baujahr;Hersteller;Modell / Grundriss;Preis (€);\
                     Betriebsstunden\r\n"
         .to_owned();
@@ -94,8 +97,13 @@ fn export(campers: &[Camper]) -> Vec<u8> {
     }
     let (latin1, _, lossy) = encoding_rs::WINDOWS_1252.encode(&text);
     assert!(!lossy, "the fixture is Latin-1");
+    latin1.into_owned()
+}
+
+/// [`plain`], gzipped.
+fn export(campers: &[Camper]) -> Vec<u8> {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(&latin1).expect("gzip");
+    gz.write_all(&plain(campers)).expect("gzip");
     gz.finish().expect("gzip")
 }
 
@@ -139,6 +147,32 @@ async fn start(
     host_key: impl FnOnce(&SshServer) -> String,
 ) -> Option<Setup> {
     let server = SshServer::start()?;
+    let (dir, export, config, vars) =
+        drop_and_dealer(&server, first, auth, &host_key(&server), FEED_YAML, 1 << 20);
+    let gw = replica(&config, &vars).await;
+    Some(Setup {
+        server,
+        gw,
+        export,
+        _dir: dir,
+    })
+}
+
+/// `first` as the export on `server`, and dealer `camper`'s configuration reading it: the
+/// temporary directory holding it, the export's path, the configuration file, its variables.
+fn drop_and_dealer(
+    server: &SshServer,
+    first: &[u8],
+    auth: &str,
+    host_key: &str,
+    feed_yaml: &str,
+    max_bytes: usize,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    HashMap<String, String>,
+) {
     let drop_dir = server.root().join("export drop");
     std::fs::create_dir_all(&drop_dir).expect("mkdir");
     let export = drop_dir.join("Bestand Wohnmobile.csv.gz");
@@ -147,10 +181,10 @@ async fn start(
     let dir = tempfile::tempdir().expect("temp dir");
     let folder = dir.path().join("camper");
     std::fs::create_dir_all(&folder).expect("mkdir");
-    std::fs::write(folder.join("feed.yaml"), FEED_YAML).expect("feed.yaml");
+    std::fs::write(folder.join("feed.yaml"), feed_yaml).expect("feed.yaml");
     std::fs::write(
         folder.join("upstreams.yaml"),
-        upstreams_yaml(auth, &host_key(&server)),
+        upstreams_yaml(auth, host_key).replace("1048576", &max_bytes.to_string()),
     )
     .expect("upstreams.yaml");
     for skill in ["inventory.search", "inventory.vehicle", "inventory.facets"] {
@@ -169,13 +203,7 @@ async fn start(
         ("SFTP_KEY".to_owned(), server.client_key.clone()),
         ("SFTP_RSA_KEY".to_owned(), server.client_rsa_key.clone()),
     ]);
-    let gw = replica(&config, &vars).await;
-    Some(Setup {
-        server,
-        gw,
-        export,
-        _dir: dir,
-    })
+    (dir, export, config, vars)
 }
 
 fn config_yaml(folder: &Path) -> String {
@@ -511,4 +539,128 @@ fn check_refuses_an_sftp_upstream_without_a_pinned_host_key() {
         !all.contains("s3cret-Passw0rd"),
         "check printed the password:\n{all}"
     );
+}
+
+/// The gateway in-process, refreshed by hand (`refresh: 1h`).
+async fn in_process(
+    server: &SshServer,
+    first: &[u8],
+    max_bytes: usize,
+) -> (common::Gateway, std::path::PathBuf) {
+    let feed_yaml = FEED_YAML.replace("refresh: 1s", "refresh: 1h");
+    let (dir, export, config, vars) = drop_and_dealer(
+        server,
+        first,
+        KEY_LOGIN,
+        &known_hosts_line(server),
+        &feed_yaml,
+        max_bytes,
+    );
+    (
+        common::start_file_with_vars(&config, Some(dir), vars).await,
+        export,
+    )
+}
+
+fn feed(gw: &common::Gateway) -> std::sync::Arc<aap_gateway::engine::feed::Feed> {
+    std::sync::Arc::clone(&gw.app.dealer("camper").expect("dealer").feeds()[0])
+}
+
+async fn in_process_prices(gw: &common::Gateway) -> Vec<i64> {
+    let call =
+        json!({ "type": "inventory.search.request", "sort": { "field": "price", "order": "asc" } });
+    let reply = gw.send("/dealers/camper/a2a", call).await;
+    assert!(reply.body.get("error").is_none(), "{}", reply.text);
+    prices(&reply.payload()["data"])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_written_in_place_on_the_server_is_never_served_half_written() {
+    let Some(server) = SshServer::start() else {
+        return;
+    };
+    let (gw, path) = in_process(&server, &export(&CAMPERS[..2]), 1 << 20).await;
+    let old = oracle(&CAMPERS[..2]);
+    assert_eq!(in_process_prices(&gw).await, old);
+
+    // A vendor's upload that truncates the file and writes it in place, row by row (not
+    // gzipped: every prefix of it is a CSV file with fewer rows, which only the looks tell
+    // from the whole).
+    let whole = plain(&CAMPERS);
+    let pieces: Vec<Vec<u8>> = (whole.split_inclusive(|b| *b == b'\n'))
+        .map(<[u8]>::to_vec)
+        .collect();
+    let writer = std::thread::spawn(move || {
+        let mut file = std::fs::File::create(&path).expect("open in place");
+        let last = pieces.len() - 1;
+        for (i, piece) in pieces.into_iter().enumerate() {
+            file.write_all(&piece).expect("write");
+            file.flush().expect("flush");
+            if i < last {
+                // (The writer's own thread, not the runtime's.)
+                #[allow(clippy::disallowed_methods)]
+                std::thread::sleep(Duration::from_millis(700));
+            }
+        }
+    });
+    let failed = |t: &str| refreshes(t, "failed");
+    let failed_before = failed(&gw.metrics().await);
+    let new = oracle(&CAMPERS);
+    let mut refreshed = 0;
+    while !writer.is_finished() {
+        feed(&gw).refresh_now().await;
+        refreshed += 1;
+        let served = in_process_prices(&gw).await;
+        assert!(
+            served == old || served == new,
+            "a half-written file was served: {served:?}"
+        );
+    }
+    writer.join().expect("writer");
+    assert!(refreshed >= 1);
+    assert!(
+        failed(&gw.metrics().await) > failed_before,
+        "no refresh refused the file being written"
+    );
+
+    // Still now: the next refresh reads it whole.
+    feed(&gw).refresh_now().await;
+    assert_eq!(in_process_prices(&gw).await, new);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_larger_than_max_response_bytes_is_refused_and_the_copy_kept() {
+    let Some(server) = SshServer::start() else {
+        return;
+    };
+    let small = export(&CAMPERS[..2]);
+    let (gw, export_path) = in_process(&server, &small, 2048).await;
+    assert_eq!(in_process_prices(&gw).await, oracle(&CAMPERS[..2]));
+
+    // The same units and 4 KiB of incompressible noise in a comment-free extra column.
+    let mut big = small.clone();
+    let mut state: u32 = 0x9e37_79b9;
+    big.extend((0..4096).map(|_| {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        state as u8
+    }));
+    assert!(big.len() > 2048);
+    publish(&export_path, &big);
+    let before = gw.metrics().await;
+    feed(&gw).refresh_now().await;
+    let after = gw.metrics().await;
+    assert_eq!(
+        refreshes(&after, "failed"),
+        refreshes(&before, "failed") + 1,
+        "{after}"
+    );
+    let too_large = "aap_gateway_upstream_errors_total{dealer=\"camper\",upstream=\"vendor\",kind=\"too_large\"}";
+    assert_eq!(
+        series(&after, too_large),
+        series(&before, too_large) + 1,
+        "{after}"
+    );
+    assert_eq!(in_process_prices(&gw).await, oracle(&CAMPERS[..2]));
 }
