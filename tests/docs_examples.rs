@@ -433,3 +433,81 @@ fn docs_mapping_examples_render_with_every_optional_field_absent() {
         "{stdout}"
     );
 }
+
+/// The `kind: sftp` upstream of docs/mappings.md §Files on an SFTP server passes `check` as
+/// written, its key given through `${VENDOR_SFTP_KEY}` (made here with `ssh-keygen`), which
+/// `check` never prints; and without its pinned key it is refused.
+#[test]
+fn the_sftp_upstream_example_passes_check_and_needs_its_pin() {
+    let dir = tempfile::tempdir().expect("temp");
+    let key_file = dir.path().join("vendor_key");
+    let made = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&key_file)
+        .status();
+    if !made.is_ok_and(|s| s.success()) {
+        assert!(
+            std::env::var_os("AAP_TEST_REQUIRE_SSHD").is_none_or(|v| v != "1"),
+            "no ssh-keygen and AAP_TEST_REQUIRE_SSHD=1"
+        );
+        eprintln!("skipping this test: no ssh-keygen (install openssh-client to run it)");
+        return;
+    }
+    let key = std::fs::read_to_string(&key_file).expect("key");
+    let upstream = block("docs/mappings.md", "vendor_sftp:");
+    let check = |upstreams: &str| {
+        let folder = dir.path().join("vendor");
+        std::fs::create_dir_all(&folder).expect("folder");
+        std::fs::write(folder.join("upstreams.yaml"), upstreams).expect("upstreams");
+        std::fs::write(
+            folder.join("feed.yaml"),
+            "upstream: vendor_sftp\nrequest: { method: GET, path: /Bestand%20Wohnmobile.csv.gz }\n\
+             format: csv\nitem: '{vehicle_id: .VIN, dealer_id: $dealer.id}'\n",
+        )
+        .expect("feed");
+        std::fs::write(
+            folder.join("inventory.search.yaml"),
+            "skill: inventory.search\nmode: feed\n",
+        )
+        .expect("skill");
+        let config = dir.path().join("gateway.yaml");
+        std::fs::write(
+            &config,
+            "dealers:\n  - id: vendor\n    path_prefix: /vendor\n    card: { name: vendor, \
+             description: Docs example., url: https://vendor.example.com/a2a }\n    mappings: vendor\n",
+        )
+        .expect("config");
+        let out = Command::new(env!("CARGO_BIN_EXE_aap-gateway"))
+            .args(["check", "--config"])
+            .arg(&config)
+            .env("VENDOR_SFTP_KEY", &key)
+            .output()
+            .expect("run aap-gateway");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            key.lines().skip(1).take(2).all(|l| !text.contains(l)),
+            "check printed the key:\n{text}"
+        );
+        (out.status.success(), text)
+    };
+    let (ok, text) = check(&upstream);
+    assert!(ok, "{text}\n--- upstreams.yaml\n{upstream}");
+    let unpinned: String = (upstream.lines())
+        .filter(|l| {
+            !l.trim_start().starts_with("sftp:") && !l.trim_start().starts_with("host_key:")
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let (ok, text) = check(&unpinned);
+    assert!(!ok, "{text}");
+    assert!(
+        text.lines().any(|l| l.contains("upstreams.yaml:1:")
+            && l.contains("host_key")
+            && l.contains("ssh-keyscan -p PORT host | ssh-keygen -lf -")),
+        "{text}"
+    );
+}

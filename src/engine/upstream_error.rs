@@ -27,12 +27,13 @@ impl IntoAap for UpstreamError {
                 upstream,
                 retry_after,
             },
-            UpstreamError::Connect(_) | UpstreamError::Auth(_) | UpstreamError::Rejected { .. } => {
-                AapError::UpstreamUnavailable {
-                    upstream,
-                    cause: self.to_string(),
-                }
-            }
+            UpstreamError::Connect(_)
+            | UpstreamError::Auth(_)
+            | UpstreamError::HostKey(_)
+            | UpstreamError::Rejected { .. } => AapError::UpstreamUnavailable {
+                upstream,
+                cause: self.to_string(),
+            },
             UpstreamError::TooLarge { .. } | UpstreamError::Protocol(_) => {
                 AapError::InvalidUpstreamResponse {
                     upstream,

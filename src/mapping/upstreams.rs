@@ -124,8 +124,8 @@ impl MappingLoader<'_> {
         }
     }
 
-    /// The upstream `name`, of a kind that answers calls (not `kind: file`, which only a feed
-    /// reads).
+    /// The upstream `name`, of a kind that answers calls (not `kind: file` or `kind: sftp`,
+    /// which only a feed reads).
     pub(super) fn target_ref(
         &mut self,
         src: &Source,
@@ -134,10 +134,11 @@ impl MappingLoader<'_> {
         upstreams: &Upstreams,
     ) -> Option<Target> {
         match self.any_target_ref(src, pointer, name, upstreams)? {
-            Target::Http(u) if u.is_file() => {
+            Target::Http(u) if u.is_file() || u.is_sftp() => {
+                let kind = if u.is_file() { "file" } else { "sftp" };
                 self.problems.push(src.problem(
                     pointer,
-                    format!("`{name}` is a `kind: file` upstream; only a feed.yaml reads files"),
+                    format!("`{name}` is a `kind: {kind}` upstream; only a feed.yaml reads files"),
                 ));
                 None
             }
@@ -145,7 +146,7 @@ impl MappingLoader<'_> {
         }
     }
 
-    /// A feed's upstream: HTTP, or `kind: file`.
+    /// A feed's upstream: HTTP, `kind: file` or `kind: sftp`.
     pub(super) fn feed_upstream_ref(
         &mut self,
         src: &Source,

@@ -20,6 +20,9 @@
 //!
 //!  engine::feed ──── UpstreamRequest ──▶ Upstream::call → file_source::read  (kind: file)
 //!                                          a local file as a 200 / 304 reply, off the workers
+//!  engine::feed ──── UpstreamRequest ──▶ Upstream::call → sftp_source::Client (kind: sftp)
+//!                                          pinned host key, slot, a remote file as a 200 /
+//!                                          304 reply, streamed under timeouts.request
 //!
 //!  engine::lead ── OutgoingMail ──▶ Mailer::send                            (kind: smtp)
 //!                                breaker, slot, lettre pool, under timeouts.request, no retry
@@ -63,6 +66,7 @@ mod file_source;
 mod http_client;
 mod pace;
 mod retry;
+mod sftp_source;
 pub mod smtp;
 pub mod soap;
 
@@ -74,10 +78,10 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 pub use breaker::BreakerState;
 pub use client::{BodyStream, HttpClients, Upstream, Verdict};
 pub use config::{
-    EndpointSettings, FileCircuitBreaker, FileClientAuth, FilePasswordType, FileRetries, FileSmtp,
-    FileSoap, FileSoapVersion, FileStartTls, FileTimeouts, FileTls, FileUpstream, FileUpstreamAuth,
-    FileUpstreamKind, OAuth2Settings, Secret, SmtpCredentials, SmtpSettings, SmtpTls, UpstreamAuth,
-    UpstreamConfigProblem, UpstreamSettings,
+    EndpointSettings, FileCircuitBreaker, FileClientAuth, FilePasswordType, FileRetries, FileSftp,
+    FileSmtp, FileSoap, FileSoapVersion, FileStartTls, FileTimeouts, FileTls, FileUpstream,
+    FileUpstreamAuth, FileUpstreamKind, OAuth2Settings, Secret, SmtpCredentials, SmtpSettings,
+    SmtpTls, UpstreamAuth, UpstreamConfigProblem, UpstreamSettings,
 };
 pub use pace::{retry_after, stated_window};
 pub use smtp::{MailPart, MailReceipt, Mailer, OutgoingMail};
@@ -86,7 +90,8 @@ pub use soap::{SoapFault, SoapReply, SoapSettings, SoapVersion, WsSecurity};
 /// A built upstream of any kind: what the mapping loader keeps per `upstreams.yaml` entry.
 #[derive(Debug, Clone)]
 pub enum Endpoint {
-    /// `kind: rest` and `kind: soap` (see [`Upstream::soap`]).
+    /// `kind: rest` and `kind: soap` (see [`Upstream::soap`]); `kind: file` and `kind: sftp`,
+    /// which only a feed reads.
     Http(Upstream),
     /// `kind: smtp`.
     Smtp(Mailer),
@@ -212,6 +217,10 @@ pub enum UpstreamError {
     /// holds the codes only (e.g. `451 4.3.0`), never the server's text.
     #[error("mail refused ({}): {reply}", if *permanent { "permanent" } else { "transient" })]
     Rejected { reply: String, permanent: bool },
+    /// An SFTP server showed a host key that is not pinned (`sftp.host_key`): refused before
+    /// the login, nothing read.
+    #[error("host key refused: {0}")]
+    HostKey(String),
     /// The caller built an invalid request (a bug in a mapping, not an upstream failure).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
@@ -229,6 +238,7 @@ impl UpstreamError {
             UpstreamError::TooLarge { .. } => "too_large",
             UpstreamError::Protocol(_) | UpstreamError::InvalidRequest(_) => "invalid_response",
             UpstreamError::Auth(_) => "auth",
+            UpstreamError::HostKey(_) => "host_key",
             UpstreamError::Rejected { .. } => "rejected",
         }
     }

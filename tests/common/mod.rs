@@ -8,6 +8,7 @@ pub mod parity;
 pub mod process;
 pub mod redis;
 pub mod schema;
+pub mod sshd;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -85,6 +85,13 @@ impl Check {
                 );
                 None
             }
+            FileUpstreamAuth::SshKey { .. } => {
+                self.problem(
+                    "/auth/kind",
+                    "`ssh_key` logs in over SSH: only for `kind: sftp`",
+                );
+                None
+            }
         }
     }
 

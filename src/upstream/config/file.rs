@@ -35,8 +35,9 @@ impl fmt::Debug for Secret {
 #[serde(deny_unknown_fields)]
 pub struct FileUpstream {
     /// `rest` (JSON or any body over HTTP), `soap` (SOAP 1.1/1.2 envelopes over HTTP), `smtp`
-    /// (e-mail, e.g. ADF/XML leads to a CRM's intake address) or `file` (a feed document in a
-    /// local directory: a shared volume another container writes).
+    /// (e-mail, e.g. ADF/XML leads to a CRM's intake address), `file` (a feed document in a
+    /// local directory: a shared volume another container writes) or `sftp` (a feed document on
+    /// an SFTP server, whose host key `sftp.host_key` pins).
     #[serde(default)]
     pub kind: FileUpstreamKind,
     /// HTTP kinds: base URL, `http` or `https`, no query, fragment or credentials; its path is a
@@ -44,7 +45,9 @@ pub struct FileUpstream {
     /// (an empty call path is the base URL itself, the usual case for a SOAP endpoint).
     /// `smtp`: `smtp://host[:port]` (STARTTLS per `smtp.starttls`, port 587 by default) or
     /// `smtps://host[:port]` (TLS from the first byte, port 465 by default). `file`:
-    /// `file:///an/absolute/directory`; a feed's request path names a file under it.
+    /// `file:///an/absolute/directory`; a feed's request path names a file under it. `sftp`:
+    /// `sftp://host[:port]/remote/directory` (port 22 by default; the path as the server sees
+    /// it, `/~/` for the login's home directory); a feed's request path names a file under it.
     pub base_url: String,
     /// How long to wait for the upstream.
     #[serde(default)]
@@ -86,6 +89,9 @@ pub struct FileUpstream {
     /// Mail settings (`kind: smtp` only, and required there).
     #[serde(default)]
     pub smtp: Option<FileSmtp>,
+    /// SFTP settings (`kind: sftp` only, and required there: the pinned host key).
+    #[serde(default)]
+    pub sftp: Option<FileSftp>,
     /// Allow what sends credentials or lead data readable on the network to a host that is not
     /// loopback: `http://` with authentication, e-mail without required STARTTLS, unverified
     /// TLS certificates. Refused unless set; `check` notes each one that is allowed.
@@ -169,6 +175,28 @@ pub enum FileUpstreamKind {
     Smtp,
     /// A feed document read from a local directory (`base_url: file:///mnt/exports`).
     File,
+    /// A feed document read over SFTP (`base_url: sftp://host:22/exports`).
+    Sftp,
+}
+
+/// `sftp:` of a `kind: sftp` upstream.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileSftp {
+    /// The server's host key, pinned: a `SHA256:…` fingerprint as `ssh-keyscan -p PORT host |
+    /// ssh-keygen -lf -` prints it, or the key itself as an OpenSSH `known_hosts` line or
+    /// public key (`ssh-ed25519 AAAA…`). A list pins several (a key being rotated). Required:
+    /// a server showing any other key is refused, never trusted on first use.
+    #[serde(default)]
+    pub host_key: Option<FileHostKeys>,
+}
+
+/// One pinned host key or several.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum FileHostKeys {
+    One(String),
+    Many(Vec<String>),
 }
 
 /// `soap:` of a `kind: soap` upstream.
@@ -361,6 +389,21 @@ pub enum FileUpstreamAuth {
         /// §2.3.1) or `body` (`client_id` and `client_secret` form fields).
         #[serde(default)]
         client_auth: FileClientAuth,
+    },
+    /// An SSH key login (`kind: sftp` only; `basic` logs in with a password instead).
+    SshKey {
+        /// The login's user name.
+        username: String,
+        /// The private key: OpenSSH (`-----BEGIN OPENSSH PRIVATE KEY-----`; ed25519, ECDSA or
+        /// RSA), PKCS#8 or PuTTY.
+        #[serde(default)]
+        private_key: Option<Secret>,
+        /// File holding the private key (instead of `private_key`).
+        #[serde(default)]
+        private_key_file: Option<PathBuf>,
+        /// The key's passphrase, when it is encrypted.
+        #[serde(default)]
+        passphrase: Option<Secret>,
     },
     /// WS-Security UsernameToken (OASIS WSS 1.0) in the SOAP envelope's header; `kind: soap`
     /// only.

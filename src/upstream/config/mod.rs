@@ -10,8 +10,8 @@
 //!
 //! Keys that mean nothing for a kind are refused rather than ignored (an operator who writes
 //! `retries` on an `smtp` upstream expects retries, and gets a located problem instead of a
-//! silent surprise): `soap` only with `kind: soap`, `smtp` only with `kind: smtp`, `ws_security`
-//! only with `kind: soap`, and `retries`, `headers` and `max_response_bytes` never with
+//! silent surprise): `soap` only with `kind: soap`, `smtp` only with `kind: smtp`, `sftp` and
+//! `ssh_key` only with `kind: sftp`, `ws_security` only with `kind: soap`, and `retries`, `headers` and `max_response_bytes` never with
 //! `kind: smtp`.
 
 //! The jobs, one a file (each depends only on those above it):
@@ -21,6 +21,7 @@
 //! - `settings`: the validated run-time settings (`UpstreamSettings`, `SmtpSettings`, …);
 //! - `check`: the problem collector and the checks of single values (durations, URLs, …);
 //! - `auth`: the checks of `auth` (HTTP authentication, WS-Security);
+//! - `sftp`: the checks of a `kind: sftp` entry (its URL, the pinned host key, the login);
 //! - `validate`: `FileUpstream::validate` / `validate_endpoint`, one whole entry.
 
 mod auth;
@@ -28,14 +29,15 @@ mod check;
 mod file;
 mod limits;
 mod settings;
+mod sftp;
 mod validate;
 
 pub(crate) use auth::base64_encode;
 pub use check::UpstreamConfigProblem;
 pub use file::{
-    FileCircuitBreaker, FileClientAuth, FilePasswordType, FileRetries, FileSmtp, FileSoap,
-    FileSoapVersion, FileStartTls, FileTimeouts, FileTls, FileUpstream, FileUpstreamAuth,
-    FileUpstreamKind, Secret,
+    FileCircuitBreaker, FileClientAuth, FileHostKeys, FilePasswordType, FileRetries, FileSftp,
+    FileSmtp, FileSoap, FileSoapVersion, FileStartTls, FileTimeouts, FileTls, FileUpstream,
+    FileUpstreamAuth, FileUpstreamKind, Secret,
 };
 pub(crate) use limits::RESERVED_HEADERS;
 pub use limits::{
@@ -43,8 +45,8 @@ pub use limits::{
     MAX_RESPONSE_BYTES_LIMIT, SMTPS_PORT, SUBMISSION_PORT,
 };
 pub use settings::{
-    EndpointSettings, OAuth2Settings, SmtpCredentials, SmtpSettings, SmtpTls, SoapSettings,
-    SoapVersion, UpstreamAuth, UpstreamSettings, WsSecurity,
+    EndpointSettings, OAuth2Settings, SftpLogin, SftpSettings, SmtpCredentials, SmtpSettings,
+    SmtpTls, SoapSettings, SoapVersion, UpstreamAuth, UpstreamSettings, WsSecurity,
 };
 
 #[cfg(test)]

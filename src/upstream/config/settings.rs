@@ -60,6 +60,42 @@ pub struct UpstreamSettings {
     pub auth: Option<UpstreamAuth>,
     /// `Some` for `kind: soap`.
     pub soap: Option<SoapSettings>,
+    /// `Some` for `kind: sftp`.
+    pub sftp: Option<SftpSettings>,
+}
+
+/// Validated settings of a `kind: sftp` upstream (its timeouts, slots and size limit are the
+/// [`UpstreamSettings`] around it).
+#[derive(Debug, Clone)]
+pub struct SftpSettings {
+    pub host: String,
+    pub port: u16,
+    /// The remote directory (the base URL's path, percent-decoded, without a trailing `/`;
+    /// `~` for the login's home directory).
+    pub directory: String,
+    pub username: String,
+    pub login: SftpLogin,
+    /// At least one: the server must show a key with one of these SHA-256 fingerprints.
+    pub host_keys: Vec<russh::keys::ssh_key::Fingerprint>,
+    /// The algorithms of the pinned keys when every pin is a whole key (so the server is asked
+    /// for that key, not another it also holds); empty: the client's usual preference.
+    pub host_key_algorithms: Vec<russh::keys::Algorithm>,
+}
+
+/// How an SFTP upstream logs in.
+#[derive(Clone)]
+pub enum SftpLogin {
+    Password(Secret),
+    Key(std::sync::Arc<russh::keys::PrivateKey>),
+}
+
+impl std::fmt::Debug for SftpLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SftpLogin::Password(_) => f.write_str("Password(***)"),
+            SftpLogin::Key(_) => f.write_str("Key(***)"),
+        }
+    }
 }
 
 /// Validated settings of any kind of upstream.

@@ -406,3 +406,109 @@ fn a_requests_per_second_ceiling_is_a_positive_number_for_http_kinds() {
                    "smtp": {"from": "a@b.example", "to": ["c@d.example"], "starttls": "off"}}"#;
     assert!(endpoint_pointers(mail).contains(&"/max_requests_per_second".to_owned()));
 }
+
+/// An ed25519 key made with `ssh-keygen -t ed25519 -N ''` for these tests only.
+const CLIENT_KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----
+b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW
+QyNTUxOQAAACBo/XOgciOVtEJL+Pmlqw1jhcoI33Og2MgAKz1V121rRwAAAJBgs+8rYLPv
+KwAAAAtzc2gtZWQyNTUxOQAAACBo/XOgciOVtEJL+Pmlqw1jhcoI33Og2MgAKz1V121rRw
+AAAEDZWWawXc96K8Vw1Dx+8QtdbMopDhdsgEhbsee963kMSWj9c6ByI5W0Qkv4+aWrDWOF
+ygjfc6DYyAArPVXXbWtHAAAAB3Jvb3RAdm0BAgMEBQY=
+-----END OPENSSH PRIVATE KEY-----";
+
+const HOST_KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGj9c6ByI5W0Qkv4+aWrDWOFygjfc6DYyAArPVXXbWtH";
+
+#[test]
+fn an_sftp_entry_pins_the_host_key_and_logs_in_by_key_or_password() {
+    let key = serde_json::to_string(CLIENT_KEY).expect("json");
+    let settings = parse(&format!(
+        r#"{{"kind": "sftp", "base_url": "sftp://files.vendor.example:2222/~/out%20going/",
+            "sftp": {{"host_key": "[files.vendor.example]:2222 {HOST_KEY}"}},
+            "auth": {{"kind": "ssh_key", "username": "dealer42", "private_key": {key}}}}}"#
+    ))
+    .validate()
+    .expect("valid");
+    let sftp = settings.sftp.expect("sftp settings");
+    assert_eq!(
+        (sftp.host.as_str(), sftp.port, sftp.directory.as_str()),
+        ("files.vendor.example", 2222, "out going")
+    );
+    assert_eq!(sftp.host_keys.len(), 1);
+    assert_eq!(
+        sftp.host_key_algorithms.len(),
+        1,
+        "a whole key: its algorithm is asked for"
+    );
+    assert!(matches!(sftp.login, SftpLogin::Key(_)));
+
+    let settings = parse(
+        r#"{"kind": "sftp", "base_url": "sftp://10.0.0.7/exports",
+            "sftp": {"host_key": ["SHA256:nThbg6kXUpJWGl7E1IGOCspRomTxdCARLviKw6E5SY8"]},
+            "auth": {"kind": "basic", "username": "dealer42", "password": "pw"}}"#,
+    )
+    .validate()
+    .expect("valid");
+    let sftp = settings.sftp.expect("sftp settings");
+    assert_eq!((sftp.port, sftp.directory.as_str()), (22, "/exports"));
+    assert!(
+        sftp.host_key_algorithms.is_empty(),
+        "a fingerprint names no algorithm"
+    );
+    assert!(matches!(sftp.login, SftpLogin::Password(_)));
+}
+
+#[test]
+fn an_sftp_entry_without_a_pin_or_login_is_refused_where_each_is_missing() {
+    let got = pointers(
+        parse(
+            r#"{"kind": "sftp", "base_url": "sftp://u:p@files.vendor.example/x?y",
+                "headers": {"X-A": "b"}, "retries": {"attempts": 1},
+                "tls": {"insecure_skip_verify": true}}"#,
+        )
+        .validate(),
+    );
+    for expected in [
+        "/base_url",
+        "/sftp/host_key",
+        "/auth",
+        "/headers",
+        "/retries",
+        "/tls/insecure_skip_verify",
+    ] {
+        assert!(
+            got.iter().any(|p| p == expected),
+            "{expected} not in {got:?}"
+        );
+    }
+    let problems = parse(
+        r#"{"kind": "sftp", "base_url": "sftp://files.vendor.example/x", "sftp": {},
+            "auth": {"kind": "ssh_key", "username": "d", "private_key": "not a key"}}"#,
+    )
+    .validate()
+    .expect_err("refused");
+    let pin = problems.iter().find(|p| p.pointer == "/sftp/host_key");
+    assert!(
+        pin.is_some_and(|p| p
+            .message
+            .contains("ssh-keyscan -p PORT host | ssh-keygen -lf -")),
+        "{problems:?}"
+    );
+    let key = problems.iter().find(|p| p.pointer == "/auth/private_key");
+    assert!(
+        key.is_some_and(|p| !p.message.contains("not a key")),
+        "the key's text is never echoed: {problems:?}"
+    );
+    // The keys of one kind are refused on the others.
+    let got = pointers(
+        parse(
+            r#"{"base_url": "https://dms.example.com", "sftp": {"host_key": "SHA256:x"},
+                "auth": {"kind": "ssh_key", "username": "d", "private_key": "k"}}"#,
+        )
+        .validate(),
+    );
+    assert!(
+        got.contains(&"/sftp".to_owned()) && got.contains(&"/auth/kind".to_owned()),
+        "{got:?}"
+    );
+}

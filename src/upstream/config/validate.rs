@@ -14,7 +14,8 @@ use super::limits::{
     DEFAULT_DATA_TIMEOUT, MAX_ATTEMPTS, MAX_CONCURRENCY_LIMIT, MAX_RESPONSE_BYTES_LIMIT,
 };
 use super::settings::{
-    EndpointSettings, SmtpCredentials, SmtpSettings, SmtpTls, SoapSettings, UpstreamSettings,
+    EndpointSettings, SftpSettings, SmtpCredentials, SmtpSettings, SmtpTls, SoapSettings,
+    UpstreamSettings,
 };
 use crate::settings::yaml::push_pointer;
 
@@ -47,7 +48,7 @@ impl FileUpstream {
     }
 
     /// Validates an entry of any kind, reporting all problems at once.
-    pub fn validate_endpoint(self) -> Result<EndpointSettings, Vec<UpstreamConfigProblem>> {
+    pub fn validate_endpoint(mut self) -> Result<EndpointSettings, Vec<UpstreamConfigProblem>> {
         let mut c = Check::default();
         // Problems come in the order of the keys in the documentation's example.
         let settings = match self.kind {
@@ -73,6 +74,51 @@ impl FileUpstream {
                 let common = self.common(&mut c);
                 self.http(&mut c, base_url, common)
                     .map(EndpointSettings::Http)
+            }
+            FileUpstreamKind::Sftp => {
+                let target = c.sftp_url("/base_url", &self.base_url);
+                let pins = c.host_keys(self.sftp.as_ref());
+                let login = c.sftp_login(self.auth.take());
+                for (pointer, set) in [
+                    ("/headers", !self.headers.is_empty()),
+                    ("/retries", self.retries.is_some()),
+                    (
+                        "/max_requests_per_second",
+                        self.max_requests_per_second.is_some(),
+                    ),
+                    ("/tls/ca_file", self.tls.ca_file.is_some()),
+                    ("/tls/insecure_skip_verify", self.tls.insecure_skip_verify),
+                ] {
+                    if set {
+                        c.problem(
+                            pointer,
+                            "not used by `kind: sftp` (SSH is secured by the pinned host key)",
+                        );
+                    }
+                }
+                let common = self.common(&mut c);
+                let base_url = target.as_ref().map(|t| t.url.clone());
+                let settings = self.http(&mut c, base_url, common);
+                match (settings, target, pins, login) {
+                    (
+                        Some(mut settings),
+                        Some(target),
+                        Some((host_keys, host_key_algorithms)),
+                        Some((username, login)),
+                    ) => {
+                        settings.sftp = Some(SftpSettings {
+                            host: target.host,
+                            port: target.port,
+                            directory: target.directory,
+                            username,
+                            login,
+                            host_keys,
+                            host_key_algorithms,
+                        });
+                        Some(EndpointSettings::Http(settings))
+                    }
+                    _ => None,
+                }
             }
             FileUpstreamKind::Smtp => {
                 let endpoint = c.smtp_url("/base_url", &self.base_url);
@@ -127,6 +173,9 @@ impl FileUpstream {
         }
         if !soap_kind && self.soap.is_some() {
             c.problem("/soap", "only for `kind: soap`");
+        }
+        if self.kind != FileUpstreamKind::Sftp && self.sftp.is_some() {
+            c.problem("/sftp", "only for `kind: sftp`");
         }
         let retries = self.retries.unwrap_or_default();
         let attempts = c.range("/retries/attempts", retries.attempts, 1, MAX_ATTEMPTS);
@@ -232,6 +281,7 @@ impl FileUpstream {
             headers,
             auth,
             soap,
+            sftp: None,
         })
     }
 
@@ -243,6 +293,9 @@ impl FileUpstream {
     ) -> Option<SmtpSettings> {
         if self.soap.is_some() {
             c.problem("/soap", "only for `kind: soap`");
+        }
+        if self.sftp.is_some() {
+            c.problem("/sftp", "only for `kind: sftp`");
         }
         // A lead must not be mailed twice, and a mail server's reply is one line: these HTTP
         // settings would only mislead.
