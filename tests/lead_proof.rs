@@ -888,7 +888,7 @@ async fn memory_resend_loses_nothing_and_resends_only_under_the_first_reference(
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "long: run by hand for the figures in docs/operations.md"]
 async fn every_row_long() {
-    let long = Duration::from_secs(60);
+    let long = Duration::from_secs(90);
     for (backend, on_ambiguous) in [
         (Backend::Redis, "hold"),
         (Backend::Redis, "resend"),

@@ -8,6 +8,11 @@
 //! then its data lives in a temporary directory, and a restart loads it (an RDB snapshot made
 //! by `SAVE`, or the append-only file).
 //!
+//! A failover is staged with a primary ([`RedisServer::start_primary`]), a replica following it
+//! ([`RedisServer::start_replica_of`], `--replicaof`; [`RedisServer::command`] sends it
+//! `REPLICAOF NO ONE`), and a [`Relay`] in front, which the gateway is given as its Redis and
+//! which is switched to the replica as a Sentinel- or VIP-managed address would be.
+//!
 //! `start` and `restart` block the calling thread while the server boots (milliseconds, at most
 //! 5 s); that is fine inside `#[tokio::test]`, where nothing else needs the thread meanwhile.
 
@@ -200,6 +205,8 @@ impl RedisServer {
             .contains("master_link_status:up")
         {
             assert!(Instant::now() < deadline, "the replica never synced");
+            // Blocking, as `start` is (see the module docs): no runtime here to yield to.
+            #[allow(clippy::disallowed_methods)]
             std::thread::sleep(Duration::from_millis(20));
         }
         Some(server)
@@ -239,6 +246,8 @@ impl RedisServer {
         let deadline = Instant::now() + BOOT_TIMEOUT;
         while self.replication_offset() < written {
             assert!(Instant::now() < deadline, "the replica never caught up");
+            // Blocking, as `start` is (see the module docs): milliseconds.
+            #[allow(clippy::disallowed_methods)]
             std::thread::sleep(Duration::from_millis(10));
         }
     }
