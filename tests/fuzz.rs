@@ -1288,10 +1288,24 @@ fn decode(case: &ReplyCase) -> Result<String, TestCaseError> {
         Err(error) => {
             let debug = format!("{error:?}");
             let variant: String = debug.chars().take_while(|c| c.is_alphanumeric()).collect();
-            format!("{}: {variant}", target.label)
+            let outcome = format!("{}: {variant}", target.label);
+            if variant == "Internal" {
+                // The first of each: an internal error from an upstream's reply is a mapping's
+                // (or the gateway's) defect, and the report says which.
+                let mut first = FIRST_INTERNAL
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                first
+                    .entry(outcome.clone())
+                    .or_insert_with(|| debug.chars().take(300).collect());
+            }
+            outcome
         }
     })
 }
+
+/// The first internal error of each handler, for the report.
+static FIRST_INTERNAL: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
 
 fn reply_fuzz(cases: u32) {
     let tally = Tally::default();
@@ -1311,6 +1325,13 @@ fn reply_fuzz(cases: u32) {
         tally.add(outcome, started.elapsed());
         Ok(())
     });
+    for (outcome, first) in FIRST_INTERNAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+    {
+        eprintln!("first {outcome}: {first}");
+    }
 }
 
 #[test]

@@ -13,8 +13,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use aap_sim::Simulators;
-use aap_sim::inventory::{self, Status};
+use aap_sim::inventory;
 use common::http_server::{HttpServer, reply};
+use common::process::{in_stock, lead_request, send_leads_as_json};
 use common::redis::RedisServer;
 use common::{DemoCopy, Gateway, Reply, simulator_vars};
 use serde_json::{Value, json};
@@ -37,20 +38,17 @@ async fn slow_crm() -> HttpServer {
     .await
 }
 
-/// A copy of the demo whose Demo Honda sends leads as JSON to `crm`, with `idempotency`
-/// (a YAML block) in the gateway's configuration.
+/// A copy of the demo whose Demo Honda sends leads as JSON to the CRM at `${INTAKE_URL}`, with
+/// `idempotency` (a YAML block) in the gateway's configuration.
 fn demo_sending_to(idempotency: &str) -> DemoCopy {
     let files = DemoCopy::new();
     files.append("config/demo.yaml", idempotency);
-    files.append(
-        "mappings/demo-honda/upstreams.yaml",
-        "\nintake:\n  kind: rest\n  base_url: ${INTAKE_URL}\n  timeouts: { connect: 1s, request: 10s }\n",
+    send_leads_as_json(
+        &files,
+        "demo-honda",
+        "INTAKE_URL",
+        "{ connect: 1s, request: 10s }",
     );
-    std::fs::write(
-        files.path("mappings/demo-honda/lead.submit.yaml"),
-        "skill: lead.submit\nupstream: intake\nrequest:\n  method: POST\n  path: /api/leads\n  body: |\n    { \"external_ref\": {{ lead.reference }}, \"customer\": {{ request.customer }} }\nresponse:\n  jq: '{ lead_id: .leadId, status: \"received\" }'\n",
-    )
-    .expect("write mapping");
     files
 }
 
@@ -61,31 +59,17 @@ fn vars(sims: &Simulators, crm: &HttpServer) -> HashMap<String, String> {
 }
 
 fn lead(key: &str) -> Value {
-    let bike = inventory::honda_powersports()
-        .into_iter()
-        .find(|u| u.status == Status::InStock)
-        .expect("a unit in stock");
-    json!({
-        "type": "lead.submit.request",
-        "customer": {
-            "first_name": "Mirja", "last_name": "Kaltenbrunner",
-            "email": "mirja.k@example.net", "phone": "+14155550188",
-            "preferred_contact": "email"
-        },
-        "consent": {
-            "granted_at": "2026-04-30T10:16:00Z",
-            "allowed_channels": ["email", "phone"],
-            "consent_text": "I agree to share my contact info with the dealer about this vehicle.",
-            "scope": ["lead_submission"]
-        },
-        "vehicle_of_interest": {
-            "vin": bike.vin, "year": bike.year, "make": bike.make, "model": bike.model,
-            "condition": "new"
-        },
-        "source_agent": { "name": "reload-test-agent" },
-        "submitted_at": "2026-04-30T10:16:05Z",
-        "idempotency_key": key
-    })
+    let customer = json!({
+        "first_name": "Mirja", "last_name": "Kaltenbrunner",
+        "email": "mirja.k@example.net", "phone": "+14155550188",
+        "preferred_contact": "email"
+    });
+    lead_request(
+        customer,
+        &in_stock(inventory::honda_powersports()),
+        "reload-test-agent",
+        key,
+    )
 }
 
 /// The lead id of a `lead.submit` reply; `None` for an error (printed).

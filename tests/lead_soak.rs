@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 
 use aap_sim::Simulators;
 use aap_sim::crm::Crm;
-use aap_sim::inventory::{self, Status, Vehicle};
+use aap_sim::inventory;
 use aap_sim::sim::{self, Mode, SimApp, SimHandle, SimRequest, SimResponse};
 use common::DemoCopy;
-use common::process::replica;
+use common::process::{in_stock, lead_fault_demo, lead_request, lock, replica};
 use common::redis::RedisServer;
 use serde_json::{Value, json};
 
@@ -73,31 +73,10 @@ fn between(body: &[u8], start: &str, end: &str) -> Option<String> {
     Some(text[from..to].to_owned())
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// The demo, made quick to fail: short CRM and mail timeouts, a 3 s request deadline, keys in
 /// Redis with short leases, quotas out of the way.
 fn soak_config(redis_url: &str) -> DemoCopy {
-    let files = DemoCopy::new();
-    files.edit(
-        "config/demo.yaml",
-        "request_timeout: 15s",
-        "request_timeout: 3s\n  body_read_timeout: 1s",
-    );
-    files.edit(
-        "config/demo.yaml",
-        "lead.submit: { rate: 60/min, burst: 20 }",
-        "lead.submit: { rate: 100000/min, burst: 10000 }",
-    );
-    files.edit(
-        "config/demo.yaml",
-        "default: { rate: 100/s, burst: 200 }",
-        "default: { rate: 100000/s, burst: 100000 }",
-    );
+    let files = lead_fault_demo("3s");
     files.edit(
         "mappings/demo-toyota/upstreams.yaml",
         "timeouts: { connect: 1s, request: 5s }\n  circuit_breaker: { failures: 5, cool_down: 10s }",
@@ -118,44 +97,27 @@ fn soak_config(redis_url: &str) -> DemoCopy {
     files
 }
 
-fn vehicle(honda: bool) -> Vehicle {
-    let units = if honda {
-        inventory::honda_powersports()
-    } else {
-        inventory::toyota_group()
-    };
-    units
-        .into_iter()
-        .find(|u| u.status == Status::InStock)
-        .expect("an in-stock unit")
-}
-
 /// Lead `n` of `buyer`: its own customer (the CRM merges a customer's repeat leads).
 fn lead(buyer: usize, n: usize, honda: bool) -> Value {
-    let car = vehicle(honda);
-    json!({
-        "type": "lead.submit.request",
-        "customer": {
-            "first_name": "Soak", "last_name": format!("Buyer {buyer}"),
-            "email": format!("soak.{buyer}.{n}@example.com"),
-            "phone": format!("+1415{:07}", buyer * 10_000 + n),
-            "preferred_contact": "email"
-        },
-        "consent": {
-            "granted_at": "2026-04-30T10:16:00Z",
-            "allowed_channels": ["email", "phone"],
-            "consent_text": "I agree to share my contact info with the dealer about this vehicle.",
-            "scope": ["lead_submission"]
-        },
-        "vehicle_of_interest": {
-            "vin": car.vin, "year": car.year, "make": car.make, "model": car.model,
-            "condition": "new"
-        },
-        "message": "Is it still available?",
-        "source_agent": { "name": format!("soak-buyer-{buyer}") },
-        "submitted_at": "2026-04-30T10:16:05Z",
-        "idempotency_key": format!("soak-{buyer}-{n}")
-    })
+    let vehicle = if honda {
+        in_stock(inventory::honda_powersports())
+    } else {
+        in_stock(inventory::toyota_group())
+    };
+    let customer = json!({
+        "first_name": "Soak", "last_name": format!("Buyer {buyer}"),
+        "email": format!("soak.{buyer}.{n}@example.com"),
+        "phone": format!("+1415{:07}", buyer * 10_000 + n),
+        "preferred_contact": "email"
+    });
+    let mut request = lead_request(
+        customer,
+        &vehicle,
+        &format!("soak-buyer-{buyer}"),
+        &format!("soak-{buyer}-{n}"),
+    );
+    request["message"] = json!("Is it still available?");
+    request
 }
 
 /// What happened to the buyers' calls.

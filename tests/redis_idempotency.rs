@@ -315,3 +315,92 @@ async fn a_redis_refusing_info_still_serves_claims() {
     let ticket = fresh(&keys, "k", [1; 32]).await;
     drop(ticket);
 }
+
+// === a failover to a replica that lost the last writes (tests/lead_proof.rs has it under load) ===
+
+/// A replica of the gateway with a keeper, reaching Redis at `url` (a relay), 600 ms leases.
+fn keeping_replica(
+    url: &str,
+    prefix: &str,
+    on_ambiguous: OnAmbiguous,
+) -> (Arc<Idempotency>, tokio::task::JoinHandle<()>) {
+    let redis = RedisBackend::new(url, TIMEOUT, prefix).expect("valid url");
+    let keys = Arc::new(Idempotency::shared(
+        limits(on_ambiguous),
+        redis,
+        Duration::from_millis(600),
+        OnBackendError::Local,
+    ));
+    let keeper = tokio::spawn(Arc::clone(&keys).keep_shared());
+    (keys, keeper)
+}
+
+/// A lead is claimed and its outcome recorded (delivered under `resend`, unknown and held under
+/// `hold`) while the standby is detached; the primary is killed, the relay switched to the
+/// standby, which has no trace of the lead. The buyer's retry through another replica must get
+/// the recorded outcome — not a fresh claim, which would deliver the lead a second time.
+async fn failed_over_to_a_replica_behind(on_ambiguous: OnAmbiguous, prefix: &str) {
+    let Some(mut primary) = RedisServer::start_primary() else {
+        return;
+    };
+    let Some(standby) = RedisServer::start_replica_of(&primary) else {
+        return;
+    };
+    let relay = common::redis::Relay::start(primary.port()).await;
+    let (first, keeper) = keeping_replica(&relay.url(), prefix, on_ambiguous);
+    drop(fresh(&first, "earlier", [1; 32]).await); // the epoch, on the standby too
+    standby.wait_caught_up(&primary);
+    assert_eq!(standby.command(&["REPLICAOF", "NO", "ONE"]), "OK");
+
+    let mut ticket = fresh(&first, "lead", [1; 32]).await;
+    ticket.delivering("aap-lead").await.expect("recorded");
+    match on_ambiguous {
+        OnAmbiguous::Resend => {
+            let reply = aap_gateway::protocol::Reply::new(
+                aap_gateway::protocol::Skill::LeadSubmit,
+                serde_json::json!({ "lead_id": "L-1", "status": "received" }),
+                None,
+            );
+            ticket.complete(&reply).await;
+        }
+        OnAmbiguous::Hold => {
+            assert!(ticket.unknown("aap-lead").await.is_some(), "held");
+        }
+    }
+    assert!(
+        primary.replication_offset() > standby.replication_offset(),
+        "the standby lacks the last writes"
+    );
+    primary.stop();
+    relay.switch(standby.port());
+    assert_eq!(
+        standby.command(&["EXISTS", &entry(prefix, "lead")]),
+        "0",
+        "the new primary has no trace of the lead"
+    );
+
+    let (other, other_keeper) = keeping_replica(&relay.url(), prefix, on_ambiguous);
+    let claim = settled(&other, "lead", Duration::from_secs(4)).await;
+    match on_ambiguous {
+        OnAmbiguous::Resend => assert!(
+            matches!(&claim, Ok(Claim::Replay(r)) if r.payload.to_value()["data"]["lead_id"] == "L-1"),
+            "{claim:?}"
+        ),
+        OnAmbiguous::Hold => assert!(
+            matches!(&claim, Err(AapError::LeadHeld { .. })),
+            "{claim:?}"
+        ),
+    }
+    keeper.abort();
+    other_keeper.abort();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failover_to_a_replica_behind_does_not_resend_a_delivered_lead() {
+    failed_over_to_a_replica_behind(OnAmbiguous::Resend, "fo-r:").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failover_to_a_replica_behind_does_not_send_a_held_lead() {
+    failed_over_to_a_replica_behind(OnAmbiguous::Hold, "fo-h:").await;
+}

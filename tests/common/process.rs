@@ -210,3 +210,91 @@ pub async fn replica(config: &std::path::Path, vars: &HashMap<String, String>) -
     }
     panic!("five replicas in a row found a port taken");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The lead fault tests' shared setup (lead_proof, lead_soak, lead_reload).
+
+/// A copy of the demo for replicas under lead faults: a `request_timeout` deadline (buyers hear
+/// "in progress" and retry), 1 s to read a request body, and the quotas out of the way (buyers
+/// retry every lead on every replica, far above a real buyer's rate).
+pub fn lead_fault_demo(request_timeout: &str) -> super::DemoCopy {
+    let files = super::DemoCopy::new();
+    files.edit(
+        "config/demo.yaml",
+        "request_timeout: 15s",
+        &format!("request_timeout: {request_timeout}\n  body_read_timeout: 1s"),
+    );
+    unlimited_lead_quotas(&files);
+    files
+}
+
+/// Lifts the demo's `lead.submit` and default quotas far above what the tests send.
+pub fn unlimited_lead_quotas(files: &super::DemoCopy) {
+    files.edit(
+        "config/demo.yaml",
+        "lead.submit: { rate: 60/min, burst: 20 }",
+        "lead.submit: { rate: 100000/min, burst: 10000 }",
+    );
+    files.edit(
+        "config/demo.yaml",
+        "default: { rate: 100/s, burst: 200 }",
+        "default: { rate: 100000/s, burst: 100000 }",
+    );
+}
+
+/// Makes `dealer` (a mapping folder: `demo-honda`) send leads as JSON to a CRM at the URL in
+/// `${url_var}`: an upstream `crm_json` with `timeouts`, `POST /leads` with the lead's reference
+/// as `external_ref` and the customer as sent, and the CRM's `leadId` as the lead id.
+pub fn send_leads_as_json(files: &super::DemoCopy, dealer: &str, url_var: &str, timeouts: &str) {
+    files.append(
+        &format!("mappings/{dealer}/upstreams.yaml"),
+        &format!("\ncrm_json:\n  kind: rest\n  base_url: ${{{url_var}}}\n  timeouts: {timeouts}\n"),
+    );
+    std::fs::write(
+        files.path(&format!("mappings/{dealer}/lead.submit.yaml")),
+        "skill: lead.submit\nupstream: crm_json\nrequest:\n  method: POST\n  path: /leads\n  body: |\n    { \"external_ref\": {{ lead.reference }}, \"customer\": {{ request.customer }} }\nresponse:\n  jq: '{ lead_id: .leadId, status: \"received\" }'\n",
+    )
+    .expect("write mapping");
+}
+
+/// A `lead.submit` request for `vehicle` from `customer`, with a grant for e-mail and phone,
+/// sent by `agent` under `key`.
+pub fn lead_request(
+    customer: serde_json::Value,
+    vehicle: &aap_sim::inventory::Vehicle,
+    agent: &str,
+    key: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "type": "lead.submit.request",
+        "customer": customer,
+        "consent": {
+            "granted_at": "2026-04-30T10:16:00Z",
+            "allowed_channels": ["email", "phone"],
+            "consent_text": "I agree to share my contact info with the dealer about this vehicle.",
+            "scope": ["lead_submission"]
+        },
+        "vehicle_of_interest": {
+            "vin": vehicle.vin, "year": vehicle.year, "make": vehicle.make,
+            "model": vehicle.model, "condition": "new"
+        },
+        "source_agent": { "name": agent },
+        "submitted_at": "2026-04-30T10:16:05Z",
+        "idempotency_key": key
+    })
+}
+
+/// The first unit in stock of `units` (a simulator's inventory).
+pub fn in_stock(units: Vec<aap_sim::inventory::Vehicle>) -> aap_sim::inventory::Vehicle {
+    units
+        .into_iter()
+        .find(|u| u.status == aap_sim::inventory::Status::InStock)
+        .expect("a unit in stock")
+}
+
+/// Locks `mutex`, a poisoned one too (a failed assertion elsewhere must not hide behind it).
+pub fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

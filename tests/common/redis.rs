@@ -8,6 +8,11 @@
 //! then its data lives in a temporary directory, and a restart loads it (an RDB snapshot made
 //! by `SAVE`, or the append-only file).
 //!
+//! A failover is staged with a primary ([`RedisServer::start_primary`]), a replica following it
+//! ([`RedisServer::start_replica_of`], `--replicaof`; [`RedisServer::command`] sends it
+//! `REPLICAOF NO ONE`), and a [`Relay`] in front, which the gateway is given as its Redis and
+//! which is switched to the replica as a Sentinel- or VIP-managed address would be.
+//!
 //! `start` and `restart` block the calling thread while the server boots (milliseconds, at most
 //! 5 s); that is fine inside `#[tokio::test]`, where nothing else needs the thread meanwhile.
 
@@ -170,6 +175,102 @@ impl RedisServer {
             .expect("connect")
     }
 
+    /// A server that replicas may follow ([`RedisServer::start_replica_of`]): it streams its data
+    /// to a new replica at once, from memory. `None` without `redis-server`.
+    pub fn start_primary() -> Option<RedisServer> {
+        RedisServer::start_with(
+            &[
+                "--repl-diskless-sync",
+                "yes",
+                "--repl-diskless-sync-delay",
+                "0",
+            ]
+            .map(String::from),
+        )
+    }
+
+    /// A server that replicates `primary` (`--replicaof`), loading the primary's data from the
+    /// socket (nothing on disk), and waits until it is in sync. `None` without `redis-server`.
+    pub fn start_replica_of(primary: &RedisServer) -> Option<RedisServer> {
+        let data = tempfile::tempdir().expect("temp dir");
+        let extra = [
+            "--dir".to_owned(),
+            data.path().display().to_string(),
+            "--replicaof".to_owned(),
+            "127.0.0.1".to_owned(),
+            primary.port.to_string(),
+            "--repl-diskless-load".to_owned(),
+            "swapdb".to_owned(),
+            "--repl-diskless-sync".to_owned(),
+            "yes".to_owned(),
+            "--repl-diskless-sync-delay".to_owned(),
+            "0".to_owned(),
+        ];
+        let mut server = RedisServer::start_with(&extra)?;
+        server._data = Some(data);
+        let deadline = Instant::now() + BOOT_TIMEOUT;
+        while !server
+            .command(&["INFO", "replication"])
+            .contains("master_link_status:up")
+        {
+            assert!(Instant::now() < deadline, "the replica never synced");
+            // Blocking, as `start` is (see the module docs): no runtime here to yield to.
+            #[allow(clippy::disallowed_methods)]
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(server)
+    }
+
+    /// Sends one command and gives its reply as text: a status, error or integer line without
+    /// its type byte, or a bulk string's content. Panics on a connection failure.
+    pub fn command(&self, args: &[&str]) -> String {
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).expect("connect");
+        stream
+            .set_read_timeout(Some(BOOT_TIMEOUT))
+            .expect("read timeout");
+        let mut request = format!("*{}\r\n", args.len());
+        for arg in args {
+            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        io::Write::write_all(&mut stream, request.as_bytes()).expect("send");
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("reply");
+        let line = line.trim_end();
+        match line.split_at_checked(1) {
+            Some(("$", length)) => {
+                let length: usize = length.parse().unwrap_or(0);
+                let mut body = vec![0; length];
+                io::Read::read_exact(&mut reader, &mut body).expect("bulk reply");
+                String::from_utf8_lossy(&body).into_owned()
+            }
+            Some((_, rest)) => rest.to_owned(),
+            None => String::new(),
+        }
+    }
+
+    /// Waits until this replica applied everything `primary` wrote so far.
+    pub fn wait_caught_up(&self, primary: &RedisServer) {
+        let written = primary.replication_offset();
+        let deadline = Instant::now() + BOOT_TIMEOUT;
+        while self.replication_offset() < written {
+            assert!(Instant::now() < deadline, "the replica never caught up");
+            // Blocking, as `start` is (see the module docs): milliseconds.
+            #[allow(clippy::disallowed_methods)]
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// `master_repl_offset` from `INFO replication`: how far the replication stream it has
+    /// written (a primary) or applied (a replica) goes.
+    pub fn replication_offset(&self) -> u64 {
+        self.command(&["INFO", "replication"])
+            .lines()
+            .find_map(|l| l.strip_prefix("master_repl_offset:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// Kills the server with `SIGKILL` (an outage: connections drop, later connects are
     /// refused). Data is lost, but for what a persistent server had on disk.
     pub fn stop(&mut self) {
@@ -191,6 +292,76 @@ impl RedisServer {
             );
         }
         self.child = Some(child);
+    }
+}
+
+/// A TCP relay in front of one Redis at a time, as the address a Sentinel or a VIP manages:
+/// [`Relay::switch`] leads new connections to another server and closes every connection
+/// relayed so far.
+pub struct Relay {
+    addr: SocketAddr,
+    target: std::sync::Arc<std::sync::Mutex<u16>>,
+    switched: tokio::sync::watch::Sender<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Relay {
+    /// A relay on a free loopback port leading to the server on `port`.
+    pub async fn start(port: u16) -> Relay {
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let target = std::sync::Arc::new(std::sync::Mutex::new(port));
+        let (switched, _) = tokio::sync::watch::channel(0);
+        let task = tokio::spawn({
+            let (target, switched) = (std::sync::Arc::clone(&target), switched.clone());
+            async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    let to = *target
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let mut moved = switched.subscribe();
+                    tokio::spawn(async move {
+                        let Ok(mut server) =
+                            tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, to)).await
+                        else {
+                            return;
+                        };
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                            _ = moved.changed() => {}
+                        }
+                    });
+                }
+            }
+        });
+        Relay {
+            addr,
+            target,
+            switched,
+            task,
+        }
+    }
+
+    /// `redis://127.0.0.1:{relay port}/`.
+    pub fn url(&self) -> String {
+        format!("redis://{}/", self.addr)
+    }
+
+    /// From now on, connections go to the server on `port`; the ones open are closed.
+    pub fn switch(&self, port: u16) {
+        *self
+            .target
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = port;
+        self.switched.send_modify(|n| *n += 1);
     }
 }
 
