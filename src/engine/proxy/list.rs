@@ -279,8 +279,12 @@ impl ProxyMapping {
         filters_ok && sort_ok
     }
 
-    /// The filters of `filters` the upstream takes.
+    /// The filters of `filters` the upstream takes — none with `scan_query: every_unit`, where
+    /// every scan reads every unit and each call is filtered from it in the gateway.
     fn scan_key(&self, filters: &Map<String, Value>) -> ScanKey {
+        if self.scan_every_unit {
+            return ScanKey::everything();
+        }
         ScanKey {
             filters: filters
                 .iter()
@@ -306,6 +310,10 @@ impl ProxyMapping {
         loop {
             match self.scan_cache.lookup(key) {
                 Lookup::Fresh(inventory) => return Ok(inventory),
+                Lookup::Wider(inventory) => {
+                    self.event("scan_wider_served", 1);
+                    return Ok(inventory);
+                }
                 Lookup::Stale(inventory, None) => {
                     self.event("scan_stale_served", 1);
                     return Ok(inventory);
