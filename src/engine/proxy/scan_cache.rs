@@ -51,6 +51,9 @@ impl ScanKey {
 ///   answers while one refresh reads it again in the background. Past `ttl + stale` it is
 ///   gone: the caller waits for a fresh walk (or joins the one under way). `stale` is 0 by
 ///   default: no answer comes from listings older than `ttl`.
+/// - **Wider copies**: without a fresh copy of its own, a scan is answered by a fresh copy of a
+///   wider one ([`ScanKey::covers`]; every search filters its scan in the gateway). A due wider
+///   copy, or a wider walk still under way, does not answer it.
 #[derive(Debug, Default)]
 pub struct ScanCache {
     ttl: Duration,
