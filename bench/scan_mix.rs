@@ -67,6 +67,10 @@ struct Args {
     /// The mapping's `scan_stale`.
     #[arg(long, default_value = "0s")]
     scan_stale: String,
+    /// The mapping's `scan_query` (`filtered`: the make sent when the buyer gives one;
+    /// `every_unit`: every scan reads every unit).
+    #[arg(long, default_value = "filtered")]
+    scan_query: String,
     /// The upstream's `max_concurrency`.
     #[arg(long, default_value_t = 8)]
     max_concurrency: usize,
@@ -342,6 +346,7 @@ async fn start_gateway(args: &Args, dir: &Path, dms: SocketAddr) -> Gateway {
 upstream: dms
 scan_cache: {}
 scan_stale: {}
+scan_query: {}
 request:
   path: /api/units
   query:
@@ -359,7 +364,7 @@ response:
       status: (if .state == "SOLD" then "sold" else "available" end)
     }} | compact
 "#,
-            args.scan_cache, args.scan_stale
+            args.scan_cache, args.scan_stale, args.scan_query
         ),
     );
     write(
@@ -497,6 +502,7 @@ impl Report {
             "latency_ms_p99": ms(percentile(&latency, 99.0)),
             "latency_ms_max": ms(*latency.last().unwrap_or(&Duration::ZERO)),
             "scan_cache": args.scan_cache, "scan_stale": args.scan_stale,
+            "scan_query": args.scan_query,
             "max_concurrency": args.max_concurrency, "seed": args.seed, "rate": args.rate,
             "max_requests_per_second": args.max_rps,
         });

@@ -12,6 +12,7 @@
 #   BENCH_RATE=50              arrivals a second of the open-loop run
 #   BENCH_SCAN_CACHE=5s        the mapping's scan_cache (short, so the mix spans several windows)
 #   BENCH_SCAN_STALE=0s        the mapping's scan_stale
+#   BENCH_SCAN_QUERY=filtered  the mapping's scan_query (every_unit: one scan answers every search)
 #   BENCH_MAX_CONCURRENCY=8    the upstream's max_concurrency
 #   BENCH_MAX_RPS=             the upstream's max_requests_per_second (none when empty)
 #   BENCH_THINK_MS=20          mean think time between the sequential run's calls
@@ -42,6 +43,7 @@ for units in $UNITS; do
     "$MIX" --bin "$BIN" --units "$units" \
         --calls "${BENCH_CALLS:-1000}" --seed "${BENCH_SEED:-40}" --rate "${BENCH_RATE:-50}" \
         --scan-cache "${BENCH_SCAN_CACHE:-5s}" --scan-stale "${BENCH_SCAN_STALE:-0s}" \
+        --scan-query "${BENCH_SCAN_QUERY:-filtered}" \
         --max-concurrency "${BENCH_MAX_CONCURRENCY:-8}" --think-ms "${BENCH_THINK_MS:-20}" \
         --runs "${BENCH_RUNS:-cold,sequential,open}" \
         ${BENCH_MAX_RPS:+--max-rps "$BENCH_MAX_RPS"} \

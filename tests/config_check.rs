@@ -586,3 +586,31 @@ fn scan_stale_without_scan_cache_is_refused_where_it_is_written() {
     let (ok, _, stderr) = check(config.to_str().expect("UTF-8 path"));
     assert!(ok, "{stderr}");
 }
+
+#[test]
+fn scan_query_every_unit_without_scan_cache_is_refused_where_it_is_written() {
+    let search = |keys: &str| {
+        format!(
+            "skill: inventory.search\nupstream: dms\n{keys}request: {{ path: /stock }}\n\
+             response:\n  items: .units\n  item: '{{ vin: .vin, status: \"available\" }}'\n"
+        )
+    };
+    let (_dir, config) = one_search_dealer(&search("scan_cache: 0s\nscan_query: every_unit\n"));
+    let (ok, _, stderr) = check(config.to_str().expect("UTF-8 path"));
+    assert!(!ok, "refused: {stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("inventory.search.yaml:4:")
+                && l.contains("`scan_query: every_unit`")
+                && l.contains("set `scan_cache`")),
+        "{stderr}"
+    );
+    let (_dir, config) = one_search_dealer(&search("scan_query: every_units\n"));
+    let (ok, _, stderr) = check(config.to_str().expect("UTF-8 path"));
+    assert!(!ok, "a misspelt value is refused: {stderr}");
+    assert!(stderr.contains("every_unit"), "{stderr}");
+    let (_dir, config) = one_search_dealer(&search("scan_cache: 30s\nscan_query: every_unit\n"));
+    let (ok, _, stderr) = check(config.to_str().expect("UTF-8 path"));
+    assert!(ok, "{stderr}");
+}

@@ -258,6 +258,27 @@ fn cases() -> Vec<Case> {
         ],
     ));
 
+    // docs/mappings.md §Searching: one scan for many searches (`scan_query`).
+    let every_unit = block(
+        "docs/mappings.md",
+        "# One scan of every unit per window (inventory.search.yaml)",
+    );
+    cases.push(Case::new(
+        "mappings-scan-query",
+        "inventory.search",
+        &format!(
+            "{every_unit}request:\n  path: /vehicles\n  query: {{ make: \"{{{{ request.filters.make | join(',') }}}}\" }}\n"
+        ),
+        &[
+            ("upstream", "rest"),
+            ("response", json_items),
+            (
+                "examples",
+                &example("every unit scanned", SEARCH, Some(JSON_PAGE)),
+            ),
+        ],
+    ));
+
     // docs/leads.md: the SOAP, REST, ADF and e-mail deliveries.
     let leads = yaml_blocks("docs/leads.md");
     let starting = |needle: &str| -> String {

@@ -530,7 +530,237 @@ fn a_due_scan_answers_from_its_copy_while_one_refresh_reads_it_again() {
 }
 
 // =============================================================================================
-// 4. The DMS's own limits
+// 4. One walk for many searches: a whole scan of a wider query answers narrower ones
+
+/// AAP's `years` facet over Keel Street's listable units of `make`: (year, count), by year.
+fn years_oracle(make: &str) -> Vec<(String, u64)> {
+    let mut years = std::collections::BTreeMap::<String, u64>::new();
+    for unit in STOCK
+        .iter()
+        .filter(|u| !u.sold && u.make.eq_ignore_ascii_case(make))
+    {
+        *years.entry(unit.year.to_string()).or_default() += 1;
+    }
+    years.into_iter().collect()
+}
+
+/// The `years` facet of an answered `inventory.facets` call, by year.
+fn years_of(reply: &common::Reply) -> Vec<(String, u64)> {
+    assert!(reply.body.get("error").is_none(), "refused: {}", reply.text);
+    let mut years: Vec<(String, u64)> = reply.payload()["data"]["years"]
+        .as_array()
+        .expect("years")
+        .iter()
+        .map(|v| {
+            (
+                v["value"].to_string().trim_matches('"').to_owned(),
+                v["count"].as_u64().expect("count"),
+            )
+        })
+        .collect();
+    years.sort();
+    years
+}
+
+fn facets_of(make: &str) -> Value {
+    json!({ "type": "inventory.facets.request", "filters": { "make": [make] } })
+}
+
+#[test]
+fn a_fresh_scan_of_every_unit_answers_each_makes_searches_without_walking_again() {
+    runtime().block_on(async {
+        let keel = start_keel(&[(
+            "keel",
+            search_yaml(
+                "ok",
+                "scan_cache: 1h
+",
+            ),
+            4,
+        )])
+        .await;
+        let gw = &keel.gw;
+        let pages = UNITS.div_ceil(PAGE);
+        // Two makes: not sendable (`values: one`), so the scan is of every unit.
+        let two = json!({
+            "type": "inventory.search.request",
+            "filters": { "make": ["volvo", "ram"] },
+            "sort": { "field": "price", "order": "asc" },
+            "pagination": { "limit": 5 },
+        });
+        let reply = gw.send("/dealers/keel/a2a", two).await;
+        let (total, _) = page_of(&reply);
+        let expected = STOCK
+            .iter()
+            .filter(|u| !u.sold && (u.make == "Volvo" || u.make == "Ram"))
+            .count();
+        assert_eq!(total, expected);
+        assert_eq!(keel.server.requests(), pages);
+        // Every make (sent in any case, as buyers do), any window, and facets: from that scan,
+        // filtered in the gateway exactly as the DMS would have filtered it.
+        for (i, make) in MAKES.iter().enumerate() {
+            let asked = if i % 2 == 0 {
+                make.to_lowercase()
+            } else {
+                make.to_uppercase()
+            };
+            for (skip, limit) in [(0, 7), (9, 30), (40, 20)] {
+                let reply = gw
+                    .send("/dealers/keel/a2a", by_price(Some(&asked), skip, limit))
+                    .await;
+                assert_eq!(
+                    page_of(&reply),
+                    oracle(Some(make), skip, limit),
+                    "{asked} {skip}+{limit}"
+                );
+            }
+            let reply = gw.send("/dealers/keel/a2a", facets_of(&asked)).await;
+            assert_eq!(years_of(&reply), years_oracle(make), "{asked}");
+        }
+        assert_eq!(
+            keel.server.requests(),
+            pages,
+            "twenty searches and facets, no DMS call"
+        );
+        let metrics = gw.metrics().await;
+        assert_eq!(event_count(&metrics, "scan_wider_served"), 20, "{metrics}");
+    });
+}
+
+#[test]
+fn a_narrower_scan_never_answers_a_wider_search() {
+    runtime().block_on(async {
+        let keel = start_keel(&[(
+            "keel",
+            search_yaml(
+                "ok",
+                "scan_cache: 1h
+",
+            ),
+            4,
+        )])
+        .await;
+        let gw = &keel.gw;
+        let reply = gw
+            .send("/dealers/keel/a2a", by_price(Some("kia"), 0, 10))
+            .await;
+        assert_eq!(page_of(&reply), oracle(Some("kia"), 0, 10));
+        let kia = STOCK.iter().filter(|u| u.make == "Kia").count();
+        assert_eq!(keel.server.requests(), kia.div_ceil(PAGE));
+        // Every unit: the Kia scan holds a fifth of them, so the DMS is walked whole.
+        let reply = gw.send("/dealers/keel/a2a", by_price(None, 0, 10)).await;
+        assert_eq!(page_of(&reply), oracle(None, 0, 10));
+        assert_eq!(
+            keel.server.requests(),
+            kia.div_ceil(PAGE) + UNITS.div_ceil(PAGE)
+        );
+        assert_eq!(event_count(&gw.metrics().await, "scan_wider_served"), 0);
+    });
+}
+
+#[test]
+fn scan_query_every_unit_reads_every_unit_once_for_every_search_while_it_is_kept() {
+    runtime().block_on(async {
+        let keel = start_keel(&[(
+            "keel",
+            search_yaml(
+                "ok",
+                "scan_cache: 1h
+scan_query: every_unit
+",
+            ),
+            4,
+        )])
+        .await;
+        let gw = &keel.gw;
+        let pages = UNITS.div_ceil(PAGE);
+        // The first search names one make; the scan sends none.
+        let reply = gw
+            .send("/dealers/keel/a2a", by_price(Some("mazda"), 3, 9))
+            .await;
+        assert_eq!(page_of(&reply), oracle(Some("Mazda"), 3, 9));
+        let seen = keel.server.seen();
+        assert_eq!(seen.len(), pages, "one walk of every unit: {seen:?}");
+        assert!(
+            seen.iter()
+                .all(|s| s.param("make").is_none_or(str::is_empty)),
+            "no make sent: {:?}",
+            seen.iter().map(|s| &s.path_and_query).collect::<Vec<_>>()
+        );
+        for make in MAKES {
+            let reply = gw
+                .send("/dealers/keel/a2a", by_price(Some(make), 0, 60))
+                .await;
+            assert_eq!(page_of(&reply), oracle(Some(make), 0, 60), "{make}");
+            let reply = gw.send("/dealers/keel/a2a", facets_of(make)).await;
+            assert_eq!(years_of(&reply), years_oracle(make), "{make}");
+        }
+        let reply = gw.send("/dealers/keel/a2a", by_price(None, 150, 100)).await;
+        assert_eq!(page_of(&reply), oracle(None, 150, 100));
+        assert_eq!(
+            keel.server.requests(),
+            pages,
+            "every call from the one scan"
+        );
+    });
+}
+
+#[test]
+fn scan_query_every_unit_is_still_refused_loudly_when_the_scan_cannot_be_whole() {
+    runtime().block_on(async {
+        let keel = start_keel(&[
+            (
+                "short",
+                search_yaml(
+                    "short",
+                    "scan_cache: 1h
+scan_query: every_unit
+",
+                ),
+                4,
+            ),
+            (
+                "small",
+                search_yaml(
+                    "ok",
+                    "scan_cache: 1h
+scan_query: every_unit
+scan_limit: 120
+",
+                ),
+                4,
+            ),
+        ])
+        .await;
+        let gw = &keel.gw;
+        let reply = gw
+            .send("/dealers/short/a2a", by_price(Some("kia"), 0, 10))
+            .await;
+        assert_eq!(reply.aap_code(), "INTERNAL_ERROR", "{}", reply.text);
+        // Every unit is past scan_limit, though one make would fit: refused, never partial.
+        let reply = gw
+            .send("/dealers/small/a2a", by_price(Some("volvo"), 0, 10))
+            .await;
+        assert_eq!(reply.aap_code(), "INTERNAL_ERROR", "{}", reply.text);
+        let metrics = gw.metrics().await;
+        assert_eq!(
+            event_count(&metrics, "incomplete_unreachable"),
+            1,
+            "{metrics}"
+        );
+        assert_eq!(event_count(&metrics, "scan_limit_reached"), 1, "{metrics}");
+        // Nothing was kept: the next call walks again (and is refused again).
+        let before = keel.server.requests();
+        let reply = gw
+            .send("/dealers/short/a2a", by_price(Some("ram"), 0, 10))
+            .await;
+        assert_eq!(reply.aap_code(), "INTERNAL_ERROR", "{}", reply.text);
+        assert!(keel.server.requests() > before);
+    });
+}
+
+// =============================================================================================
+// 5. The DMS's own limits
 
 /// Keel Street behind a limit of its own: `policy` sees each call (its arrival index and the
 /// time since the first call) and says how to answer it: a status instead of the page (`Some`),

@@ -60,6 +60,12 @@ pub struct FileSkill {
     /// facets do not rescan a fragile DMS each time. `0s` turns the cache off.
     #[serde(default = "default_scan_cache")]
     pub scan_cache: String,
+    /// What a scan asks the upstream for. `filtered` (the default): the buyer's filters the
+    /// upstream takes (`request.supports`), one scan per set of them. `every_unit`: none — one
+    /// scan of every unit answers every search and facets call while `scan_cache` keeps it,
+    /// each filtered in the gateway (a scan of a small make then costs the whole stock's pages).
+    #[serde(default)]
+    pub scan_query: FileScanQuery,
     /// `inventory.vehicle` only: the identifiers the detail call can be asked by (`vin`,
     /// `stock`, `vehicle_id`). A request by another is found in the search mapping's scan and
     /// answered by the detail call with an identifier of the unit it takes. Unset: all.
@@ -306,6 +312,17 @@ pub struct FileSupports {
     /// filtered in the gateway instead, since the upstream would split it.
     #[serde(default)]
     pub list_separator: Option<String>,
+}
+
+/// What a completed search's scan asks the upstream for (`scan_query`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FileScanQuery {
+    /// The buyer's filters the upstream takes.
+    #[default]
+    Filtered,
+    /// No buyer filter: every unit the query lists.
+    EveryUnit,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]

@@ -15,7 +15,7 @@ use crate::formats::Format;
 use crate::lang::jq::Jq;
 use crate::mapping::file::{
     FileCommon, FileFilterSupport, FileListing, FileMissing, FilePagination, FileResponse,
-    FileRuleReply, FileSkill, FileSortSupport, FileSupports, FileTies, FileValues,
+    FileRuleReply, FileScanQuery, FileSkill, FileSortSupport, FileSupports, FileTies, FileValues,
 };
 use crate::protocol::Skill;
 use crate::upstream::Upstream;
@@ -127,6 +127,7 @@ impl MappingLoader<'_> {
             supports,
             listable_only,
             scan_limit: file.scan_limit.max(1),
+            scan_every_unit: file.scan_query == FileScanQuery::EveryUnit,
             cursors: CursorCache::new(scan_cache.as_ref().map_or(Duration::ZERO, ScanCache::ttl)),
             scan_cache: Arc::new(scan_cache?),
             listings: self.ctx.schemas.listings(),
@@ -419,6 +420,15 @@ impl MappingLoader<'_> {
                 "/scan_stale",
                 "`scan_stale` keeps a due scan answering past `scan_cache`, which is off (0s): \
                  set `scan_cache` (e.g. 30s) or remove `scan_stale`",
+            ));
+            return None;
+        }
+        if ttl.is_zero() && file.scan_query == FileScanQuery::EveryUnit {
+            self.problems.push(src.problem(
+                "/scan_query",
+                "`scan_query: every_unit` reads every unit so that one scan answers every search \
+                 while `scan_cache` keeps it, which is off (0s): each search would read the \
+                 whole stock; set `scan_cache` (e.g. 30s) or remove `scan_query`",
             ));
             return None;
         }

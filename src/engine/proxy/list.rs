@@ -131,28 +131,13 @@ impl ProxyMapping {
             None => (vec![PageRef::at(0, 0)], skip),
         };
         for page in pages {
-            let fetched = self.fetch_page(transport, values, &vars, &page).await?;
-            if fetched.dropped > 0 {
+            let Some(read) = walk
+                .read_listable(self, transport, values, &vars, &page, &mut listings)
+                .await?
+            else {
                 return Ok(None);
-            }
-            let end = self.walked(&mut walk, &page, &fetched)?;
-            for vehicle in fetched.vehicles {
-                if !is_listable_status(vehicle.status()) {
-                    // The declaration is wrong: the upstream's pages and total count a unit
-                    // AAP never shows.
-                    self.event("unlisted_in_listable_page", 1);
-                    tracing::warn!(
-                        mapping = %self.file,
-                        status = vehicle.status().unwrap_or("(none)"),
-                        "the upstream listed a unit a buyer may not see although the mapping \
-                         declares `supports.listing: listable`; the search is completed from \
-                         a scan instead"
-                    );
-                    return Ok(None);
-                }
-                listings.push(vehicle);
-            }
-            if end {
+            };
+            if read.end {
                 break;
             }
         }
@@ -208,31 +193,25 @@ impl ProxyMapping {
         let mut walk = Walk::default();
         let mut listings: Vec<Vehicle> = Vec::new();
         loop {
-            let fetched = self.fetch_page(transport, values, &vars, &page).await?;
-            if fetched.dropped > 0 {
+            let Some(read) = walk
+                .read_listable(self, transport, values, &vars, &page, &mut listings)
+                .await?
+            else {
                 return Ok(None);
-            }
-            let end = self.walked(&mut walk, &page, &fetched)?;
-            for vehicle in fetched.vehicles {
-                if !is_listable_status(vehicle.status()) {
-                    self.event("unlisted_in_listable_page", 1);
-                    return Ok(None);
-                }
-                listings.push(vehicle);
-            }
-            before += fetched.records;
-            if let Some(next) = &fetched.next
+            };
+            before += read.records;
+            if let Some(next) = &read.next
                 && live
             {
                 self.cursors.put(&query, before, next);
             }
-            if end || before >= skip.saturating_add(limit) {
+            if read.end || before >= skip.saturating_add(limit) {
                 break;
             }
             page = PageRef {
                 index: page.index + 1,
                 size,
-                cursor: fetched.next,
+                cursor: read.next,
             };
         }
         let total = walk.reported.unwrap_or(before);
@@ -300,8 +279,12 @@ impl ProxyMapping {
         filters_ok && sort_ok
     }
 
-    /// The filters of `filters` the upstream takes.
+    /// The filters of `filters` the upstream takes — none with `scan_query: every_unit`, where
+    /// every scan reads every unit and each call is filtered from it in the gateway.
     fn scan_key(&self, filters: &Map<String, Value>) -> ScanKey {
+        if self.scan_every_unit {
+            return ScanKey::everything();
+        }
         ScanKey {
             filters: filters
                 .iter()
@@ -327,6 +310,10 @@ impl ProxyMapping {
         loop {
             match self.scan_cache.lookup(key) {
                 Lookup::Fresh(inventory) => return Ok(inventory),
+                Lookup::Wider(inventory) => {
+                    self.event("scan_wider_served", 1);
+                    return Ok(inventory);
+                }
                 Lookup::Stale(inventory, None) => {
                     self.event("scan_stale_served", 1);
                     return Ok(inventory);
@@ -782,6 +769,16 @@ struct Walk {
     short: Option<(u64, usize, u64)>,
 }
 
+/// One page of a search answered straight through, as [`Walk::read_listable`] took it.
+struct Read {
+    /// Whether it was the last page the walk needs (see [`ProxyMapping::walked`]).
+    end: bool,
+    /// Records in the upstream's page, mapped or not.
+    records: usize,
+    /// Sequential paging: the cursor or link of the next page.
+    next: Option<Arc<str>>,
+}
+
 impl Walk {
     /// A walk expected to read about `records` records (the buyer's window, at most 1,000).
     fn sized(records: usize) -> Self {
@@ -789,5 +786,50 @@ impl Walk {
             seen: Seen::with_capacity(records.min(1_000)),
             ..Self::default()
         }
+    }
+
+    /// The step both straight-through walks repeat: fetches `page`, checks it against what the
+    /// walk read before ([`ProxyMapping::walked`]) and appends its listings to `listings`.
+    /// `None` when the page held a record the upstream's total counts and the answer cannot:
+    /// one the mapping dropped (unmappable, refused by the listing schema), or a unit a buyer
+    /// may not see although the mapping declares `supports.listing: listable` — the search is
+    /// then completed from a scan.
+    async fn read_listable(
+        &mut self,
+        mapping: &ProxyMapping,
+        transport: Transport<'_>,
+        values: Scope<'_>,
+        vars: &JqVars,
+        page: &PageRef,
+        listings: &mut Vec<Vehicle>,
+    ) -> Result<Option<Read>, AapError> {
+        let fetched = mapping.fetch_page(transport, values, vars, page).await?;
+        if fetched.dropped > 0 {
+            return Ok(None);
+        }
+        let end = mapping.walked(self, page, &fetched)?;
+        if let Some(unlisted) = fetched
+            .vehicles
+            .iter()
+            .find(|v| !is_listable_status(v.status()))
+        {
+            // The declaration is wrong: the upstream's pages and total count a unit AAP never
+            // shows.
+            mapping.event("unlisted_in_listable_page", 1);
+            tracing::warn!(
+                mapping = %mapping.file,
+                status = unlisted.status().unwrap_or("(none)"),
+                "the upstream listed a unit a buyer may not see although the mapping \
+                 declares `supports.listing: listable`; the search is completed from \
+                 a scan instead"
+            );
+            return Ok(None);
+        }
+        listings.extend(fetched.vehicles);
+        Ok(Some(Read {
+            end,
+            records: fetched.records,
+            next: fetched.next,
+        }))
     }
 }

@@ -9,7 +9,8 @@
 //! completes the search itself: it fetches every listing matching the filters the upstream
 //! does take (at most `scan_limit` records), then filters, sorts and pages them with AAP
 //! semantics (`search`). Paging decisions always count upstream records, never the listable
-//! ones. Derived facets use the same scan; scans are reused for `scan_cache`.
+//! ones. Derived facets use the same scan; scans are reused for `scan_cache`, and a fresh scan of a
+//! wider query (every unit) answers narrower ones too, filtered in the gateway.
 //!
 //! The files: `spec` (the compiled mapping), `transport` (live or canned upstream), `call` (one
 //! call: render, send, error rules, decode, extract), `list` (searches straight through or

@@ -24,6 +24,16 @@ impl ScanKey {
         }
     }
 
+    /// Whether this scan holds every unit a scan of `narrower` holds: each of its filters is
+    /// one of `narrower`'s, with the same value (no filter at all: every unit). Filtered in the
+    /// gateway with AAP's semantics — which every search and facets call answered from a scan
+    /// is, whatever the upstream filtered — it gives exactly what `narrower`'s scan gives.
+    pub(super) fn covers(&self, narrower: &ScanKey) -> bool {
+        self.filters
+            .iter()
+            .all(|(name, value)| narrower.filters.get(name) == Some(value))
+    }
+
     /// What the templates see as `request` (and jq as `$request`) on a scan's calls: a search
     /// with these filters and nothing else; paging reaches them as `page`.
     pub(super) fn template_request(&self) -> Value {
@@ -41,6 +51,9 @@ impl ScanKey {
 ///   answers while one refresh reads it again in the background. Past `ttl + stale` it is
 ///   gone: the caller waits for a fresh walk (or joins the one under way). `stale` is 0 by
 ///   default: no answer comes from listings older than `ttl`.
+/// - **Wider copies**: without a fresh copy of its own, a scan is answered by a fresh copy of a
+///   wider one ([`ScanKey::covers`]; every search filters its scan in the gateway). A due wider
+///   copy, or a wider walk still under way, does not answer it.
 #[derive(Debug, Default)]
 pub struct ScanCache {
     ttl: Duration,
@@ -67,6 +80,9 @@ const SCAN_CACHE_ENTRIES: usize = 32;
 pub(super) enum Lookup {
     /// A copy within `scan_cache`.
     Fresh(Arc<Inventory>),
+    /// No copy of this scan, but a fresh one of a wider scan ([`ScanKey::covers`]): it answers,
+    /// filtered in the gateway.
+    Wider(Arc<Inventory>),
     /// A due copy within `scan_stale`: answer it; with a [`Walk`], start the one refresh.
     Stale(Arc<Inventory>, Option<Walk>),
     /// The same scan is being read: wait for its outcome.
@@ -150,8 +166,21 @@ impl ScanCache {
             .iter()
             .find(|(k, _, _)| k == key)
             .map(|(_, at, inventory)| (at.elapsed(), Arc::clone(inventory)));
+        if let (Some((age, inventory)), _) = (&found, &walking)
+            && *age < self.ttl
+        {
+            return Lookup::Fresh(Arc::clone(inventory));
+        }
+        // A fresh wider copy answers before a due copy of this one, and instead of a walk.
+        if let Some((_, _, inventory)) = state
+            .entries
+            .iter()
+            .rev()
+            .find(|(k, at, _)| k != key && k.covers(key) && at.elapsed() < self.ttl)
+        {
+            return Lookup::Wider(Arc::clone(inventory));
+        }
         match (found, walking) {
-            (Some((age, inventory)), _) if age < self.ttl => Lookup::Fresh(inventory),
             (Some((_, inventory)), Some(_)) => Lookup::Stale(inventory, None),
             (Some((_, inventory)), None) => {
                 Lookup::Stale(inventory, Some(self.start(&mut state, key)))
@@ -305,6 +334,71 @@ mod tests {
             matches!(cache.lookup(&key("kia")), Lookup::Lead(_)),
             "past scan_cache + scan_stale the copy is gone: the caller waits for a walk"
         );
+    }
+
+    fn keyed(filters: Value) -> ScanKey {
+        let Value::Object(filters) = filters else {
+            panic!("filters are an object");
+        };
+        ScanKey { filters }
+    }
+
+    #[test]
+    fn a_scan_covers_another_when_each_of_its_filters_is_the_others() {
+        let every = ScanKey::everything();
+        let kia = key("kia");
+        let kia_2020 = keyed(json!({ "make": ["kia"], "year_min": 2020 }));
+        assert!(every.covers(&kia) && every.covers(&kia_2020) && every.covers(&every));
+        assert!(kia.covers(&kia_2020), "fewer filters: a wider scan");
+        assert!(!kia_2020.covers(&kia), "more filters: a narrower one");
+        assert!(!kia.covers(&every));
+        assert!(!kia.covers(&key("ram")), "another value is another scan");
+        assert!(
+            !kia.covers(&keyed(json!({ "make": ["kia", "ram"] }))),
+            "values are compared whole, never as sets"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_fresh_wider_scan_answers_a_narrower_one_until_it_is_due() {
+        let cache = Arc::new(ScanCache::new(
+            Duration::from_millis(60),
+            Duration::from_secs(60),
+        ));
+        // One make kept: it answers that make with another filter, never a wider scan.
+        let Lookup::Lead(ram) = cache.lookup(&key("ram")) else {
+            panic!("walks");
+        };
+        ram.finish(&Ok(inventory()));
+        assert!(matches!(
+            cache.lookup(&keyed(json!({ "make": ["ram"], "price_max": 1 }))),
+            Lookup::Wider(_)
+        ));
+        for wider in [
+            ScanKey::everything(),
+            keyed(json!({ "year_min": 2020 })),
+            key("kia"),
+        ] {
+            assert!(
+                matches!(cache.lookup(&wider), Lookup::Lead(_)),
+                "a narrower copy never answers {wider:?}"
+            );
+        }
+        // Every unit: a walk under way is not followed (only a whole scan answers), a kept one
+        // answers every make.
+        let Lookup::Lead(walk) = cache.lookup(&ScanKey::everything()) else {
+            panic!("walks");
+        };
+        assert!(matches!(cache.lookup(&key("kia")), Lookup::Lead(_)));
+        walk.finish(&Ok(inventory()));
+        assert!(matches!(cache.lookup(&key("kia")), Lookup::Wider(_)));
+        // Due: a wider copy answers no other scan (only its own, within `scan_stale`).
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        assert!(matches!(cache.lookup(&key("kia")), Lookup::Lead(_)));
+        assert!(matches!(
+            cache.lookup(&ScanKey::everything()),
+            Lookup::Stale(_, Some(_))
+        ));
     }
 
     #[test]

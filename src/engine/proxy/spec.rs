@@ -196,6 +196,9 @@ pub struct ProxyMapping {
     /// `listing: listable`, or its item program gives every record the same listable status.
     pub listable_only: bool,
     pub scan_limit: usize,
+    /// `scan_query: every_unit`: a scan sends none of the buyer's filters, so that one walk of
+    /// every unit answers every search and facets call while it is kept.
+    pub scan_every_unit: bool,
     pub scan_cache: Arc<ScanCache>,
     /// Sequential paging: where each query's pages begin (`scan_cache`'s lifetime).
     pub cursors: CursorCache,
