@@ -58,10 +58,16 @@ fn unreadable(path: &Path, why: &str) -> UpstreamError {
     UpstreamError::Connect(format!("cannot read `{}`: {why}", path.display()))
 }
 
-/// The file `req` names under the directory `base`: its path is the request's, percent-decoded,
-/// with no `..`, no query.
+/// The file `req` names under the directory `base`.
 fn resolve(base: &Path, req: &UpstreamRequest) -> Result<PathBuf, UpstreamError> {
-    let invalid = |why: &str| UpstreamError::InvalidRequest(format!("file path {why}"));
+    Ok(base.join(relative_path(req, "file")?))
+}
+
+/// The path a file source's request names, relative to the upstream's directory: the
+/// request's path, percent-decoded, with no `..`, no query, read with GET (`kind: file` and
+/// `kind: sftp`; `what` names the kind in the error).
+pub(super) fn relative_path(req: &UpstreamRequest, what: &str) -> Result<String, UpstreamError> {
+    let invalid = |why: &str| UpstreamError::InvalidRequest(format!("{what} path {why}"));
     if req.method != Method::GET {
         return Err(invalid("is read with GET only"));
     }
@@ -71,17 +77,17 @@ fn resolve(base: &Path, req: &UpstreamRequest) -> Result<PathBuf, UpstreamError>
     let decoded = percent_encoding::percent_decode_str(&req.path_and_query)
         .decode_utf8()
         .map_err(|_| invalid("is not UTF-8"))?;
-    let relative = Path::new(decoded.trim_start_matches('/'));
-    if relative
-        .components()
-        .any(|c| !matches!(c, Component::Normal(_)))
-        || relative.as_os_str().is_empty()
+    let relative = decoded.trim_start_matches('/');
+    if relative.is_empty()
+        || Path::new(relative)
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_)))
     {
         return Err(invalid(
             "must name a file under the upstream's directory (no `..`, not the directory itself)",
         ));
     }
-    Ok(base.join(relative))
+    Ok(relative.to_owned())
 }
 
 /// Reads the file `req` names, as the module doc says; at most `limit` bytes. Blocks (up to

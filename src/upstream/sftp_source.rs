@@ -22,12 +22,11 @@
 //! refresh fails, the previous copy keeps serving, the next refresh tries again.
 
 use std::borrow::Cow;
-use std::path::{Component, Path};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use http::{HeaderMap, HeaderValue, StatusCode};
 use russh::keys::PublicKeyOrCertificate;
 use russh::keys::ssh_key::{Fingerprint, HashAlg};
 use russh_sftp::client::SftpSession;
@@ -231,29 +230,10 @@ impl Client {
     /// The remote path `req` names under the base URL's directory: its path, percent-decoded,
     /// no `..`, no query.
     fn resolve(&self, req: &UpstreamRequest) -> Result<String, UpstreamError> {
-        let invalid = |why: &str| UpstreamError::InvalidRequest(format!("SFTP path {why}"));
-        if req.method != Method::GET {
-            return Err(invalid("is read with GET only"));
-        }
-        if req.path_and_query.contains('?') {
-            return Err(invalid("has no query string"));
-        }
-        let decoded = percent_encoding::percent_decode_str(&req.path_and_query)
-            .decode_utf8()
-            .map_err(|_| invalid("is not UTF-8"))?;
-        let relative = decoded.trim_start_matches('/');
-        if relative.is_empty()
-            || Path::new(relative)
-                .components()
-                .any(|c| !matches!(c, Component::Normal(_)))
-        {
-            return Err(invalid(
-                "must name a file under the upstream's directory (no `..`, not the directory itself)",
-            ));
-        }
+        let relative = super::file_source::relative_path(req, "SFTP")?;
         Ok(match self.settings.directory.as_str() {
             "/" => format!("/{relative}"),
-            "." => relative.to_owned(),
+            "." => relative,
             dir => format!("{dir}/{relative}"),
         })
     }
