@@ -147,6 +147,8 @@ start_gateway() {
     started=$(<"$WORK/$1/started")
     READY_MS=$(( $(now_ms) - started ))
     READY_CPU_S=$(awk -v t="$(cpu_ticks "$GATEWAY_PID")" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", t / hz }')
+    # The searches' URLs, one per dealer (oha picks one at random for each request).
+    jq -r --arg base "http://$LISTEN" '.dealers[] | "\($base)/dealers/\(.id)/a2a"' "$WORK/upstream.json" >"$WORK/urls.txt"
 }
 
 SEARCH=$(send_message "$(printf '{"type":"inventory.search.request","filters":{"condition":["used","cpo"]},"sort":{"field":"price","order":"asc"},"pagination":{"limit":%s}}' "$LIMIT")")
@@ -229,7 +231,6 @@ start_gateway steady
 steady_ready_ms=$READY_MS
 steady_ready_cpu=$READY_CPU_S
 load_hwm=$(rss_kb "$GATEWAY_PID" VmHWM)
-jq -r --arg base "http://$LISTEN" '.dealers[] | "\($base)/dealers/\(.id)/a2a"' "$WORK/upstream.json" >"$WORK/urls.txt"
 check_every_dealer
 sleep 3
 echo "$SELF: steady: ready after $steady_ready_ms ms, RSS $(rss_kb "$GATEWAY_PID" VmRSS) kB" >&2
