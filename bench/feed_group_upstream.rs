@@ -313,7 +313,11 @@ impl Dealer {
 
     fn body(&self, body: Bytes) -> Response<Full<Bytes>> {
         let mut response = Response::new(Full::new(body));
-        set(&mut response, header::CONTENT_TYPE, self.format.content_type());
+        set(
+            &mut response,
+            header::CONTENT_TYPE,
+            self.format.content_type(),
+        );
         response
     }
 }
@@ -341,7 +345,11 @@ impl Host {
         if path == "/_reset" && req.method() == http::Method::POST {
             for dealer in self.dealers.values() {
                 dealer.served.store(0, Ordering::Relaxed);
-                dealer.counts.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                dealer
+                    .counts
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clear();
             }
             return status(StatusCode::NO_CONTENT);
         }
@@ -355,9 +363,8 @@ impl Host {
                     (d.id.clone(), Value::Object(by_code))
                 })
                 .collect();
-            let mut response = Response::new(Full::new(Bytes::from(
-                Value::Object(counts).to_string(),
-            )));
+            let mut response =
+                Response::new(Full::new(Bytes::from(Value::Object(counts).to_string())));
             set(&mut response, header::CONTENT_TYPE, "application/json");
             return response;
         }

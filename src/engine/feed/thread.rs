@@ -108,7 +108,9 @@ fn serve(jobs: std::sync::mpsc::Receiver<Job>, queue: std::sync::Weak<Jobs>) {
             Err(RecvTimeoutError::Disconnected) => return,
             Err(RecvTimeoutError::Timeout) => {
                 let Some(queue) = queue.upgrade() else { return };
-                let mut sender = queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut sender = queue
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 // Under the lock no job can be sent: one that came before it is run, else the
                 // queue is closed and the next job starts a new thread.
                 match jobs.try_recv() {
