@@ -136,8 +136,12 @@ async fn a_file_written_in_place_is_never_served_half_written() {
         .split_inclusive(|b| *b == b'\n')
         .map(<[u8]>::to_vec)
         .collect();
+    // The refreshes below must all meet the file being written: on a busy host the writer's
+    // thread may start late, and a refresh of the old, still file is rightly `not_modified`.
+    let (created, writing) = tokio::sync::oneshot::channel();
     let writer = std::thread::spawn(move || {
         let mut file = std::fs::File::create(&path).expect("open in place");
+        let _ = created.send(());
         for row in rows {
             file.write_all(&row).expect("write");
             file.flush().expect("flush");
@@ -146,6 +150,7 @@ async fn a_file_written_in_place_is_never_served_half_written() {
             std::thread::sleep(Duration::from_millis(150));
         }
     });
+    writing.await.expect("the writer truncated the file");
     let failed_before = outcome(&refreshes(&setup.gw, MARINA).await, "failed");
     let mut refreshed = 0;
     while !writer.is_finished() {

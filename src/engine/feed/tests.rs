@@ -234,6 +234,95 @@ async fn feed_thread_work_starts_before_its_result_is_awaited() {
     assert_eq!(pending.await, Ok(true));
 }
 
+/// A stale copy whose refresh failed is served without a new attempt at each search: the next
+/// one waits for `refresh` (the feed's schedule tries again then), instead of every search of
+/// a failing source starting another download and build.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn searches_do_not_retry_a_failed_refresh_before_its_interval() {
+    let sim = aap_sim::feed::start_feed().await.expect("feed simulator");
+    let feed = demo_feed_from(Some(&sim.base_url()));
+    feed.refresh_now().await;
+    assert!(feed.current().is_some(), "the first load");
+    // The copy is past `refresh` (5m) and within `max_stale` (1h); the source now fails.
+    let stale = Instant::now() - Duration::from_secs(600);
+    *feed.confirmed.lock().unwrap() = Some(stale);
+    sim.set_mode(aap_sim::sim::Mode::Fail, 0);
+    sim.clear_received();
+    let settle = |feed: &Arc<Feed>| {
+        let feed = Arc::clone(feed);
+        async move {
+            for _ in 0..500 {
+                if !feed.background.load(Ordering::SeqCst) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("the background refresh did not end");
+        }
+    };
+    feed.snapshot().await.expect("the stale copy is served");
+    settle(&feed).await;
+    let attempted = sim.received().len();
+    assert!(
+        attempted > 0,
+        "the first search of a stale copy refreshes it"
+    );
+    for _ in 0..10 {
+        feed.snapshot().await.expect("the stale copy is served");
+        settle(&feed).await;
+    }
+    assert_eq!(
+        sim.received().len(),
+        attempted,
+        "no search retried the failed refresh within `refresh`"
+    );
+    // Once `refresh` has passed since the failure, a search tries again.
+    *feed.failed_at.lock().unwrap() = Some(stale);
+    feed.snapshot().await.expect("the stale copy is served");
+    settle(&feed).await;
+    assert!(sim.received().len() > attempted, "a due retry was made");
+    sim.shutdown().await;
+}
+
+/// A feed's thread that has had nothing to do for [`thread::IDLE_END`] ends (the allocator
+/// hands back what it freed only then), and the next job starts another; while jobs keep
+/// coming, it is the same thread.
+#[tokio::test]
+async fn an_idle_feed_thread_ends_and_the_next_job_starts_another() {
+    let thread = FeedThread::default();
+    let id = || std::thread::current().id();
+    let first = thread.run(false, id).await.expect("a job");
+    let next = thread.run(false, id).await.expect("a job");
+    assert_eq!(first, next, "a busy feed keeps its thread");
+    tokio::time::sleep(thread::IDLE_END + Duration::from_millis(700)).await;
+    let later = thread
+        .run(false, id)
+        .await
+        .expect("a job after the idle time");
+    assert_ne!(
+        first, later,
+        "the idle thread ended; the job ran on a new one"
+    );
+}
+
+/// A job sent while the thread decides to end is run, never lost: sent just before, at and just
+/// after the idle time runs out.
+#[tokio::test]
+async fn a_job_sent_as_the_feed_thread_ends_is_run() {
+    let thread = FeedThread::default();
+    for offset_ms in [-15_i64, -3, 0, 2, 10] {
+        thread.run(false, || ()).await.expect("a job");
+        let wait = thread::IDLE_END.as_millis() as i64 + offset_ms;
+        tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+        let ran = tokio::time::timeout(Duration::from_secs(10), thread.run(false, || 7)).await;
+        assert_eq!(
+            ran,
+            Ok(Ok(7)),
+            "the job sent {offset_ms} ms off the idle time"
+        );
+    }
+}
+
 #[test]
 fn a_lookup_finds_exact_keys_and_the_last_vehicle_of_a_repeated_one() {
     let mut lookup = Lookup::default();

@@ -70,19 +70,63 @@ fn lower_to_idle() {
     }
 }
 
+/// How long the feed's thread waits for its next job before it ends (the next job starts
+/// another).
+///
+/// Why it ends: the allocator (mimalloc) keeps the pages a thread freed in that thread's own
+/// heap until the thread allocates or frees again, or ends. A feed's thread that had freed the
+/// copy its refresh replaced, and the document it parsed, then slept until the next refresh kept
+/// all of it: a group of 100 feeds held 530 MB after their first loads where the live copies
+/// needed under half of it (`bench/README.md`, "A group of feeds refreshing"). Back-to-back
+/// refreshes keep the thread (and what it frees is reused by the next build, below).
+pub(super) const IDLE_END: Duration = Duration::from_secs(1);
+
+type Jobs = std::sync::Mutex<Option<std::sync::mpsc::Sender<Job>>>;
+
 /// The one thread that builds a feed's snapshots and frees the copies they replace.
 ///
 /// Why one thread: the allocator (mimalloc) reuses a page once the thread that owns it frees
 /// into it. A copy freed on some other, then idle, thread kept its pages committed, and the
 /// next refresh, on yet another thread, took fresh memory: refreshes peaked at 1.7× the steady
 /// size. Built and freed here, a refresh reuses what the last one freed. Started on first use;
-/// ends when the feed is dropped.
+/// ends when the feed is dropped, or after [`IDLE_END`] without a job (the next one starts it
+/// again).
 #[derive(Debug, Default)]
 pub(super) struct FeedThread {
-    jobs: std::sync::Mutex<Option<std::sync::mpsc::Sender<Job>>>,
+    /// The running thread's queue (`None`: no thread runs).
+    jobs: Arc<Jobs>,
 }
 
 pub(super) type Job = Box<dyn FnOnce() + Send>;
+
+/// The thread's loop: runs `jobs` until the feed is dropped or none comes for [`IDLE_END`].
+fn serve(jobs: std::sync::mpsc::Receiver<Job>, queue: std::sync::Weak<Jobs>) {
+    use std::sync::mpsc::RecvTimeoutError;
+    loop {
+        match jobs.recv_timeout(IDLE_END) {
+            Ok(job) => job(),
+            Err(RecvTimeoutError::Disconnected) => return,
+            Err(RecvTimeoutError::Timeout) => {
+                let Some(queue) = queue.upgrade() else { return };
+                let mut sender = queue
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // Under the lock no job can be sent: one that came before it is run, else the
+                // queue is closed and the next job starts a new thread.
+                match jobs.try_recv() {
+                    Ok(job) => {
+                        drop(sender);
+                        job();
+                    }
+                    Err(_) => {
+                        *sender = None;
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
 
 impl FeedThread {
     /// Runs `job` on the thread (started now if it is not running).
@@ -100,9 +144,10 @@ impl FeedThread {
             None => job,
         };
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let queue = Arc::downgrade(&self.jobs);
         std::thread::Builder::new()
             .name("feed-build".to_owned())
-            .spawn(move || rx.into_iter().for_each(|job| job()))
+            .spawn(move || serve(rx, queue))
             .map_err(|e| format!("cannot start the feed's thread: {e}"))?;
         tx.send(job)
             .map_err(|_| "the feed's thread stopped".to_owned())?;
