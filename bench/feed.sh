@@ -51,15 +51,9 @@ BIN=${BENCH_BIN:-$TARGET_DIR/release/aap-gateway}
 UPSTREAM_BIN=${BENCH_UPSTREAM_BIN:-$TARGET_DIR/release/examples/feed_upstream}
 OHA=${BENCH_OHA:-$(command -v oha || echo /work/oha/bin/oha)}
 
-command -v curl >/dev/null || die "curl is required"
-command -v jq >/dev/null || die "jq is required (apt-get install jq)"
-[[ -x $OHA ]] || die "oha is required: cargo install oha, or set BENCH_OHA"
+need_curl_jq_oha
 [[ $ROWS =~ ^[0-9]+$ && $RATE =~ ^[0-9]+$ ]] || die "BENCH_ROWS and BENCH_RATE must be whole numbers"
-if [[ $BUILD == 1 ]]; then
-    echo "$SELF: cargo build --release (gateway, feed_upstream)" >&2
-    (cd "$ROOT" && cargo build --release --quiet --bin aap-gateway --example feed_upstream) || die "build failed"
-fi
-[[ -x $BIN ]] || die "no gateway binary at $BIN"
+need_gateway_binary feed_upstream
 [[ -x $UPSTREAM_BIN ]] || die "no feed_upstream binary at $UPSTREAM_BIN"
 
 UPSTREAM_PID=

@@ -53,18 +53,12 @@ BIN=${BENCH_BIN:-$TARGET_DIR/release/aap-gateway}
 UPSTREAM_BIN=${BENCH_UPSTREAM_BIN:-$TARGET_DIR/release/examples/feed_group_upstream}
 OHA=${BENCH_OHA:-$(command -v oha || echo /work/oha/bin/oha)}
 
-command -v curl >/dev/null || die "curl is required"
-command -v jq >/dev/null || die "jq is required (apt-get install jq)"
-[[ -x $OHA ]] || die "oha is required: cargo install oha, or set BENCH_OHA"
+need_curl_jq_oha
 [[ $DEALERS =~ ^[0-9]+$ && $DEALERS -ge 1 && $DEALERS -le 333 ]] || die "BENCH_DEALERS is a whole number from 1 to 333"
 [[ $RATE =~ ^[0-9]+$ && $SEED =~ ^[0-9]+$ ]] || die "BENCH_RATE and BENCH_SEED must be whole numbers"
 [[ $REFRESH =~ ^([0-9]+)(ms|s)$ ]] || die "BENCH_REFRESH is milliseconds or seconds (5s, 2500ms)"
 if [[ ${BASH_REMATCH[2]} == s ]]; then REFRESH_MS=$((BASH_REMATCH[1] * 1000)); else REFRESH_MS=${BASH_REMATCH[1]}; fi
-if [[ $BUILD == 1 ]]; then
-    echo "$SELF: cargo build --release (gateway, feed_group_upstream)" >&2
-    (cd "$ROOT" && cargo build --release --quiet --bin aap-gateway --example feed_group_upstream) || die "build failed"
-fi
-[[ -x $BIN ]] || die "no gateway binary at $BIN"
+need_gateway_binary feed_group_upstream
 [[ -x $UPSTREAM_BIN ]] || die "no feed_group_upstream binary at $UPSTREAM_BIN"
 
 UPSTREAM_PID=
@@ -102,14 +96,7 @@ write_config() {
         grep -q "^refresh: $2\$" "$dir/mappings/$format/feed.yaml" || die "could not set refresh in the $format mapping"
     done
     {
-        cat <<EOF
-listen: 127.0.0.1:0
-admin_listen: 127.0.0.1:0
-limits: { max_body_bytes: 65536, request_timeout: 15s, max_concurrency: 1024 }
-rate_limit: { default: { rate: 1000000/s, burst: 1000000 } }
-provider: { organization: Bench Group, url: https://bench.example.com }
-dealers:
-EOF
+        group_config_head
         jq -r '.dealers[] | "\(.id) \(.format)"' "$WORK/upstream.json" | while read -r id format; do
             cat <<EOF
   - id: $id

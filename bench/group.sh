@@ -47,14 +47,7 @@ make_work_dir aap-group-bench GATEWAY_PID
 
 # --- the group -------------------------------------------------------------------------------
 {
-    cat <<EOF
-listen: 127.0.0.1:0
-admin_listen: 127.0.0.1:0
-limits: { max_body_bytes: 65536, request_timeout: 15s, max_concurrency: 1024 }
-rate_limit: { default: { rate: 1000000/s, burst: 1000000 } }
-provider: { organization: Bench Group, url: https://bench.example.com }
-dealers:
-EOF
+    group_config_head
     for i in $(seq -f '%03g' 1 "$DEALERS"); do
         if [[ $LAYOUT == copies ]]; then
             mkdir -p "$WORK/config/mappings/d$i"

@@ -93,12 +93,35 @@ PY
 }
 
 need_gateway_binary() {
-    # `cargo build --release` when BENCH_BUILD=1; dies unless BIN is then executable.
+    # `cargo build --release` of the gateway and of the examples named (when BENCH_BUILD=1);
+    # dies unless BIN is then executable (each caller checks its examples' own binaries).
+    local args=(--bin aap-gateway) example
+    for example in "$@"; do args+=(--example "$example"); done
     if [[ $BUILD == 1 ]]; then
-        echo "$SELF: cargo build --release" >&2
-        (cd "$ROOT" && cargo build --release --quiet --bin aap-gateway) || die "build failed"
+        echo "$SELF: cargo build --release (gateway${1:+, $*})" >&2
+        (cd "$ROOT" && cargo build --release --quiet "${args[@]}") || die "build failed"
     fi
     [[ -x $BIN ]] || die "no gateway binary at $BIN (set BENCH_BIN, or BENCH_BUILD=1)"
+}
+
+need_curl_jq_oha() {
+    # What the benches that load with oha and read /metrics with jq need (OHA: its path).
+    command -v curl >/dev/null || die "curl is required"
+    command -v jq >/dev/null || die "jq is required (apt-get install jq)"
+    [[ -x $OHA ]] || die "oha is required: cargo install oha, or set BENCH_OHA"
+}
+
+group_config_head() {
+    # The top of a group's gateway config, up to `dealers:`: ports of its own, limits and a
+    # rate limit that never refuse the bench's load.
+    cat <<EOF
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+limits: { max_body_bytes: 65536, request_timeout: 15s, max_concurrency: 1024 }
+rate_limit: { default: { rate: 1000000/s, burst: 1000000 } }
+provider: { organization: Bench Group, url: https://bench.example.com }
+dealers:
+EOF
 }
 
 # --- processes, work directory, cleanup ------------------------------------------------------
